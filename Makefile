@@ -1,0 +1,34 @@
+# opzero: the two commands a new machine needs are `make demo` and `make test`.
+# Everything else is built on demand from pinned Go modules into bin/.
+
+GO        ?= go
+GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
+PKGS      ?= ./...
+
+.PHONY: all bins knative-bins opzero test unit demo clean help
+
+all: opzero
+
+help: ## show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+bins: ## build the pinned control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) into bin/
+	@bash hack/build-bins.sh
+
+knative-bins: ## build the real Knative ApiServerSource and PingSource adapters into bin/
+	@bash hack/build-knative.sh
+
+opzero: ## build the opzero CLI into bin/opzero
+	$(GO) build -o bin/opzero ./cmd/opzero
+
+test: bins knative-bins ## build what the tests need, then run every test with -race against a real control plane
+	$(GOTEST) $(PKGS)
+
+unit: ## run only the tests that need no control plane
+	$(GOTEST) -short $(PKGS)
+
+demo: bins knative-bins opzero ## the main job: ConfigWatcher running serverless on the local control plane
+	@bash hack/demo.sh
+
+clean: ## remove bin/ (the Go build cache keeps later builds fast)
+	rm -rf bin

@@ -1,0 +1,164 @@
+package controlplane
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one component the plane started, as recorded in state.json.
+type Process struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	Path string `json:"path"`
+	Log  string `json:"log"`
+
+	exited chan struct{} // closed when a child started by this process exits; nil otherwise
+}
+
+// spawn is the one goroutine, locked to its OS thread for the life of the
+// process, that starts children which must die with us: Linux delivers
+// Pdeathsig when the thread that forked the child exits, so that thread must
+// never exit.
+var spawn = sync.OnceValue(func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+// startProcess starts path with args, its output appended to logFile. With
+// dieWithParent the kernel kills it when this process dies; without, it runs
+// in a session of its own and outlives the caller.
+func startProcess(name, path string, args []string, logFile string, dieWithParent bool) (*Process, error) {
+	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if dieWithParent {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	errc := make(chan error, 1)
+	spawn() <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
+		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
+	}
+	p := &Process{Name: name, PID: cmd.Process.Pid, Path: path, Log: logFile, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }() // reap, so a stopped child does not linger as a zombie
+	return p, nil
+}
+
+// alive reports whether p.PID still runs the binary that was started, so a
+// PID the system has since given to another program is never taken for ours.
+func (p *Process) alive() bool {
+	if p.exited != nil { // our own child: Wait knows exactly
+		select {
+		case <-p.exited:
+			return false
+		default:
+			return true
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name; Z and X are dead.
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+	if err != nil {
+		return false
+	}
+	if len(cmdline) == 0 { // a process on its way out has released its memory, argv included
+		return true
+	}
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	return string(argv0) == p.Path
+}
+
+// stop sends SIGTERM, waits up to grace, then SIGKILLs. It does nothing to a
+// PID that no longer runs our binary.
+func (p *Process) stop(grace time.Duration) error {
+	if !p.alive() {
+		return nil
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("stopping %s (pid %d): %w", p.Name, p.PID, err)
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if !p.alive() {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	for i := 0; i < 100 && p.alive(); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.alive() {
+		return fmt.Errorf("%s (pid %d) did not stop after SIGKILL", p.Name, p.PID)
+	}
+	return nil
+}
+
+// rssBytes reads the resident set size of p from /proc, 0 if it is gone.
+func (p *Process) rssBytes() int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// logTail returns the last lines of a component's log, for error messages.
+func logTail(file string, lines int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return "    " + strings.Join(all, "\n    ")
+}
+
+// findBinary returns the absolute path of name in binDir or a message that
+// says how to build it.
+func findBinary(binDir, name string) (string, error) {
+	p, err := filepath.Abs(filepath.Join(binDir, name))
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s not found at %s: build the pinned control plane with `make bins` (or `bash hack/build-bins.sh`) "+
+			"in the opzero checkout, or point --bin-dir / OPZERO_BIN_DIR at a folder holding etcd, kube-apiserver and kube-controller-manager", name, p)
+	}
+	return p, nil
+}
