@@ -1,0 +1,177 @@
+package builder
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Runtime is what Complete registers an Operator with: opzero's runtime, in
+// either mode.
+type Runtime interface {
+	GetScheme() *runtime.Scheme
+	Register(*Operator) error
+}
+
+// Builder collects an Operator description. Its methods record misuse
+// instead of panicking; Build and Complete report it.
+type Builder struct {
+	scheme *runtime.Scheme
+	rt     Runtime
+	op     Operator
+	errs   []error
+	forSet bool
+}
+
+// ControllerManagedBy starts a description that Complete registers with rt.
+func ControllerManagedBy(rt Runtime) *Builder {
+	b := &Builder{rt: rt}
+	if rt == nil {
+		b.errs = append(b.errs, errors.New("ControllerManagedBy: runtime is nil"))
+		return b
+	}
+	b.scheme = rt.GetScheme()
+	return b
+}
+
+// New starts a description that Build turns into an Operator without
+// registering it (tests, manifest generation).
+func New(scheme *runtime.Scheme) *Builder { return &Builder{scheme: scheme} }
+
+// ForOption configures For.
+type ForOption func(*Kind)
+
+// WithLabelSelector limits the primary kind to objects matching sel.
+func WithLabelSelector(sel labels.Selector) ForOption { return func(k *Kind) { k.Selector = sel } }
+
+// For sets the primary kind: requests name its objects.
+func (b *Builder) For(obj client.Object, opts ...ForOption) *Builder {
+	if b.forSet {
+		b.errs = append(b.errs, errors.New("For called twice: an operator reconciles one primary kind; use Owns or Watches for others"))
+		return b
+	}
+	b.forSet = true
+	k, err := b.kind("For", obj)
+	if err != nil {
+		b.errs = append(b.errs, err)
+		return b
+	}
+	for _, o := range opts {
+		o(&k)
+	}
+	b.op.Primary = k
+	return b
+}
+
+// Owns adds a dependent kind: its events reconcile its controller owner of
+// the primary kind.
+func (b *Builder) Owns(obj client.Object) *Builder {
+	if k, err := b.kind("Owns", obj); err != nil {
+		b.errs = append(b.errs, err)
+	} else {
+		b.op.Owned = append(b.op.Owned, k)
+	}
+	return b
+}
+
+// Watches adds any other kind; fn maps its objects to requests.
+func (b *Builder) Watches(obj client.Object, fn MapFunc) *Builder {
+	k, err := b.kind("Watches", obj)
+	if err != nil {
+		b.errs = append(b.errs, err)
+		return b
+	}
+	if fn == nil {
+		b.errs = append(b.errs, fmt.Errorf("Watches(%s): the map function is nil", k.GVK.Kind))
+		return b
+	}
+	b.op.Watched = append(b.op.Watched, Watch{Kind: k, Map: fn})
+	return b
+}
+
+// WithEventFilter drops events for which f returns false, for every kind.
+func (b *Builder) WithEventFilter(f Filter) *Builder {
+	if f == nil {
+		b.errs = append(b.errs, errors.New("WithEventFilter: the filter is nil"))
+		return b
+	}
+	b.op.Filters = append(b.op.Filters, f)
+	return b
+}
+
+// WithSkipOptions tunes generation-aware skipping of primary updates.
+func (b *Builder) WithSkipOptions(o SkipOptions) *Builder { b.op.Skip = o; return b }
+
+// WithAutoObservedGeneration makes the engine write status.observedGeneration
+// after each successful reconcile, so reconcilers need not.
+func (b *Builder) WithAutoObservedGeneration() *Builder { b.op.AutoObservedGeneration = true; return b }
+
+// Named sets the operator's name (default: the primary kind, lower case).
+func (b *Builder) Named(name string) *Builder { b.op.Name = name; return b }
+
+// Build validates the description and returns it.
+func (b *Builder) Build(r reconcile.Reconciler) (*Operator, error) {
+	errs := append([]error(nil), b.errs...)
+	if !b.forSet {
+		errs = append(errs, errors.New("For was not called: set the primary kind"))
+	}
+	if r == nil {
+		errs = append(errs, errors.New("the reconciler is nil"))
+	}
+	if b.op.Name == "" && b.op.Primary.Object != nil {
+		b.op.Name = lower(b.op.Primary.GVK.Kind)
+	}
+	if b.op.Name != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(b.op.Name) {
+			errs = append(errs, fmt.Errorf("name %q: %s", b.op.Name, msg))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid operator description: %w", err)
+	}
+	op := b.op
+	op.Reconciler = r
+	return &op, nil
+}
+
+// Complete builds the description and registers it with the runtime.
+func (b *Builder) Complete(r reconcile.Reconciler) error {
+	op, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	if b.rt == nil {
+		return errors.New("Complete needs a runtime: start with ControllerManagedBy(rt), or use Build")
+	}
+	return b.rt.Register(op)
+}
+
+func (b *Builder) kind(method string, obj client.Object) (Kind, error) {
+	if obj == nil {
+		return Kind{}, fmt.Errorf("%s: the object is nil", method)
+	}
+	if b.scheme == nil {
+		return Kind{}, fmt.Errorf("%s: no scheme to resolve %T", method, obj)
+	}
+	gvk, err := apiutil.GVKForObject(obj, b.scheme)
+	if err != nil {
+		return Kind{}, fmt.Errorf("%s(%T): %w (add its package to the scheme)", method, obj, err)
+	}
+	return Kind{GVK: gvk, Object: obj}, nil
+}
+
+func lower(s string) string {
+	out := []rune(s)
+	for i, r := range out {
+		if r >= 'A' && r <= 'Z' {
+			out[i] = r + 'a' - 'A'
+		}
+	}
+	return string(out)
+}

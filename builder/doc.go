@@ -1,0 +1,22 @@
+// Package builder describes an operator once, for either runtime: the
+// primary kind (For, with an optional label selector), the dependents it
+// owns (Owns: an event maps to the dependent's controller owner), other
+// kinds it watches (Watches, with a map function that may read from the API
+// server, because a serverless operator has no cache), event filters, a
+// name, and the reconcile.Reconciler.
+//
+//	err := builder.ControllerManagedBy(rt).
+//		For(&v1.ConfigWatcher{}).
+//		Watches(&corev1.ConfigMap{}, mapConfigMap).
+//		Complete(reconciler)
+//
+// # Guarantees
+//
+//   - Misuse (no For, For twice, an object whose kind the scheme does not
+//     know, a nil map function or reconciler, an invalid name) is collected
+//     and returned by Complete or Build, all of it at once; the builder
+//     never panics.
+//   - The resulting Operator is plain data: the serverless engine, the
+//     classic engine and the manifest generator read the same description,
+//     so there is no second list to keep in sync.
+package builder

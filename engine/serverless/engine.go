@@ -1,0 +1,221 @@
+package serverless
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opzero/opzero/backoff"
+	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/cloudevent"
+	"github.com/opzero/opzero/internal/gen"
+	"github.com/opzero/opzero/keyq"
+)
+
+// Options tunes an Engine. Zero values take the defaults in parentheses.
+type Options struct {
+	// MaxConcurrentReconciles bounds distinct keys reconciling at once (8).
+	MaxConcurrentReconciles int
+	// ReconcileTimeout bounds one reconcile (5 min).
+	ReconcileTimeout time.Duration
+	// MaxWait bounds how long a request waits for its keys (4 min 30 s,
+	// under Knative's default revision timeout of 5 min).
+	MaxWait time.Duration
+	// Backoff is the per-key retry policy after a failed reconcile
+	// (backoff.DefaultPolicy()).
+	Backoff *backoff.Policy
+	// Clock drives retry timers (the real clock); tests step a fake one.
+	Clock backoff.Clock
+	// MaxBodyBytes bounds an event's size (4 MiB; etcd's object limit is 1.5).
+	MaxBodyBytes int64
+	// Logger (logr.Discard()).
+	Logger logr.Logger
+}
+
+// Engine is the serverless runtime of one Operator: an http.Handler.
+type Engine struct {
+	op      *builder.Operator
+	c       client.Client // the API server, uncached; reconcilers get the same, wrapped
+	opts    Options
+	log     logr.Logger
+	queue   *keyq.Queue[reconcile.Request, *arrival]
+	retries *backoff.Tracker[reconcile.Request]
+
+	memoMu sync.Mutex
+	memo   *gen.Memo[reconcile.Request] // last primary metadata fingerprint per key
+
+	draining atomic.Bool
+	stats    Stats
+}
+
+// arrival is one event's contribution to a key's next reconcile.
+type arrival struct {
+	object []byte // the primary object, Resource mode only
+	reason string
+}
+
+// New returns an engine for op. c must read from the API server (no cache);
+// the reconciler should have been given NewClient(c) (or the same client
+// wrapped by the runtime) so that the first-Get stand-in applies.
+func New(op *builder.Operator, c client.Client, opts Options) (*Engine, error) {
+	if op == nil || op.Reconciler == nil {
+		return nil, errors.New("serverless: the operator or its reconciler is nil")
+	}
+	if c == nil {
+		return nil, errors.New("serverless: the client is nil")
+	}
+	opts = opts.withDefaults()
+	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: gen.NewMemo[reconcile.Request](100_000)}
+	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles}, e.run)
+	e.retries = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
+		e.queue.Submit(key, &arrival{reason: "retry"})
+	})
+	return e, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 8
+	}
+	if o.ReconcileTimeout <= 0 {
+		o.ReconcileTimeout = 5 * time.Minute
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 4*time.Minute + 30*time.Second
+	}
+	if o.Backoff == nil {
+		p := backoff.DefaultPolicy()
+		o.Backoff = &p
+	}
+	if o.Clock == nil {
+		o.Clock = backoff.RealClock()
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 4 << 20
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return o
+}
+
+// ResultHeader carries the reason of a 2xx answer (whose body stays empty).
+const ResultHeader = "Opzero-Result"
+
+// ServeHTTP handles one delivery.
+func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.stats.Requests.Add(1)
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST a CloudEvent here", http.StatusMethodNotAllowed)
+		return
+	}
+	if e.draining.Load() {
+		unavailable(w, "shutting down; deliver to another instance or retry")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)
+	ev, err := cloudevent.DecodeRequest(r.Context(), r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("event larger than %d bytes", e.opts.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		badRequest(w, err)
+		return
+	}
+	rt, err := e.route(r.Context(), ev)
+	if err != nil {
+		var t transient
+		if errors.As(err, &t) {
+			unavailable(w, err.Error())
+			return
+		}
+		badRequest(w, err)
+		return
+	}
+	if len(rt.keys) == 0 {
+		handled(w, rt.why)
+		return
+	}
+	e.answer(w, r.Context(), rt)
+}
+
+// answer submits the routed keys and writes the answer once each has been
+// reconciled by a run that started after this request arrived.
+func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) {
+	tickets := make([]*keyq.Ticket, len(rt.keys))
+	for i, k := range rt.keys {
+		tickets[i] = e.queue.Submit(k, rt.arrival(k))
+		e.stats.Submitted.Add(1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opts.MaxWait)
+	defer cancel()
+	var failed, terminal []string
+	for i, t := range tickets {
+		err := t.Wait(ctx)
+		var re *ReconcileError
+		switch {
+		case err == nil:
+		case errors.As(err, &re) && re.Terminal:
+			terminal = append(terminal, re.Error())
+		case errors.As(err, &re):
+			failed = append(failed, re.Error())
+		case errors.Is(err, keyq.ErrShutdown):
+			unavailable(w, "shutting down before "+rt.keys[i].String()+" was reconciled; retry")
+			return
+		case ctx.Err() != nil:
+			unavailable(w, fmt.Sprintf("%s still queued after %s; it will be reconciled, retry to be told when", rt.keys[i], e.opts.MaxWait))
+			return
+		default:
+			failed = append(failed, fmt.Sprintf("%s: %v", rt.keys[i], err))
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		http.Error(w, "reconcile failed, retry scheduled: "+strings.Join(append(failed, terminal...), "; "), http.StatusInternalServerError)
+	case len(terminal) > 0:
+		http.Error(w, "reconcile failed terminally, not retried: "+strings.Join(terminal, "; "), http.StatusUnprocessableEntity)
+	default:
+		handled(w, fmt.Sprintf("reconciled %d key(s): %s", len(rt.keys), rt.why))
+	}
+}
+
+func handled(w http.ResponseWriter, why string) {
+	w.Header().Set(ResultHeader, why)
+	w.WriteHeader(http.StatusOK)
+}
+
+func badRequest(w http.ResponseWriter, err error) {
+	http.Error(w, "bad event: "+err.Error(), http.StatusBadRequest)
+}
+
+func unavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, msg, http.StatusServiceUnavailable)
+}
+
+// Stats counts what the engine did, for tests and the dev status line.
+type Stats struct {
+	Requests   atomic.Int64
+	Submitted  atomic.Int64 // keys submitted to the queue
+	Skipped    atomic.Int64
+	Reconciles atomic.Int64
+	Failures   atomic.Int64
+}
+
+// Draining reports whether the engine has begun shutting down.
+func (e *Engine) Draining() bool { return e.draining.Load() }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }

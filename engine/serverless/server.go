@@ -1,0 +1,81 @@
+package serverless
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// ServeOptions configures Serve.
+type ServeOptions struct {
+	// Addr to listen on; empty means ":$PORT", as Knative sets it, or ":8080".
+	Addr string
+	// ShutdownTimeout bounds the drain after ctx ends (25 s, under Knative's
+	// default termination grace period).
+	ShutdownTimeout time.Duration
+	// Ready, if set, is called with the bound address once listening.
+	Ready func(addr net.Addr)
+}
+
+// Addr returns the listen address from $PORT (Knative), default 8080.
+func Addr() string {
+	if p := os.Getenv("PORT"); p != "" {
+		return ":" + p
+	}
+	return ":8080"
+}
+
+// Serve listens and serves e until ctx ends (SIGTERM on Knative
+// scale-down), then stops accepting, lets in-flight requests and their
+// reconciles finish within ShutdownTimeout, and returns nil.
+func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
+	if o.Addr == "" {
+		o.Addr = Addr()
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 25 * time.Second
+	}
+	l, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w (set $PORT to another port)", o.Addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", e)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      e.opts.MaxWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	if o.Ready != nil {
+		o.Ready(l.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	return e.shutdown(srv, o.ShutdownTimeout)
+}
+
+func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
+	e.draining.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
+	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
+	errQ := e.queue.Shutdown(ctx)
+	e.retries.Stop()
+	if err := errors.Join(errHTTP, errQ); err != nil {
+		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
+	}
+	return nil
+}
