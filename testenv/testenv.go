@@ -46,12 +46,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/devenv/knative"
 )
 
 // Options configures Main.
 type Options struct {
 	// CRDDirs are CRD files or folders installed before the tests run.
 	CRDDirs []string
+	// KnativeCRDs also installs Knative's Service, ApiServerSource,
+	// PingSource, Broker and Trigger CRDs.
+	KnativeCRDs bool
 	// Scheme for Env.Client; nil means client-go's scheme plus
 	// apiextensions/v1. Register your own types before Main.
 	Scheme *runtime.Scheme
@@ -104,6 +108,14 @@ func start(opts Options) (*Env, func(), error) {
 	}
 	stop := func() { _ = plane.Stop(false); os.RemoveAll(dir) }
 	paths := opts.CRDDirs
+	if opts.KnativeCRDs {
+		kn, err := knative.CRDs(ctx)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		paths = append(paths, kn...)
+	}
 	if len(paths) > 0 {
 		if _, err := controlplane.InstallCRDs(ctx, plane.Config, paths...); err != nil {
 			stop()

@@ -1,0 +1,39 @@
+// Command opzero is the opzero CLI: the local control plane, and (as the
+// project grows) scaffolding, manifests and the local serverless platform.
+// It stays thin: flags are turned into calls of the library packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "opzero",
+		Short: "Kubernetes operators that run classic or serverless, scaling to zero on Knative",
+		Long: `opzero runs one controller-runtime Reconciler either as a classic controller
+(informers, workqueue) or as a serverless operator: an HTTP CloudEvents receiver
+deployed as a Knative Service that scales to zero.
+
+This CLI manages the local development environment.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newControlPlaneCmd())
+	return root
+}

@@ -1,0 +1,229 @@
+package knative
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opzero/opzero/devenv/controlplane"
+)
+
+// Resource is one kind an ApiServerSource watches.
+type Resource struct {
+	Group, Version, Resource string // e.g. "", "v1", "configmaps"
+	// LabelSelector limits the objects watched ("app=demo").
+	LabelSelector string
+}
+
+// Owner keeps only objects whose controller owner has this kind.
+type Owner struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// ApiServerSourceConfig is what an ApiServerSource object would tell
+// Knative's controller; Start turns it into the adapter's environment.
+type ApiServerSourceConfig struct {
+	// Name of the source (the adapter requires one).
+	Name string
+	// Namespaces to watch; AllNamespaces watches every namespace.
+	Namespaces    []string
+	AllNamespaces bool
+	Resources     []Resource
+	// Mode is "Resource" (the whole object) or "Reference" (default).
+	Mode  string
+	Owner *Owner
+	// Sink is where events are POSTed, e.g. http://127.0.0.1:18080.
+	Sink string
+	// Kubeconfig of the API server to watch.
+	Kubeconfig string
+	// CEOverrides are extensions added to every event.
+	CEOverrides map[string]string
+	// ProfilingPort moves the adapter's pprof listener off :8008 (0 picks
+	// one from the source name so two adapters do not clash).
+	ProfilingPort int
+	// Binary is the adapter; empty means bin/apiserver_receive_adapter.
+	Binary string
+	// Log receives the adapter's output (nil discards).
+	Log io.Writer
+}
+
+// sourceConfig mirrors knative.dev/eventing/pkg/adapter/apiserver.Config.
+type sourceConfig struct {
+	Namespaces    []string `json:"namespaces"`
+	AllNamespaces bool     `json:"allNamespaces"`
+	Resources     []struct {
+		GVR      struct{ Group, Version, Resource string } `json:"gvr"`
+		Selector string                                    `json:"selector,omitempty"`
+	} `json:"resources"`
+	Owner *Owner `json:"owner,omitempty"`
+	Mode  string `json:"mode,omitempty"`
+}
+
+// Adapter is a running adapter process.
+type Adapter struct {
+	Name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+// StartApiServerSource starts Knative's ApiServerSource receive adapter and
+// returns once it has started its watches (see the package caveats).
+func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapter, error) {
+	if c.Name == "" || c.Sink == "" || c.Kubeconfig == "" || len(c.Resources) == 0 {
+		return nil, errors.New("ApiServerSource adapter: Name, Sink, Kubeconfig and at least one Resource are required")
+	}
+	bin, err := adapterBinary(c.Binary, "apiserver_receive_adapter")
+	if err != nil {
+		return nil, err
+	}
+	sc := sourceConfig{Namespaces: c.Namespaces, AllNamespaces: c.AllNamespaces, Owner: c.Owner, Mode: c.Mode}
+	if sc.Mode == "" {
+		sc.Mode = "Reference"
+	}
+	for _, r := range c.Resources {
+		var w = struct {
+			GVR      struct{ Group, Version, Resource string } `json:"gvr"`
+			Selector string                                    `json:"selector,omitempty"`
+		}{Selector: r.LabelSelector}
+		w.GVR.Group, w.GVR.Version, w.GVR.Resource = r.Group, r.Version, r.Resource
+		sc.Resources = append(sc.Resources, w)
+	}
+	cfgJSON, _ := json.Marshal(sc)
+	ns := "default"
+	if len(c.Namespaces) > 0 {
+		ns = c.Namespaces[0]
+	}
+	env := []string{
+		"KUBECONFIG=" + c.Kubeconfig, "NAME=" + c.Name, "NAMESPACE=" + ns,
+		"K_SOURCE_CONFIG=" + string(cfgJSON), "K_SINK=" + c.Sink, "K_SINK_TIMEOUT=-1",
+		fmt.Sprintf("PROFILING_PORT=%d", profilingPort(c)),
+	}
+	if len(c.CEOverrides) > 0 {
+		o, _ := json.Marshal(map[string]any{"extensions": c.CEOverrides})
+		env = append(env, "K_CE_OVERRIDES="+string(o))
+	}
+	return start(ctx, c.Name, bin, env, c.Log, "STARTING")
+}
+
+func profilingPort(c ApiServerSourceConfig) int {
+	if c.ProfilingPort != 0 {
+		return c.ProfilingPort
+	}
+	h := 0
+	for _, r := range c.Name {
+		h = h*31 + int(r)
+	}
+	return 20000 + (h&0x7fffffff)%10000
+}
+
+func adapterBinary(bin, name string) (string, error) {
+	if bin == "" {
+		dir, err := controlplane.BinDir()
+		if err != nil {
+			return "", err
+		}
+		bin = filepath.Join(dir, name)
+	}
+	if st, err := os.Stat(bin); err != nil || st.IsDir() {
+		return "", fmt.Errorf("%s not found at %s: build Knative's adapters with `make knative-bins` (hack/build-knative.sh)", name, bin)
+	}
+	return bin, nil
+}
+
+// start runs bin with env and waits until a line of its output contains
+// ready, the process exits, or ctx ends.
+func start(ctx context.Context, name, bin string, env []string, log io.Writer, ready string) (*Adapter, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	a := &Adapter{Name: name, cmd: cmd, done: make(chan struct{})}
+	seen := make(chan struct{})
+	var tail tailBuffer
+	go func() {
+		s := bufio.NewScanner(pr)
+		s.Buffer(make([]byte, 64<<10), 1<<20)
+		var once sync.Once
+		for s.Scan() {
+			line := s.Text()
+			fmt.Fprintln(log, line)
+			tail.add(line)
+			if strings.Contains(line, ready) {
+				once.Do(func() { close(seen) })
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() { a.err = cmd.Wait(); pw.Close(); close(a.done) }()
+	select {
+	case <-seen:
+		return a, nil
+	case <-a.done:
+		return nil, fmt.Errorf("%s exited during start (%v); its last output:\n%s", name, a.err, tail.String())
+	case <-ctx.Done():
+		a.Stop()
+		return nil, fmt.Errorf("%s did not start: %w", name, ctx.Err())
+	case <-time.After(30 * time.Second):
+		a.Stop()
+		return nil, fmt.Errorf("%s did not start within 30s; its last output:\n%s", name, tail.String())
+	}
+}
+
+// Stop sends SIGTERM and waits for the process to exit (SIGKILL after 5 s).
+func (a *Adapter) Stop() {
+	a.once.Do(func() {
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-a.done:
+		case <-time.After(5 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-a.done
+		}
+	})
+}
+
+// Done is closed when the process has exited.
+func (a *Adapter) Done() <-chan struct{} { return a.done }
+
+// PID of the adapter process.
+func (a *Adapter) PID() int { return a.cmd.Process.Pid }
+
+// tailBuffer keeps the last lines of output for error messages.
+type tailBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tailBuffer) add(l string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lines = append(t.lines, l); len(t.lines) > 20 {
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return "    " + strings.Join(t.lines, "\n    ")
+}
