@@ -48,8 +48,10 @@ type Watch struct {
 
 // MapFunc maps an object of a watched kind to the requests to reconcile.
 // There may be no cache: c reads from the API server. In Reference mode obj
-// carries only its name and namespace; Get it when more is needed.
-type MapFunc func(ctx context.Context, c client.Reader, obj client.Object) []reconcile.Request
+// carries only its name and namespace; Get it when more is needed. An error
+// (the API server could not be read) makes a serverless operator answer 503
+// so that the sender retries the event; a classic one logs it.
+type MapFunc func(ctx context.Context, c client.Reader, obj client.Object) ([]reconcile.Request, error)
 
 // EventType is what happened to an object.
 type EventType string

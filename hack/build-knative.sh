@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# build-bins.sh builds the pinned local control plane into bin/:
-# etcd, kube-apiserver, kube-controller-manager and kubectl, from the module in
-# tools/knative. It rebuilds only when that module's pins change (the
-# stamp bin/.knative.pins holds a hash of its go.mod and go.sum), and it
-# prints progress while it compiles: the first build takes minutes on 2 cores.
+# build-knative.sh builds Knative's real event adapters into bin/: the
+# ApiServerSource receive adapter and the PingSource adapter (mtping), from the
+# module in tools/knative (knative.dev/eventing v0.50.0). It rebuilds only when
+# that module's pins change (stamp: bin/.knative.pins) and prints progress
+# while it compiles: the first build takes minutes on 2 cores.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,7 +51,7 @@ build() {
     echo "knative adapters: building $name failed; see the errors above" >&2
     exit 1
   fi
-  [ -x "$bin/$name" ] || { echo "control plane: building $name produced no binary" >&2; exit 1; }
+  [ -x "$bin/$name" ] || { echo "knative adapters: building $name produced no binary" >&2; exit 1; }
   echo "  built $name in $(( $(date +%s) - t0 ))s"
 }
 build apiserver_receive_adapter knative.dev/eventing/cmd/apiserver_receive_adapter

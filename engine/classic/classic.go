@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -43,7 +44,11 @@ func Setup(mgr manager.Manager, op *builder.Operator, opts Options) error {
 		w := w
 		c := mgr.GetClient()
 		b = b.Watches(w.Object, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
-			return w.Map(ctx, c, obj)
+			keys, err := w.Map(ctx, c, obj)
+			if err != nil { // controller-runtime's map functions cannot fail: the cache rarely does
+				log.FromContext(ctx).Error(err, "mapping a watched object", "kind", w.GVK.Kind, "object", client.ObjectKeyFromObject(obj))
+			}
+			return keys
 		}), filters)
 	}
 	if err := b.Complete(&reconciler{op: op, c: mgr.GetClient()}); err != nil {

@@ -201,16 +201,16 @@ func TestPingSweepsEveryPrimary(t *testing.T) {
 func ptrTrue() *bool { b := true; return &b }
 
 // mapSecretByLabel maps a Secret to the Widget its "widget" label names.
-func mapSecretByLabel(ctx context.Context, c client.Reader, obj client.Object) []reconcile.Request {
+func mapSecretByLabel(ctx context.Context, c client.Reader, obj client.Object) ([]reconcile.Request, error) {
 	if obj.GetLabels() == nil { // Reference mode: read the labels
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), s); err != nil {
-			return nil
+			return nil, client.IgnoreNotFound(err)
 		}
 		obj = s
 	}
 	if n := obj.GetLabels()["widget"]; n != "" {
-		return []reconcile.Request{req(obj.GetNamespace(), n)}
+		return []reconcile.Request{req(obj.GetNamespace(), n)}, nil
 	}
-	return nil
+	return nil, nil
 }

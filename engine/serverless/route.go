@@ -192,7 +192,11 @@ func (e *Engine) routeWatched(ctx context.Context, ev *cloudevent.ObjectEvent, w
 	if !e.pass(ev, obj) {
 		return nil
 	}
-	for _, k := range w.Map(ctx, e.c, obj) {
+	keys, err := w.Map(ctx, e.c, obj)
+	if err != nil {
+		return transient{fmt.Errorf("mapping %s %s to %s: %w", ev.Kind, key(ev.Namespace, ev.Name), e.op.Primary.GVK.Kind, err)}
+	}
+	for _, k := range keys {
 		rt.add(k)
 	}
 	return nil

@@ -1,0 +1,180 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/engine/classic"
+	"github.com/opzero/opzero/engine/serverless"
+	"github.com/opzero/opzero/helpers"
+	"github.com/opzero/opzero/internal/recstate"
+)
+
+// Runtime runs registered operators in the configured mode.
+type Runtime struct {
+	opts   Options
+	cfg    *rest.Config
+	client client.Client // wrapped by recstate in both modes
+	mgr    manager.Manager
+	ops    []*builder.Operator
+	engine *serverless.Engine
+}
+
+var _ builder.Runtime = (*Runtime)(nil)
+
+// New connects to the API server and prepares the mode's machinery; nothing
+// runs until Start.
+func New(opts Options) (*Runtime, error) {
+	if opts.Mode == "" {
+		opts.Mode = Serverless
+	}
+	if opts.Scheme == nil {
+		opts.Scheme = clientgoscheme.Scheme
+	}
+	cfg := opts.Config
+	if cfg == nil {
+		var err error
+		if cfg, err = config.GetConfig(); err != nil {
+			return nil, fmt.Errorf("no Kubernetes API server: set KUBECONFIG (e.g. from `opzero controlplane up`) or run in a cluster: %w", err)
+		}
+	}
+	r := &Runtime{opts: opts, cfg: cfg}
+	switch opts.Mode {
+	case Serverless:
+		c, err := client.New(rest.CopyConfig(withRate(cfg)), client.Options{Scheme: opts.Scheme})
+		if err != nil {
+			return nil, err
+		}
+		r.client = recstate.NewClient(c)
+	case Classic:
+		mgr, err := manager.New(cfg, r.managerOptions())
+		if err != nil {
+			return nil, fmt.Errorf("creating the controller manager: %w", err)
+		}
+		r.mgr, r.client = mgr, recstate.NewClient(mgr.GetClient())
+	default:
+		return nil, fmt.Errorf("unknown mode %q: want serverless or classic", opts.Mode)
+	}
+	return r, nil
+}
+
+func withRate(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	if c.QPS == 0 {
+		c.QPS, c.Burst = 200, 400 // a serverless operator reads through, no cache
+	}
+	return c
+}
+
+func (r *Runtime) managerOptions() manager.Options {
+	o := r.opts
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		ns = envOr("POD_NAMESPACE", "default")
+	}
+	metrics, probes := o.MetricsAddr, o.HealthProbeAddr
+	if metrics == "" {
+		metrics = "0"
+	}
+	if probes == "" {
+		probes = "0"
+	}
+	return manager.Options{
+		Scheme:                  o.Scheme,
+		LeaderElection:          !o.DisableLeaderElection,
+		LeaderElectionID:        "opzero-leader",
+		LeaderElectionNamespace: ns,
+		Metrics:                 metricsserver.Options{BindAddress: metrics},
+		HealthProbeBindAddress:  probes,
+		Logger:                  o.Logger,
+	}
+}
+
+// Mode is the mode the runtime runs in.
+func (r *Runtime) Mode() Mode { return r.opts.Mode }
+
+// GetScheme returns the scheme.
+func (r *Runtime) GetScheme() *runtime.Scheme { return r.opts.Scheme }
+
+// GetConfig returns the rest.Config.
+func (r *Runtime) GetConfig() *rest.Config { return r.cfg }
+
+// GetClient returns the client reconcilers should use: uncached in
+// serverless mode, the manager's in classic mode.
+func (r *Runtime) GetClient() client.Client { return r.client }
+
+// GetEventRecorder returns an events.k8s.io recorder; serverless writes each
+// Event before returning.
+func (r *Runtime) GetEventRecorder(name string) recorder.EventRecorder {
+	if r.mgr != nil {
+		return r.mgr.GetEventRecorder(name)
+	}
+	return helpers.NewEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+}
+
+// GetEventRecorderFor returns a core/v1 Event recorder (the older API).
+func (r *Runtime) GetEventRecorderFor(name string) record.EventRecorder {
+	if r.mgr != nil {
+		return r.mgr.GetEventRecorderFor(name) //nolint:staticcheck // offered for reconcilers that use it
+	}
+	return helpers.NewLegacyEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+}
+
+// Register adds an operator description (builder.Complete calls it).
+func (r *Runtime) Register(op *builder.Operator) error {
+	switch r.opts.Mode {
+	case Classic:
+		if err := classic.Setup(r.mgr, op, classic.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}); err != nil {
+			return err
+		}
+	default:
+		if r.engine != nil {
+			return errors.New("serverless: one operator per runtime (one HTTP endpoint); run another binary for " + op.Name)
+		}
+		so := r.opts.Serverless
+		if r.opts.MaxConcurrentReconciles > 0 {
+			so.MaxConcurrentReconciles = r.opts.MaxConcurrentReconciles
+		}
+		if so.Logger.GetSink() == nil {
+			so.Logger = r.opts.Logger
+		}
+		e, err := serverless.New(op, r.client, so)
+		if err != nil {
+			return err
+		}
+		r.engine = e
+	}
+	r.ops = append(r.ops, op)
+	return nil
+}
+
+// Engine returns the serverless engine (nil in classic mode or before
+// Register).
+func (r *Runtime) Engine() *serverless.Engine { return r.engine }
+
+// Start runs until ctx ends, then shuts down gracefully.
+func (r *Runtime) Start(ctx context.Context) error {
+	if len(r.ops) == 0 {
+		return errors.New("no operator registered: call builder.ControllerManagedBy(rt)...Complete(reconciler) before Start")
+	}
+	if r.mgr != nil {
+		return r.mgr.Start(ctx)
+	}
+	return r.engine.Serve(ctx, serverless.ServeOptions{Addr: r.opts.Addr, ShutdownTimeout: r.opts.ShutdownTimeout, Ready: func(a net.Addr) {
+		r.opts.Logger.Info("serverless operator listening", "addr", a.String(), "pid", os.Getpid())
+	}})
+}
