@@ -1,27 +1,31 @@
 package backoff
 
 import (
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
 
-// FakeClock is a Clock that moves only when stepped (tests).
+// FakeClock is a Clock that moves only when stepped. AfterFunc callbacks run
+// synchronously inside Step, in due order, so a test knows that every timer
+// due by the new time has fired when Step returns. It is safe for concurrent
+// use.
 type FakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []*fakeTimer
+	timers []*fakeTimer // neither fired nor stopped
 }
+
+var _ Clock = (*FakeClock)(nil)
 
 type fakeTimer struct {
-	c       *FakeClock
-	due     time.Time
-	f       func()
-	stopped bool
+	c   *FakeClock
+	due time.Time
+	f   func()
 }
 
-// NewFakeClock starts at t.
-func NewFakeClock(t time.Time) *FakeClock { return &FakeClock{now: t} }
+// NewFakeClock returns a FakeClock reading start.
+func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
 
 // Now is the fake time.
 func (c *FakeClock) Now() time.Time {
@@ -30,7 +34,8 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
-// AfterFunc registers f to run when the clock is stepped past d from now.
+// AfterFunc registers f to run from the Step that brings the clock to at
+// least now+d. A d <= 0 fires on the next Step, even Step(0).
 func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -39,52 +44,72 @@ func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
 	return t
 }
 
+// Stop removes the timer if it has neither fired nor been stopped.
 func (t *fakeTimer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
+	return t.c.removeLocked(t)
 }
 
-// Step advances the clock by d and runs, in due order and synchronously,
-// every timer that became due.
+func (c *FakeClock) removeLocked(t *fakeTimer) bool {
+	i := slices.Index(c.timers, t)
+	if i < 0 {
+		return false
+	}
+	c.timers = slices.Delete(c.timers, i, i+1)
+	return true
+}
+
+// Step advances the clock by d, firing on the way every timer due by the
+// new time, earliest first. The clock reads each timer's due time while its
+// callback runs, as a real clock would, and the new time once Step returns.
+// Callbacks run one at a time without the clock's lock held: a callback may
+// use the clock, and a timer it registers that falls due within this Step
+// fires within it.
 func (c *FakeClock) Step(d time.Duration) {
 	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due, rest []*fakeTimer
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.due.After(c.now):
-			due = append(due, t)
-		default:
-			rest = append(rest, t)
-		}
-	}
-	c.timers = rest
+	target := c.now.Add(d)
 	c.mu.Unlock()
-	sort.Slice(due, func(i, j int) bool { return due[i].due.Before(due[j].due) })
-	for _, t := range due {
-		t.c.mu.Lock()
-		stopped := t.stopped
-		t.stopped = true
-		t.c.mu.Unlock()
-		if !stopped {
-			t.f()
+	for {
+		t := c.popDue(target)
+		if t == nil {
+			return
 		}
+		t.f()
 	}
 }
 
-// Pending is the number of timers not yet fired or stopped.
-func (c *FakeClock) Pending() int {
+// popDue removes and returns the earliest timer due by target, moving the
+// clock to its due time; with none left, it moves the clock to target and
+// returns nil.
+func (c *FakeClock) popDue(target time.Time) *fakeTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
+	var next *fakeTimer
 	for _, t := range c.timers {
-		if !t.stopped {
-			n++
+		if !t.due.After(target) && (next == nil || t.due.Before(next.due)) {
+			next = t
 		}
 	}
-	return n
+	if next == nil {
+		c.now = later(c.now, target)
+		return nil
+	}
+	c.removeLocked(next)
+	c.now = later(c.now, next.due)
+	return next
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Timers is the number of timers that have neither fired nor been stopped.
+func (c *FakeClock) Timers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
 }

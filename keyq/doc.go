@@ -5,25 +5,50 @@
 //
 // # Expected flow
 //
-// Submit(key, payload) returns a Ticket. If the key is idle, a run is
-// queued (it starts when one of MaxConcurrent slots is free). If a run of
-// the key is queued but not started, the submission joins it. If a run is
-// in progress, the submission joins the key's single pending follow-up run,
-// which starts when the current one ends. A Ticket completes with the error
-// of the run it joined.
+// Submit(key, payload) returns a Ticket and never blocks.
+//
+//   - If key is idle, a run of key is queued; it starts as soon as one of
+//     Options.MaxConcurrent slots is free (at once if one is).
+//   - If a run of key is queued but has not started, the submission joins it.
+//   - If a run of key is in progress, the submission joins the key's single
+//     pending follow-up run (created if absent). When the run in progress
+//     ends, the follow-up queues behind the keys already waiting for a slot.
+//
+// The RunFunc receives the payloads of every submission its run serves, and
+// each of those tickets completes with the run's error. Ticket.Wait lets a
+// caller give up waiting (the run still happens).
+//
+// Shutdown stops accepting submissions, completes the tickets of every run
+// that has not started with ErrShutdown, and waits for the runs in progress.
+// If its context ends first it cancels the runs' context and returns.
 //
 // # Guarantees
 //
 //   - Never two runs of one key at once.
-//   - Any number of submissions during a run fold into one follow-up run.
-//   - A ticket's run started after its Submit; payloads reach that run's
-//     RunFunc in arrival order, exactly once.
-//   - At most MaxConcurrent keys run at once.
-//   - Memory is bounded by the keys with work: an idle key holds nothing.
-//   - A panic in RunFunc becomes the run's error; the key is not wedged.
+//   - Any number of submissions during a run fold into exactly one
+//     follow-up run.
+//   - A ticket completes with the error of a run that started after its
+//     Submit (or with ErrShutdown if that run never starts).
+//   - Every payload reaches exactly one run, in arrival order per key.
+//   - At most MaxConcurrent keys run at once; waiting keys get a slot first
+//     come, first served, so a busy key cannot starve the others.
+//   - A panic in the RunFunc becomes the run's error (*PanicError); the key
+//     is not wedged and the process does not crash. A RunFunc that calls
+//     runtime.Goexit gets an error too.
+//   - Memory is bounded by the keys with work: an idle key holds nothing,
+//     and an idle queue has Len() == 0.
+//   - When a ticket is done, its run no longer counts in Running or Len.
 //
 // # Caveats
 //
-// Queued keys wait in FIFO order for a slot; a run holds its slot for its
-// whole duration. Shutdown cancels runs that have not started.
+//   - A run holds its slot for its whole duration: MaxConcurrent slow keys
+//     delay every other key.
+//   - A follow-up accumulates one payload and one ticket per submission
+//     while its key runs: a hot key with a slow run holds memory in
+//     proportion to its waiting submitters.
+//   - Runs' contexts derive from Options.Context; the queue cancels them only
+//     when Shutdown's context ends before the runs do. A RunFunc that ignores
+//     its context outlives that deadline: Shutdown returns, the run goes on.
+//   - A ticket whose waiter gave up is still served: abandoning a ticket
+//     does not cancel or skip a run.
 package keyq

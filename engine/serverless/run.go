@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -45,7 +46,7 @@ func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arr
 	ctx, cancel := context.WithTimeoutCause(recstate.With(ctx, st), e.opts.ReconcileTimeout, errTimeout)
 	defer cancel()
 	e.stats.Reconciles.Add(1)
-	res, err := e.op.Reconciler.Reconcile(ctx, key)
+	res, err := e.reconcile(ctx, key)
 	d := outcome.Decide(res, err)
 	log := e.log.WithValues("key", key.String(), "outcome", d.Action.String())
 	switch d.Action {
@@ -74,4 +75,16 @@ func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arr
 		log.Info("reconcile failed; retry scheduled", "error", d.Err.Error(), "attempt", attempt, "retryIn", delay)
 		return &ReconcileError{Key: key, Err: d.Err, RetryIn: delay}
 	}
+}
+
+// reconcile calls the reconciler; a panic counts as a failed reconcile
+// (retried with backoff), as in controller-runtime.
+func (e *Engine) reconcile(ctx context.Context, key reconcile.Request) (res reconcile.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			e.log.Error(err, "reconciler panicked", "key", key.String(), "stack", string(debug.Stack()))
+		}
+	}()
+	return e.op.Reconciler.Reconcile(ctx, key)
 }

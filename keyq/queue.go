@@ -1,0 +1,246 @@
+package keyq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+// ErrShutdown completes the tickets of runs that will not happen because the
+// queue was shut down.
+var ErrShutdown = errors.New("keyq: shut down before the run started")
+
+// errShutdownDeadline is the cause of the runs' context when Shutdown gives up.
+var errShutdownDeadline = errors.New("keyq: shutdown deadline passed")
+
+// errGoexit is the error of a run whose RunFunc called runtime.Goexit
+// (t.FailNow in a test, for instance) instead of returning.
+var errGoexit = errors.New("keyq: run exited without returning (runtime.Goexit)")
+
+// RunFunc runs key with the payloads submitted since the previous run of key
+// started: in arrival order, never empty. The slice belongs to the call.
+type RunFunc[K comparable, V any] func(ctx context.Context, key K, payloads []V) error
+
+// Options tunes a Queue.
+type Options struct {
+	// MaxConcurrent bounds the distinct keys running at once; <= 0 means 1.
+	MaxConcurrent int
+	// Context is the parent of every run's context (context.Background()
+	// if nil). Cancelling it cancels the runs in progress but does not stop
+	// the queue; Shutdown cancels the runs' context only once its own
+	// context has ended.
+	Context context.Context
+}
+
+// PanicError is the error of a run whose RunFunc panicked.
+type PanicError struct {
+	Key   any    // the key of the run
+	Value any    // what was passed to panic
+	Stack []byte // the stack of the panicking goroutine
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("keyq: run of %v panicked: %v", e.Key, e.Value)
+}
+
+// Unwrap returns the panic value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// Queue runs a RunFunc per key: never two runs of one key at once,
+// submissions during a run folded into one follow-up run, distinct keys in
+// parallel up to Options.MaxConcurrent. See the package documentation.
+type Queue[K comparable, V any] struct {
+	run    RunFunc[K, V]
+	max    int
+	ctx    context.Context // the parent of every run's context
+	cancel context.CancelCauseFunc
+
+	mu sync.Mutex
+	// pending holds, per key, the batch its next run will take: every
+	// submission since the key's last run started. A key is in pending
+	// and not in running if and only if it is in ready.
+	pending map[K]*batch[V]
+	// running is the set of keys whose run is in progress.
+	running map[K]struct{}
+	// ready lists, first come first served, the keys whose pending batch
+	// waits for a free slot. A follow-up joins it when its key's run ends.
+	ready []K
+
+	closed  bool
+	drained chan struct{} // closed once closed and nothing runs
+}
+
+// batch is the payloads and tickets that one run serves.
+type batch[V any] struct {
+	payloads []V
+	tickets  []*Ticket
+}
+
+func (b *batch[V]) complete(err error) {
+	for _, t := range b.tickets {
+		t.complete(err)
+	}
+}
+
+// New returns a Queue that calls run.
+func New[K comparable, V any](opts Options, run RunFunc[K, V]) *Queue[K, V] {
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = 1
+	}
+	parent := opts.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	q := &Queue[K, V]{
+		run:     run,
+		max:     opts.MaxConcurrent,
+		pending: map[K]*batch[V]{},
+		running: map[K]struct{}{},
+		drained: make(chan struct{}),
+	}
+	q.ctx, q.cancel = context.WithCancelCause(parent)
+	return q
+}
+
+// Submit registers payload for key and returns a Ticket that completes when
+// a run of key that started after this call has finished. It never blocks.
+// After Shutdown the ticket is already done with ErrShutdown.
+func (q *Queue[K, V]) Submit(key K, payload V) *Ticket {
+	t := newTicket()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		t.complete(ErrShutdown)
+		return t
+	}
+	b, ok := q.pending[key]
+	if !ok {
+		b = &batch[V]{}
+		q.pending[key] = b
+		if _, running := q.running[key]; !running {
+			q.ready = append(q.ready, key)
+		}
+	}
+	b.payloads = append(b.payloads, payload)
+	b.tickets = append(b.tickets, t)
+	q.dispatchLocked()
+	return t
+}
+
+// dispatchLocked starts ready keys while slots are free.
+func (q *Queue[K, V]) dispatchLocked() {
+	for len(q.running) < q.max && len(q.ready) > 0 {
+		key := q.ready[0]
+		var zero K
+		q.ready[0] = zero // let the key be collected
+		q.ready = q.ready[1:]
+		b := q.pending[key]
+		delete(q.pending, key)
+		q.running[key] = struct{}{}
+		go q.execute(key, b)
+	}
+}
+
+// execute runs one batch and then finishes it, even if run calls
+// runtime.Goexit.
+func (q *Queue[K, V]) execute(key K, b *batch[V]) {
+	err := errGoexit
+	defer func() { q.finish(key, b, err) }()
+	err = q.call(key, b.payloads)
+}
+
+// call calls run, turning a panic into a *PanicError.
+func (q *Queue[K, V]) call(key K, payloads []V) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Key: key, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return q.run(q.ctx, key, payloads)
+}
+
+// finish releases key's slot, queues its follow-up if any, and then
+// completes the run's tickets: once a ticket is done, the run it waited for
+// no longer counts in Running.
+func (q *Queue[K, V]) finish(key K, b *batch[V], err error) {
+	q.mu.Lock()
+	delete(q.running, key)
+	if _, ok := q.pending[key]; ok {
+		q.ready = append(q.ready, key) // behind the keys already waiting
+	}
+	q.dispatchLocked()
+	q.drainedLocked()
+	q.mu.Unlock()
+	b.complete(err)
+}
+
+// drainedLocked closes drained once the queue is closed and idle.
+func (q *Queue[K, V]) drainedLocked() {
+	if !q.closed || len(q.running) > 0 {
+		return
+	}
+	select {
+	case <-q.drained:
+	default:
+		close(q.drained)
+	}
+}
+
+// Shutdown stops accepting submissions and completes the tickets of every
+// run that has not started (queued or pending follow-up) with ErrShutdown.
+// Runs already started go on; Shutdown returns nil once they have finished.
+// If ctx ends first, it cancels the runs' context and returns ctx's error,
+// wrapped; the runs still finish in the background. Calling it again is
+// safe.
+func (q *Queue[K, V]) Shutdown(ctx context.Context) error {
+	q.mu.Lock()
+	q.closed = true
+	for key, b := range q.pending {
+		b.complete(ErrShutdown)
+		delete(q.pending, key)
+	}
+	q.ready = nil
+	q.drainedLocked()
+	q.mu.Unlock()
+
+	select {
+	case <-q.drained: // checked first: an idle queue shuts down cleanly even if ctx has ended
+	default:
+		select {
+		case <-q.drained:
+		case <-ctx.Done():
+			q.cancel(errShutdownDeadline)
+			return fmt.Errorf("keyq: gave up waiting for runs in progress: %w", ctx.Err())
+		}
+	}
+	q.cancel(ErrShutdown)
+	return nil
+}
+
+// Running is the number of keys whose run is in progress.
+func (q *Queue[K, V]) Running() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.running)
+}
+
+// Queued is the number of keys whose next run waits for a free slot. A
+// follow-up pending behind its key's run in progress is not counted.
+func (q *Queue[K, V]) Queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ready)
+}
+
+// Len is the number of keys the queue holds state for: running, queued or
+// with a pending follow-up. It is 0 when the queue is idle.
+func (q *Queue[K, V]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.running) + len(q.ready) // pending and not running = ready
+}
