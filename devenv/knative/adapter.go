@@ -15,6 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/opzero/opzero/devenv/controlplane"
 )
 
@@ -100,6 +105,9 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		}{Selector: r.LabelSelector}
 		w.GVR.Group, w.GVR.Version, w.GVR.Resource = r.Group, r.Version, r.Resource
 		sc.Resources = append(sc.Resources, w)
+	}
+	if err := waitDiscoverable(ctx, c.Kubeconfig, c.Resources); err != nil {
+		return nil, err
 	}
 	cfgJSON, _ := json.Marshal(sc)
 	ns := "default"
@@ -226,4 +234,38 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return "    " + strings.Join(t.lines, "\n    ")
+}
+
+// waitDiscoverable waits until API discovery lists every resource. The
+// adapter looks its resources up in discovery once, at start, and silently
+// skips one it cannot find (resilient mode): a CRD installed a moment ago
+// may not be listed yet.
+func waitDiscoverable(ctx context.Context, kubeconfig string, resources []Resource) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, r := range resources {
+		gv := schema.GroupVersion{Group: r.Group, Version: r.Version}.String()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			list, err := dc.ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				return false, nil
+			}
+			for _, ar := range list.APIResources {
+				if ar.Name == r.Resource {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("resource %s in %s is not served by the API server (is its CRD installed?): %w", r.Resource, gv, err)
+		}
+	}
+	return nil
 }

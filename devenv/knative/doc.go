@@ -9,6 +9,9 @@
 //     a relist: only watch events. Start it before creating objects whose
 //     add events matter; Started waits for its "STARTING" log line, after
 //     which its reflectors list and watch within tens of milliseconds.
+//   - It looks its resources up in API discovery once, at start, and skips
+//     one it cannot find without failing: StartApiServerSource first waits
+//     until discovery lists every resource (a new CRD takes a moment).
 //   - It always binds :8080 for a health probe (a clash with a second adapter
 //     is logged, not fatal) and :8008 for pprof unless PROFILING_PORT moves
 //     it: never run the operator on 8080 next to it.
