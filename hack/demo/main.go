@@ -67,7 +67,11 @@ func run(ctx context.Context) error {
 	if d.dir, err = os.MkdirTemp("", "opzero-demo-"); err != nil {
 		return err
 	}
-	defer func() { if os.Getenv("OPZERO_DEMO_KEEP") == "" { os.RemoveAll(d.dir) } }()
+	defer func() {
+		if os.Getenv("OPZERO_DEMO_KEEP") == "" {
+			os.RemoveAll(d.dir)
+		}
+	}()
 	fmt.Println("opzero demo: the Kubernetes Patterns ConfigWatcher, running serverless on a local control plane")
 
 	d.say("Local control plane (etcd, kube-apiserver, kube-controller-manager)")
