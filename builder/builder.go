@@ -3,6 +3,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -153,8 +154,8 @@ func (b *Builder) Complete(r reconcile.Reconciler) error {
 }
 
 func (b *Builder) kind(method string, obj client.Object) (Kind, error) {
-	if obj == nil {
-		return Kind{}, fmt.Errorf("%s: the object is nil", method)
+	if obj == nil || (reflect.ValueOf(obj).Kind() == reflect.Pointer && reflect.ValueOf(obj).IsNil()) {
+		return Kind{}, fmt.Errorf("%s: the object is nil (pass a pointer to an empty object, e.g. &v1.Thing{})", method)
 	}
 	if b.scheme == nil {
 		return Kind{}, fmt.Errorf("%s: no scheme to resolve %T", method, obj)

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/opzero/opzero/devenv/controlplane"
 )
@@ -55,11 +58,29 @@ func TestControlPlaneUpKnativeApplyDown(t *testing.T) {
 	}
 	run(t, "controlplane", "down", "--dir", dir)
 	for _, pr := range p.Processes {
-		if err := syscall.Kill(pr.PID, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("%s (pid %d) still exists after down", pr.Name, pr.PID)
+		if !gone(pr.PID) {
+			t.Errorf("%s (pid %d) still runs after down", pr.Name, pr.PID)
 		}
 	}
 	if st := run(t, "controlplane", "status", "--dir", dir); !strings.Contains(st, "No control plane") {
 		t.Fatalf("status after down:\n%s", st)
 	}
+}
+
+// gone reports whether pid has exited. Here up ran in the test process, so
+// the components are its children: an exited one may be a zombie for a
+// moment until it is reaped (from a shell, init reaps it).
+func gone(pid int) bool {
+	for i := 0; i < 100; i++ {
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			return true
+		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+				return true
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }

@@ -1,0 +1,98 @@
+package builder_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opzero/opzero/builder"
+)
+
+type unknownKind struct{ corev1.ConfigMap }
+
+var noop = reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+
+func mapNone(context.Context, client.Reader, client.Object) ([]reconcile.Request, error) { return nil, nil }
+
+func scheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBuildDescribesTheOperator(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"team": "a"})
+	op, err := builder.New(scheme(t)).
+		For(&corev1.Service{}, builder.WithLabelSelector(sel)).
+		Owns(&corev1.Endpoints{}).
+		Watches(&corev1.ConfigMap{}, mapNone).
+		WithEventFilter(func(builder.Event) bool { return true }).
+		WithAutoObservedGeneration().
+		Build(noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Name != "service" || op.Primary.GVK.Kind != "Service" || op.Primary.Selector.String() != "team=a" {
+		t.Fatalf("primary: name %q kind %q selector %v", op.Name, op.Primary.GVK.Kind, op.Primary.Selector)
+	}
+	if len(op.Owned) != 1 || op.Owned[0].GVK.Kind != "Endpoints" || len(op.Watched) != 1 || op.Watched[0].GVK.Kind != "ConfigMap" {
+		t.Fatalf("owned %v watched %v", op.Owned, op.Watched)
+	}
+	if len(op.Filters) != 1 || !op.AutoObservedGeneration || op.Reconciler == nil {
+		t.Fatalf("filters %d auto %v reconciler %v", len(op.Filters), op.AutoObservedGeneration, op.Reconciler)
+	}
+}
+
+// TestMisuseIsReportedNotPanicked: every misuse is returned by Build, all at
+// once, and none panics.
+func TestMisuseIsReportedNotPanicked(t *testing.T) {
+	cases := []struct {
+		name  string
+		build func(*builder.Builder) *builder.Builder
+		r     reconcile.Reconciler
+		want  []string
+	}{
+		{"no For", func(b *builder.Builder) *builder.Builder { return b }, noop, []string{"For was not called"}},
+		{"For twice", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).For(&corev1.Service{}) }, noop, []string{"For called twice"}},
+		{"nil object", func(b *builder.Builder) *builder.Builder { return b.For(nil) }, noop, []string{"object is nil"}},
+		{"typed nil", func(b *builder.Builder) *builder.Builder { return b.For((*corev1.Pod)(nil)) }, noop, []string{"object is nil"}},
+		{"unknown kind", func(b *builder.Builder) *builder.Builder { return b.For(&unknownKind{}) }, noop, []string{"add its package to the scheme"}},
+		{"nil map function", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, nil) }, noop, []string{"map function is nil"}},
+		{"nil filter", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).WithEventFilter(nil) }, noop, []string{"filter is nil"}},
+		{"bad name", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).Named("Not_A_Name") }, noop, []string{`name "Not_A_Name"`}},
+		{"nil reconciler", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}) }, nil, []string{"reconciler is nil"}},
+		{"several at once", func(b *builder.Builder) *builder.Builder { return b.Owns(nil).Watches(&corev1.Secret{}, nil) }, nil,
+			[]string{"object is nil", "map function is nil", "For was not called", "reconciler is nil"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			op, err := tc.build(builder.New(scheme(t))).Build(tc.r)
+			if err == nil || op != nil {
+				t.Fatalf("Build = %v, %v; want an error", op, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCompleteNeedsARuntime(t *testing.T) {
+	if err := builder.ControllerManagedBy(nil).For(&corev1.Pod{}).Complete(noop); err == nil || !strings.Contains(err.Error(), "runtime is nil") {
+		t.Fatalf("Complete without a runtime: %v", err)
+	}
+	if err := builder.New(scheme(t)).For(&corev1.Pod{}).Complete(noop); err == nil || !strings.Contains(err.Error(), "needs a runtime") {
+		t.Fatalf("Complete on New: %v", err)
+	}
+}
