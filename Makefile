@@ -5,7 +5,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins opzero test unit demo clean help
+.PHONY: all bins knative-bins opzero test unit demo clean help bench-coldstart
 
 all: opzero
 
@@ -32,3 +32,6 @@ demo: bins knative-bins opzero ## the main job: ConfigWatcher running serverless
 
 clean: ## remove bin/ (the Go build cache keeps later builds fast)
 	rm -rf bin
+
+bench-coldstart: bins ## exec -> ready and exec -> first event reconciled: opzero serverless vs a controller-runtime manager, 2000 ConfigMaps present
+	$(GO) run ./bench/coldstart -objects 2000 -runs 10

@@ -214,3 +214,47 @@ func mapSecretByLabel(ctx context.Context, c client.Reader, obj client.Object) (
 	}
 	return nil, nil
 }
+
+// TestAutoObservedGeneration: with the option, a successful reconcile
+// writes status.observedGeneration = the generation the reconciler read.
+func TestAutoObservedGeneration(t *testing.T) {
+	p := newProbe()
+	h := newHarness(t, p, func(b *builder.Builder) *builder.Builder { return b.WithAutoObservedGeneration() }, serverless.Options{})
+	w := newWidget(h.ns, "auto")
+	h.create(w)
+	if a := h.post(h.event(cloudevent.Resource, cloudevent.Add, w, "widgets"), false); a.code != 200 {
+		t.Fatalf("%d %s", a.code, a.body)
+	}
+	got := newWidget(h.ns, "auto")
+	if err := h.env.Client.Get(t.Context(), client.ObjectKeyFromObject(w), got); err != nil {
+		t.Fatal(err)
+	}
+	if og, _, _ := unstructured.NestedInt64(got.Object, "status", "observedGeneration"); og != w.GetGeneration() {
+		t.Fatalf("status.observedGeneration = %d after a successful reconcile, want %d", og, w.GetGeneration())
+	}
+}
+
+// TestLabelChangesOptIn: by default a label change at an observed generation
+// is skipped; with OnLabelChange it is reconciled.
+func TestLabelChangesOptIn(t *testing.T) {
+	for _, opt := range []bool{false, true} {
+		p := newProbe()
+		h := newHarness(t, p, func(b *builder.Builder) *builder.Builder {
+			return b.WithSkipOptions(builder.SkipOptions{OnLabelChange: opt})
+		}, serverless.Options{})
+		w := newWidget(h.ns, "labels")
+		_ = unstructured.SetNestedField(w.Object, int64(1), "status", "observedGeneration")
+		w.SetGeneration(1)
+		h.post(h.event(cloudevent.Resource, cloudevent.Update, w, "widgets"), false) // first sight: reconciled
+		before := p.calls.Load()
+		w.SetLabels(map[string]string{"tier": "gold"})
+		h.post(h.event(cloudevent.Resource, cloudevent.Update, w, "widgets"), false)
+		want := int64(0)
+		if opt {
+			want = 1
+		}
+		if got := p.calls.Load() - before; got != want {
+			t.Fatalf("OnLabelChange=%v: %d reconciles for a label change, want %d", opt, got, want)
+		}
+	}
+}
