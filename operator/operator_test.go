@@ -88,7 +88,7 @@ func TestManagerReconcilerRunsUnchangedInBothModes(t *testing.T) {
 			env := testenv.Get(t)
 			ns := env.Namespace(t)
 			addr := freeAddr(t)
-			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme, Config: env.Config, Addr: addr, LeaderElectionNamespace: ns})
+			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme, Config: env.Config, Addr: addr, LeaderElectionNamespace: ns, InsecureNoAuth: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,6 +43,17 @@ type Options struct {
 	HealthProbeAddr string
 	MetricsAddr     string
 
+	// Audience is the OIDC audience senders' tokens must carry (serverless;
+	// required unless InsecureNoAuth). AllowedSenders, if set, lists the
+	// usernames (system:serviceaccount:<ns>:<name>) that may send events.
+	Audience       string
+	AllowedSenders []string
+	// InsecureNoAuth accepts events without a token: only where nothing
+	// untrusted can reach the operator. Warned about at start.
+	InsecureNoAuth bool
+	// TLSCertFile and TLSKeyFile serve HTTPS (serverless).
+	TLSCertFile, TLSKeyFile string
+
 	// Serverless tunes the serverless engine beyond the fields above.
 	Serverless serverless.Options
 	Logger     logr.Logger
@@ -63,6 +75,23 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		})
 	fs.StringVar(&o.Addr, "addr", o.Addr, "serverless: listen address (default :$PORT as Knative sets it, else :8080)")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once (default 8 serverless, 1 classic)")
+	if o.Audience == "" {
+		o.Audience = os.Getenv("OPZERO_AUDIENCE")
+	}
+	fs.StringVar(&o.Audience, "audience", o.Audience, "serverless: OIDC audience that senders' bearer tokens must carry (Knative sink.audience); env OPZERO_AUDIENCE")
+	fs.Func("allowed-senders", "serverless: comma-separated senders allowed to deliver (system:serviceaccount:<ns>:<name>); default any authenticated sender",
+		func(s string) error {
+			for _, v := range strings.Split(s, ",") {
+				if v = strings.TrimSpace(v); v != "" {
+					o.AllowedSenders = append(o.AllowedSenders, v)
+				}
+			}
+			return nil
+		})
+	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "serverless: accept events without a bearer token (anyone who reaches the port can drive the operator)")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serverless: serve HTTPS with this certificate (PEM)")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
+	fs.IntVar(&o.Serverless.MaxInFlight, "max-in-flight", o.Serverless.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "classic: namespace of the leader-election Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-addr", o.HealthProbeAddr, "classic: health probe address (0 disables)")

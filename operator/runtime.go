@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/opzero/opzero/auth"
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/engine/classic"
 	"github.com/opzero/opzero/engine/serverless"
@@ -55,6 +57,13 @@ func New(opts Options) (*Runtime, error) {
 	r := &Runtime{opts: opts, cfg: cfg}
 	switch opts.Mode {
 	case Serverless:
+		if opts.Audience == "" && !opts.InsecureNoAuth {
+			return nil, errors.New("serverless mode authenticates senders: set --audience to the OIDC audience Knative's sources send " +
+				"(their sink.audience), or pass --insecure-no-auth where nothing untrusted can reach the operator")
+		}
+		if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
+			return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+		}
 		c, err := client.New(rest.CopyConfig(withRate(cfg)), client.Options{Scheme: opts.Scheme})
 		if err != nil {
 			return nil, err
@@ -174,7 +183,16 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if r.mgr != nil {
 		return r.mgr.Start(ctx)
 	}
-	return r.engine.Serve(ctx, serverless.ServeOptions{Addr: r.opts.Addr, ShutdownTimeout: r.opts.ShutdownTimeout, Ready: func(a net.Addr) {
-		r.opts.Logger.Info("serverless operator listening", "addr", a.String(), "pid", os.Getpid())
-	}})
+	so := serverless.ServeOptions{Addr: r.opts.Addr, ShutdownTimeout: r.opts.ShutdownTimeout,
+		CertFile: r.opts.TLSCertFile, KeyFile: r.opts.TLSKeyFile,
+		Ready: func(a net.Addr) {
+			r.opts.Logger.Info("serverless operator listening", "addr", a.String(), "pid", os.Getpid(), "tls", r.opts.TLSCertFile != "")
+		}}
+	if r.opts.InsecureNoAuth {
+		r.opts.Logger.Info("WARNING: --insecure-no-auth: events are accepted without authentication; anyone who can reach this port can drive the operator")
+	} else {
+		ao := auth.Options{Authenticator: auth.NewTokenReviewer(r.client, r.opts.Audience, 0), Allowed: r.opts.AllowedSenders, Log: r.opts.Logger}
+		so.Wrap = func(h http.Handler) http.Handler { return auth.Middleware(ao, h) }
+	}
+	return r.engine.Serve(ctx, so)
 }

@@ -155,7 +155,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	}
 	args := []string{}
 	if name == "opzero" {
-		args = append(args, "--mode=serverless")
+		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	}
 	cmd := exec.Command(filepath.Join(e.dir, name), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))

@@ -52,6 +52,12 @@ type ApiServerSourceConfig struct {
 	Sink string
 	// Kubeconfig of the API server to watch.
 	Kubeconfig string
+	// Audience and OIDCServiceAccount make the adapter authenticate its
+	// deliveries as Knative's OIDC feature does: a TokenRequest token for
+	// that service account (in the first namespace) with that audience, sent
+	// as Authorization: Bearer.
+	Audience           string
+	OIDCServiceAccount string
 	// CEOverrides are extensions added to every event.
 	CEOverrides map[string]string
 	// ProfilingPort moves the adapter's pprof listener off :8008 (0 picks
@@ -118,6 +124,9 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		"KUBECONFIG=" + c.Kubeconfig, "NAME=" + c.Name, "NAMESPACE=" + ns,
 		"K_SOURCE_CONFIG=" + string(cfgJSON), "K_SINK=" + c.Sink, "K_SINK_TIMEOUT=-1",
 		fmt.Sprintf("PROFILING_PORT=%d", profilingPort(c)),
+	}
+	if c.Audience != "" {
+		env = append(env, "K_AUDIENCE="+c.Audience, "K_OIDC_SERVICE_ACCOUNT="+c.OIDCServiceAccount)
 	}
 	if len(c.CEOverrides) > 0 {
 		o, _ := json.Marshal(map[string]any{"extensions": c.CEOverrides})

@@ -42,8 +42,11 @@
 //	500  the reconcile failed; a retry with backoff is scheduled in this
 //	     process. ApiServerSource does not retry 500 (no duplicate storm);
 //	     a Broker does, which the per-key queue coalesces
-//	503  shutting down, or the key's wait exceeded Options.MaxWait: every
-//	     sender retries (Retry-After is set)
+//	413  the event is larger than Options.MaxBodyBytes
+//	429  more than Options.MaxInFlight requests at once (Retry-After is set)
+//	503  shutting down, the key's wait exceeded Options.MaxWait, or the API
+//	     server could not be read while routing: every sender retries
+//	     (Retry-After is set)
 //
 // # Caveats
 //

@@ -37,6 +37,9 @@ type Options struct {
 	Clock backoff.Clock
 	// MaxBodyBytes bounds an event's size (4 MiB; etcd's object limit is 1.5).
 	MaxBodyBytes int64
+	// MaxInFlight bounds requests being handled at once (1000); more get
+	// 429 with Retry-After, which every Knative sender retries.
+	MaxInFlight int
 	// Logger (logr.Discard()).
 	Logger logr.Logger
 }
@@ -54,6 +57,7 @@ type Engine struct {
 	memo   *gen.Memo[reconcile.Request] // last primary metadata fingerprint per key
 
 	draining atomic.Bool
+	inFlight chan struct{} // a slot per request being handled
 	stats    Stats
 }
 
@@ -74,7 +78,8 @@ func New(op *builder.Operator, c client.Client, opts Options) (*Engine, error) {
 		return nil, errors.New("serverless: the client is nil")
 	}
 	opts = opts.withDefaults()
-	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: gen.NewMemo[reconcile.Request](100_000)}
+	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: gen.NewMemo[reconcile.Request](100_000),
+		inFlight: make(chan struct{}, opts.MaxInFlight)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles}, e.run)
 	e.retries = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
 		e.queue.Submit(key, &arrival{reason: "retry"})
@@ -102,6 +107,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 4 << 20
 	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1000
+	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
@@ -121,6 +129,14 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if e.draining.Load() {
 		unavailable(w, "shutting down; deliver to another instance or retry")
+		return
+	}
+	select {
+	case e.inFlight <- struct{}{}:
+		defer func() { <-e.inFlight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("too many events in flight (%d); retry", e.opts.MaxInFlight), http.StatusTooManyRequests)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)

@@ -19,6 +19,11 @@ type ServeOptions struct {
 	ShutdownTimeout time.Duration
 	// Ready, if set, is called with the bound address once listening.
 	Ready func(addr net.Addr)
+	// Wrap, if set, wraps the event handler (authentication); /healthz
+	// stays open for probes.
+	Wrap func(http.Handler) http.Handler
+	// CertFile and KeyFile serve TLS when both are set.
+	CertFile, KeyFile string
 }
 
 // Addr returns the listen address from $PORT (Knative), default 8080.
@@ -44,7 +49,11 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("listening on %s: %w (set $PORT to another port)", o.Addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", e)
+	var h http.Handler = e
+	if o.Wrap != nil {
+		h = o.Wrap(h)
+	}
+	mux.Handle("/", h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	srv := &http.Server{
 		Handler:           mux,
@@ -57,7 +66,13 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 		o.Ready(l.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	go func() {
+		if o.CertFile != "" && o.KeyFile != "" {
+			errc <- srv.ServeTLS(l, o.CertFile, o.KeyFile)
+			return
+		}
+		errc <- srv.Serve(l)
+	}()
 	select {
 	case err := <-errc:
 		return err
