@@ -5,7 +5,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins opzero test unit demo clean help bench-coldstart
+.PHONY: all bins knative-bins opzero test unit demo clean help bench-coldstart fuzz
 
 all: opzero
 
@@ -21,8 +21,14 @@ knative-bins: ## build the real Knative ApiServerSource and PingSource adapters 
 opzero: ## build the opzero CLI into bin/opzero
 	$(GO) build -o bin/opzero ./cmd/opzero
 
-test: bins knative-bins ## build what the tests need, then run every test with -race against a real control plane
+test: bins knative-bins ## build what the tests need, run every test with -race against a real control plane, then fuzz briefly
 	$(GOTEST) $(PKGS)
+	@$(MAKE) --no-print-directory fuzz
+
+FUZZTIME ?= 10s
+fuzz: ## run each fuzz target for FUZZTIME (default 10s; e.g. FUZZTIME=1000000x for a million executions)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./cloudevent
+	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./engine/serverless/fuzztest
 
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)

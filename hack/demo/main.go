@@ -197,7 +197,15 @@ func (d *demo) startOperator(ctx context.Context, root string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(exe, "--mode=serverless")
+	// Deliveries are authenticated as with Knative's OIDC feature: the
+	// adapter sends a token for its service account with this audience.
+	sa := &corev1.ServiceAccount{}
+	sa.Namespace, sa.Name = ns, "configwatcher-source"
+	if err := d.c.Create(ctx, sa); err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(exe, "--mode=serverless", "--audience=configwatcher",
+		"--allowed-senders=system:serviceaccount:"+ns+":configwatcher-source")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig, fmt.Sprintf("PORT=%d", port))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -216,11 +224,12 @@ func (d *demo) startOperator(ctx context.Context, root string) (int, error) {
 		return 0, fmt.Errorf("the operator did not start (log: %s): %w", logf.Name(), err)
 	}
 	d.note("listening on :%d (pid %d), exec -> ready in %s; no informers, no cache", port, cmd.Process.Pid, since(t))
+	d.note("deliveries must carry a bearer token for audience configwatcher from serviceaccount %s/configwatcher-source", ns)
 	return port, nil
 }
 
 func (d *demo) startAdapter(ctx context.Context, port int) error {
-	d.say("Knative's real ApiServerSource adapter (knative.dev/eventing v0.50.0), Resource mode: ConfigWatchers and ConfigMaps")
+	d.say("Knative's real ApiServerSource adapter (knative.dev/eventing v0.50.0), Resource mode: ConfigWatchers and ConfigMaps, OIDC tokens")
 	target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
@@ -242,7 +251,7 @@ func (d *demo) startAdapter(ctx context.Context, port int) error {
 		return err
 	}
 	a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
-		Log: alog, Name: "configwatcher", Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: d.kubeconfig,
+		Log: alog, Name: "configwatcher", Audience: "configwatcher", OIDCServiceAccount: "configwatcher-source", Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: d.kubeconfig,
 		Sink: "http://" + l.Addr().String(),
 		Resources: []knative.Resource{
 			{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"},
