@@ -59,6 +59,11 @@ func TestBadInput(t *testing.T) {
 		{"unknown action", mutated(func(e *event.Event) { e.SetType("dev.knative.apiserver.resource.poke") }), 400, "unknown action"},
 		{"subject disagrees", mutated(func(e *event.Event) { e.SetSubject("/apis/test.opzero.dev/v1/namespaces/" + h.ns + "/widgets/other") }), 400, "subject"},
 		{"object disagrees with extensions", mutated(func(e *event.Event) { e.SetExtension("name", "other") }), 400, "disagrees"},
+		{"unexpected apiVersion", func() answer {
+			u := w.DeepCopy()
+			u.SetAPIVersion("test.opzero.dev/v2")
+			return h.post(h.event(cloudevent.Resource, cloudevent.Update, u, "widgets"), false)
+		}, 400, "not watched"},
 		{"kind not watched", func() answer { return h.post(h.event(cloudevent.Resource, cloudevent.Add, cm, "configmaps"), false) }, 400, "not watched"},
 		{"unknown event type", func() answer { return h.post(cloudevent.NewPingLike("com.example.unknown"), false) }, 400, "no route"},
 		{"ping with bad data", func() answer { return h.post(cloudevent.NewPing("p", []byte(`[1,2]`)), false) }, 400, "PingSource"},
