@@ -19,7 +19,9 @@ type unknownKind struct{ corev1.ConfigMap }
 
 var noop = reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
 
-func mapNone(context.Context, client.Reader, client.Object) ([]reconcile.Request, error) { return nil, nil }
+func mapNone(context.Context, client.Reader, client.Object) ([]reconcile.Request, error) {
+	return nil, nil
+}
 
 func scheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -66,7 +68,9 @@ func TestMisuseIsReportedNotPanicked(t *testing.T) {
 		{"nil object", func(b *builder.Builder) *builder.Builder { return b.For(nil) }, noop, []string{"object is nil"}},
 		{"typed nil", func(b *builder.Builder) *builder.Builder { return b.For((*corev1.Pod)(nil)) }, noop, []string{"object is nil"}},
 		{"unknown kind", func(b *builder.Builder) *builder.Builder { return b.For(&unknownKind{}) }, noop, []string{"add its package to the scheme"}},
-		{"nil map function", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, nil) }, noop, []string{"map function is nil"}},
+		{"nil map function", func(b *builder.Builder) *builder.Builder {
+			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, nil)
+		}, noop, []string{"map function is nil"}},
 		{"nil filter", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).WithEventFilter(nil) }, noop, []string{"filter is nil"}},
 		{"bad name", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).Named("Not_A_Name") }, noop, []string{`name "Not_A_Name"`}},
 		{"nil reconciler", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}) }, nil, []string{"reconciler is nil"}},

@@ -83,12 +83,14 @@ func Read(req *http.Request) (*event.Event, error) {
 	return ev, nil
 }
 
-// Decode classifies ev: *ObjectEvent, *Ping or *Other.
+// Decode classifies ev: *ObjectEvent, *Ping, *Wakeup or *Other.
 func Decode(ev *event.Event) (any, error) {
 	t := ev.Type()
 	switch {
 	case t == PingType:
 		return &Ping{ID: ev.ID(), Source: ev.Source(), Data: ev.Data()}, nil
+	case t == WakeupType:
+		return decodeWakeup(ev)
 	case strings.HasPrefix(t, resourcePfx):
 		return decodeObject(ev, Resource, strings.TrimPrefix(t, resourcePfx))
 	case strings.HasPrefix(t, referencePfx):

@@ -37,11 +37,23 @@ type Options struct {
 	Clock backoff.Clock
 	// MaxBodyBytes bounds an event's size (4 MiB; etcd's object limit is 1.5).
 	MaxBodyBytes int64
+	// Durable, if set, records retries and RequeueAfter so they survive the
+	// instance (package wakeup's Store); in-process timers are then not used,
+	// and a failed reconcile is answered 200 once its retry is recorded, 503
+	// if it cannot be.
+	Durable Durable
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
 	// Logger (logr.Discard()).
 	Logger logr.Logger
+}
+
+// Durable records retries and requeues outside the process.
+type Durable interface {
+	Requeue(ctx context.Context, key reconcile.Request, after time.Duration) error
+	Failed(ctx context.Context, key reconcile.Request) (retryIn time.Duration, attempt int, err error)
+	Succeeded(ctx context.Context, key reconcile.Request) error
 }
 
 // Engine is the serverless runtime of one Operator: an http.Handler.
@@ -177,7 +189,7 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opts.MaxWait)
 	defer cancel()
-	var failed, terminal []string
+	var failed, terminal, recorded []string
 	for i, t := range tickets {
 		err := t.Wait(ctx)
 		var re *ReconcileError
@@ -185,6 +197,11 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 		case err == nil:
 		case errors.As(err, &re) && re.Terminal:
 			terminal = append(terminal, re.Error())
+		case errors.As(err, &re) && re.Recorded:
+			recorded = append(recorded, re.Error())
+		case errors.As(err, &re) && re.Unrecorded:
+			unavailable(w, re.Error())
+			return
 		case errors.As(err, &re):
 			failed = append(failed, re.Error())
 		case errors.Is(err, keyq.ErrShutdown):
@@ -202,6 +219,8 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 		http.Error(w, "reconcile failed, retry scheduled: "+strings.Join(append(failed, terminal...), "; "), http.StatusInternalServerError)
 	case len(terminal) > 0:
 		http.Error(w, "reconcile failed terminally, not retried: "+strings.Join(terminal, "; "), http.StatusUnprocessableEntity)
+	case len(recorded) > 0:
+		handled(w, "reconcile failed, retry recorded: "+strings.Join(recorded, "; "))
 	default:
 		handled(w, fmt.Sprintf("reconciled %d key(s): %s", len(rt.keys), rt.why))
 	}

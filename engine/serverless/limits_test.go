@@ -8,8 +8,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"errors"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
@@ -38,7 +38,9 @@ func TestInFlightLimit(t *testing.T) {
 	p.gate = make(chan struct{})
 	h := newHarness(t, p, nil, serverless.Options{MaxInFlight: 1})
 	held := make(chan answer, 1)
-	go func() { held <- h.post(h.event(cloudevent.Reference, cloudevent.Update, newWidget(h.ns, "a"), "widgets"), false) }()
+	go func() {
+		held <- h.post(h.event(cloudevent.Reference, cloudevent.Update, newWidget(h.ns, "a"), "widgets"), false)
+	}()
 	<-p.started
 	a := h.post(h.event(cloudevent.Reference, cloudevent.Update, newWidget(h.ns, "b"), "widgets"), false)
 	close(p.gate)

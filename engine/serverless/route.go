@@ -47,6 +47,8 @@ func (e *Engine) route(ctx context.Context, ev any) (*routed, error) {
 		return e.routeObject(ctx, ev)
 	case *cloudevent.Ping:
 		return e.routePing(ctx, ev)
+	case *cloudevent.Wakeup:
+		return e.routeWakeup(ev)
 	case *cloudevent.Other:
 		return nil, fmt.Errorf("no route for event type %q from %q: operator %s takes ApiServerSource events for %s and PingSource events",
 			ev.Event.Type(), ev.Event.Source(), e.op.Name, strings.Join(e.kinds(), ", "))
@@ -306,3 +308,14 @@ func key(ns, name string) string {
 type transient struct{ error }
 
 func (t transient) Unwrap() error { return t.error }
+
+func (e *Engine) routeWakeup(w *cloudevent.Wakeup) (*routed, error) {
+	gv, err := schema.ParseGroupVersion(w.APIVersion)
+	if err != nil || gv.WithKind(w.Kind) != e.op.Primary.GVK || w.Operator != e.op.Name {
+		return nil, fmt.Errorf("wakeup for operator %q, %s %s: this is operator %s reconciling %s",
+			w.Operator, w.Kind, key(w.Namespace, w.Name), e.op.Name, e.op.Primary.GVK)
+	}
+	rt := &routed{why: fmt.Sprintf("wakeup (%s) of %s", w.Reason, key(w.Namespace, w.Name))}
+	rt.add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
+	return rt, nil
+}

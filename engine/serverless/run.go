@@ -18,8 +18,13 @@ type ReconcileError struct {
 	Key      reconcile.Request
 	Err      error
 	Terminal bool
-	// RetryIn is when the in-process retry fires (not Terminal).
+	// RetryIn is when the retry fires (not Terminal).
 	RetryIn time.Duration
+	// Recorded: the retry is durably recorded (Options.Durable): handled.
+	Recorded bool
+	// Unrecorded: the retry or requeue could not be recorded: the sender
+	// must retry the event.
+	Unrecorded bool
 }
 
 func (e *ReconcileError) Error() string {
@@ -49,6 +54,9 @@ func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arr
 	res, err := e.reconcile(ctx, key)
 	d := outcome.Decide(res, err)
 	log := e.log.WithValues("key", key.String(), "outcome", d.Action.String())
+	if e.opts.Durable != nil {
+		return e.settleDurably(ctx, key, d)
+	}
 	switch d.Action {
 	case outcome.Done, outcome.RequeueAfter:
 		e.retries.Success(key) // a success cancels a pending retry
@@ -87,4 +95,36 @@ func (e *Engine) reconcile(ctx context.Context, key reconcile.Request) (res reco
 		}
 	}()
 	return e.op.Reconciler.Reconcile(ctx, key)
+}
+
+// settleDurably records what the decision asks for in the Durable store
+// before the request is answered.
+func (e *Engine) settleDurably(ctx context.Context, key reconcile.Request, d outcome.Decision) error {
+	log := e.log.WithValues("key", key.String(), "outcome", d.Action.String())
+	switch d.Action {
+	case outcome.RequeueAfter:
+		if err := e.opts.Durable.Requeue(ctx, key, d.After); err != nil {
+			return &ReconcileError{Key: key, Err: fmt.Errorf("reconciled, but the requeue could not be recorded: %w", err), Unrecorded: true}
+		}
+		return nil
+	case outcome.Done, outcome.Terminal:
+		if err := e.opts.Durable.Succeeded(ctx, key); err != nil {
+			log.Error(err, "cancelling a pending retry") // it will fire once, harmlessly
+		}
+		if d.Action == outcome.Terminal {
+			e.stats.Failures.Add(1)
+			return &ReconcileError{Key: key, Err: d.Err, Terminal: true}
+		}
+		return nil
+	}
+	e.stats.Failures.Add(1)
+	if d.Err == nil {
+		d.Err = errors.New("Requeue requested")
+	}
+	delay, attempt, err := e.opts.Durable.Failed(ctx, key)
+	if err != nil {
+		return &ReconcileError{Key: key, Err: fmt.Errorf("%v; and the retry could not be recorded: %w", d.Err, err), Unrecorded: true}
+	}
+	log.Info("reconcile failed; retry recorded", "error", d.Err.Error(), "attempt", attempt, "retryIn", delay)
+	return &ReconcileError{Key: key, Err: d.Err, RetryIn: delay, Recorded: true}
 }

@@ -29,8 +29,10 @@ var errOffline = errors.New("offline")
 func (o offline) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
 	return errOffline
 }
-func (o offline) List(context.Context, client.ObjectList, ...client.ListOption) error { return errOffline }
-func (o offline) Scheme() *runtime.Scheme                                            { return o.scheme }
+func (o offline) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errOffline
+}
+func (o offline) Scheme() *runtime.Scheme { return o.scheme }
 
 // allowed are the answers the engine may give; anything else is a bug.
 var allowed = map[int]bool{200: true, 400: true, 413: true, 422: true, 500: true, 503: true}
@@ -39,7 +41,10 @@ func FuzzServeHTTP(f *testing.F) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	reconciles := 0
-	r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { reconciles++; return reconcile.Result{}, nil })
+	r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		reconciles++
+		return reconcile.Result{}, nil
+	})
 	op, err := builder.New(scheme).For(&corev1.Service{}).Owns(&corev1.Endpoints{}).
 		Watches(&corev1.ConfigMap{}, func(ctx context.Context, c client.Reader, o client.Object) ([]reconcile.Request, error) {
 			return nil, c.Get(ctx, client.ObjectKeyFromObject(o), &corev1.Service{})
