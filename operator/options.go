@@ -54,6 +54,16 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile serve HTTPS (serverless).
 	TLSCertFile, TLSKeyFile string
 
+	// WakeupSink, if set, turns on durable time (serverless): RequeueAfter
+	// and retries are recorded as Wakeups that the wakeup source delivers to
+	// this URL (the operator's own), surviving scale to zero.
+	WakeupSink string
+	// WakeupNamespace holds Wakeups of cluster-scoped objects ($POD_NAMESPACE, else default).
+	WakeupNamespace string
+
+	// BackoffBase and BackoffCap shape retries after failures (1 s, 5 min).
+	BackoffBase, BackoffCap time.Duration
+
 	// Serverless tunes the serverless engine beyond the fields above.
 	Serverless serverless.Options
 	Logger     logr.Logger
@@ -92,6 +102,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serverless: serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
 	fs.IntVar(&o.Serverless.MaxInFlight, "max-in-flight", o.Serverless.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
+	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups delivered to this URL (the operator's own) by `opzero wakeup-source`")
+	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
+	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
+	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "classic: namespace of the leader-election Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-addr", o.HealthProbeAddr, "classic: health probe address (0 disables)")

@@ -19,11 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/opzero/opzero/auth"
+	"github.com/opzero/opzero/backoff"
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/engine/classic"
 	"github.com/opzero/opzero/engine/serverless"
 	"github.com/opzero/opzero/helpers"
 	"github.com/opzero/opzero/internal/recstate"
+	"github.com/opzero/opzero/wakeup"
+	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
 // Runtime runs registered operators in the configured mode.
@@ -155,6 +158,21 @@ func (r *Runtime) Register(op *builder.Operator) error {
 			return errors.New("serverless: one operator per runtime (one HTTP endpoint); run another binary for " + op.Name)
 		}
 		so := r.opts.Serverless
+		if r.opts.BackoffBase > 0 || r.opts.BackoffCap > 0 {
+			p := backoff.Policy{Base: r.opts.BackoffBase, Cap: r.opts.BackoffCap}
+			so.Backoff = &p
+		}
+		if r.opts.WakeupSink != "" {
+			if err := v1alpha1.AddToScheme(r.opts.Scheme); err != nil {
+				return err
+			}
+			p := backoff.DefaultPolicy()
+			if so.Backoff != nil {
+				p = *so.Backoff
+			}
+			so.Durable = wakeup.NewStore(r.client, wakeup.StoreOptions{Operator: op.Name, Target: op.Primary.GVK,
+				Sink: r.opts.WakeupSink, Policy: p, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE"))})
+		}
 		if r.opts.MaxConcurrentReconciles > 0 {
 			so.MaxConcurrentReconciles = r.opts.MaxConcurrentReconciles
 		}
@@ -195,4 +213,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 		so.Wrap = func(h http.Handler) http.Handler { return auth.Middleware(ao, h) }
 	}
 	return r.engine.Serve(ctx, so)
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -79,11 +79,12 @@ func (s *Store) objectKey(key reconcile.Request) client.ObjectKey {
 // Requeue records, after a successful reconcile, that key must be
 // reconciled again after d.
 func (s *Store) Requeue(ctx context.Context, key reconcile.Request, d time.Duration) error {
-	due := s.now().Add(d)
+	now := s.now()
+	due := now.Add(d)
 	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
 		// It follows a success: a pending retry is replaced; an earlier
 		// RequeueAfter is kept (earliest wins).
-		if exists && w.Spec.Reason == v1alpha1.ReasonRequeueAfter && !w.Spec.Due.Time.After(due) {
+		if pending(w, exists, now) && w.Spec.Reason == v1alpha1.ReasonRequeueAfter && !w.Spec.Due.Time.After(due) {
 			return false
 		}
 		w.Spec.Due, w.Spec.Reason, w.Spec.Attempts = metav1.NewMicroTime(due), v1alpha1.ReasonRequeueAfter, 0
@@ -107,7 +108,7 @@ func (s *Store) Failed(ctx context.Context, key reconcile.Request) (time.Duratio
 		delay = s.policy.Delay(attempt)
 		due := now.Add(delay)
 		w.Spec.Attempts++
-		if !exists || due.Before(w.Spec.Due.Time) {
+		if !pending(w, exists, now) || due.Before(w.Spec.Due.Time) {
 			w.Spec.Due, w.Spec.Reason = metav1.NewMicroTime(due), v1alpha1.ReasonRetry
 		} else {
 			delay = w.Spec.Due.Time.Sub(now)
@@ -202,4 +203,11 @@ func (s *Store) setClear(key reconcile.Request, clear bool) {
 		s.clear = map[reconcile.Request]bool{}
 	}
 	s.clear[key] = true
+}
+
+// pending reports whether an existing record is still to fire. One whose
+// due time has passed is being delivered (this reconcile may be its
+// delivery): a new due time replaces it.
+func pending(w *v1alpha1.Wakeup, exists bool, now time.Time) bool {
+	return exists && w.Spec.Due.Time.After(now)
 }

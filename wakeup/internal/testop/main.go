@@ -1,0 +1,81 @@
+// Command testop is the operator the wakeup tests kill and restart: a
+// ConfigWatcher reconciler whose spec.configMap scripts what it returns.
+// Each reconcile appends its time to status (restarts counts them):
+//
+//	requeue-3s   RequeueAfter 3s on the first reconcile, then done
+//	fail-3       fail while fewer than 3 reconciles happened, then succeed
+//	fail-1       fail on the first reconcile, then succeed
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opzero/opzero/builder"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/operator"
+)
+
+type scripted struct{ client.Client }
+
+func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cw := &v1.ConfigWatcher{}
+	if err := r.Get(ctx, req.NamespacedName, cw); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	cw.Status.Restarts++
+	n := cw.Status.Restarts
+	now := metav1.Now()
+	cw.Status.LastRestartTime = &now
+	cw.Status.ConfigMapVersion += fmt.Sprintf("%d,", time.Now().UnixMilli()) // the reconcile log
+	if err := r.Status().Update(ctx, cw); err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case cw.Spec.ConfigMap == "requeue-3s" && n == 1:
+		return reconcile.Result{RequeueAfter: 3 * time.Second}, nil
+	case cw.Spec.ConfigMap == "fail-3" && n < 4:
+		return reconcile.Result{}, errors.New("scripted failure")
+	case cw.Spec.ConfigMap == "fail-1" && n == 1:
+		return reconcile.Result{}, errors.New("scripted failure")
+	}
+	return reconcile.Result{}, nil
+}
+
+func main() {
+	var opts operator.Options
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	opts.Logger = logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	opts.Scheme = runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(opts.Scheme)
+	_ = v1.AddToScheme(opts.Scheme)
+	rt, err := operator.New(opts)
+	if err == nil {
+		err = builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{}).
+			WithSkipOptions(builder.SkipOptions{Disabled: true}).Complete(&scripted{Client: rt.GetClient()})
+	}
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err = rt.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
