@@ -211,3 +211,24 @@ func (s *Store) setClear(key reconcile.Request, clear bool) {
 func pending(w *v1alpha1.Wakeup, exists bool, now time.Time) bool {
 	return exists && w.Spec.Due.Time.After(now)
 }
+
+// Overdue lists the keys whose wakeups are past due (a sweep's safety net
+// for a wakeup source that was down), paged.
+func (s *Store) Overdue(ctx context.Context) ([]reconcile.Request, error) {
+	now := s.now()
+	var keys []reconcile.Request
+	list := &v1alpha1.WakeupList{}
+	for cont := ""; ; {
+		if err := s.c.List(ctx, list, client.MatchingLabels{"opzero.dev/operator": s.operator}, client.Limit(500), client.Continue(cont)); err != nil {
+			return nil, fmt.Errorf("listing wakeups: %w", err)
+		}
+		for _, w := range list.Items {
+			if !w.Spec.Due.Time.After(now) {
+				keys = append(keys, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Spec.Target.Namespace, Name: w.Spec.Target.Name}})
+			}
+		}
+		if cont = list.Continue; cont == "" {
+			return keys, nil
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -255,6 +256,56 @@ func TestLabelChangesOptIn(t *testing.T) {
 		}
 		if got := p.calls.Load() - before; got != want {
 			t.Fatalf("OnLabelChange=%v: %d reconciles for a label change, want %d", opt, got, want)
+		}
+	}
+}
+
+// TestAntiEntropySweep: a ping without data reconciles only what needs it
+// (generation not observed, deletion pending with finalizers); a ping with
+// {"sweep":"all"} reconciles everything.
+func TestAntiEntropySweep(t *testing.T) {
+	p := newProbe()
+	h := newHarness(t, p, nil, serverless.Options{})
+	ctx := t.Context()
+	mk := func(name string, observed bool, finalizer bool) {
+		w := newWidget(h.ns, name)
+		if finalizer {
+			w.SetFinalizers([]string{"test.opzero.dev/hold"})
+		}
+		h.create(w)
+		if observed {
+			_ = unstructured.SetNestedField(w.Object, w.GetGeneration(), "status", "observedGeneration")
+			if err := h.env.Client.Status().Update(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if finalizer {
+			if err := h.env.Client.Delete(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("synced", true, false)
+	mk("behind", false, false)
+	mk("deleting", true, true)
+	t.Cleanup(func() {
+		w := newWidget(h.ns, "deleting")
+		_ = h.env.Client.Patch(context.Background(), w, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	if a := h.post(cloudevent.NewPing("/apis/v1/namespaces/x/pingsources/sweep", nil), false); a.code != 200 {
+		t.Fatalf("sweep: %d %s", a.code, a.body)
+	}
+	for name, want := range map[string]int{"synced": 0, "behind": 1, "deleting": 1} {
+		if got := len(p.spansOf(req(h.ns, name))); got != want {
+			t.Errorf("sweep reconciled %s %d times, want %d", name, got, want)
+		}
+	}
+	if a := h.post(cloudevent.NewPing("/apis/v1/namespaces/x/pingsources/all", []byte(`{"sweep":"all"}`)), false); a.code != 200 {
+		t.Fatalf("full sweep: %d %s", a.code, a.body)
+	}
+	for name, want := range map[string]int{"synced": 1, "behind": 2, "deleting": 2} {
+		if got := len(p.spansOf(req(h.ns, name))); got != want {
+			t.Errorf("after the full sweep %s was reconciled %d times, want %d", name, got, want)
 		}
 	}
 }

@@ -237,11 +237,21 @@ func (e *Engine) eventObject(ev *cloudevent.ObjectEvent, gvk schema.GroupVersion
 	return obj, nil
 }
 
-// pingData is what a PingSource may carry: one key to reconcile; empty
-// data (or {}) sweeps every object of the primary kind.
+// pingData is what a PingSource may carry: one key to reconcile;
+// {"sweep":"all"} reconciles every object of the primary kind; empty data
+// (or {}) is the anti-entropy sweep: objects whose generation is not
+// observed yet, objects being deleted that still carry finalizers, and
+// overdue wakeups.
 type pingData struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	Sweep     string `json:"sweep"`
+}
+
+// Overduer is implemented by a Durable store that can list its overdue
+// wakeups (the sweep heals a wakeup source that was down).
+type Overduer interface {
+	Overdue(ctx context.Context) ([]reconcile.Request, error)
 }
 
 func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, error) {
@@ -257,17 +267,48 @@ func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, er
 		rt.add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: d.Namespace, Name: d.Name}})
 		return rt, nil
 	}
-	keys, err := e.listPrimary(ctx)
+	switch d.Sweep {
+	case "all":
+		keys, err := e.listPrimary(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		rt.keys, rt.why = keys, fmt.Sprintf("full sweep of %d %s", len(keys), e.op.Primary.GVK.Kind)
+		return rt, nil
+	case "":
+	default:
+		return nil, fmt.Errorf("PingSource %s data: sweep %q, want \"all\" or none", p.Source, d.Sweep)
+	}
+	keys, err := e.listPrimary(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	rt.keys = keys
-	rt.why = fmt.Sprintf("sweep of %d %s", len(keys), e.op.Primary.GVK.Kind)
+	for _, k := range keys {
+		rt.add(k)
+	}
+	overdue := 0
+	if o, ok := e.opts.Durable.(Overduer); ok {
+		ks, err := o.Overdue(ctx)
+		if err != nil {
+			return nil, transient{fmt.Errorf("listing overdue wakeups for a sweep: %w", err)}
+		}
+		for _, k := range ks {
+			rt.add(k)
+		}
+		overdue = len(ks)
+	}
+	rt.why = fmt.Sprintf("sweep: %d %s need a reconcile, %d overdue wakeups", len(keys), e.op.Primary.GVK.Kind, overdue)
 	return rt, nil
 }
 
-// listPrimary lists the keys of every primary object, paged, metadata only.
-func (e *Engine) listPrimary(ctx context.Context) ([]reconcile.Request, error) {
+// listPrimary lists the keys of the primary objects, paged: every one, or,
+// when needing, those whose generation is not observed or that are being
+// deleted with finalizers left (that needs the status: full objects, a page
+// at a time).
+func (e *Engine) listPrimary(ctx context.Context, needing bool) ([]reconcile.Request, error) {
+	if needing {
+		return e.listNeeding(ctx)
+	}
 	var keys []reconcile.Request
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(e.op.Primary.GVK.GroupVersion().WithKind(e.op.Primary.GVK.Kind + "List"))
@@ -318,4 +359,30 @@ func (e *Engine) routeWakeup(w *cloudevent.Wakeup) (*routed, error) {
 	rt := &routed{why: fmt.Sprintf("wakeup (%s) of %s", w.Reason, key(w.Namespace, w.Name))}
 	rt.add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
 	return rt, nil
+}
+
+func (e *Engine) listNeeding(ctx context.Context) ([]reconcile.Request, error) {
+	var keys []reconcile.Request
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(e.op.Primary.GVK.GroupVersion().WithKind(e.op.Primary.GVK.Kind + "List"))
+	opts := []client.ListOption{client.Limit(500)}
+	if sel := e.op.Primary.Selector; sel != nil {
+		opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
+	}
+	for cont := ""; ; {
+		if err := e.c.List(ctx, list, append(opts, client.Continue(cont))...); err != nil {
+			return nil, transient{fmt.Errorf("listing %s for a sweep: %w", e.op.Primary.GVK.Kind, err)}
+		}
+		for i := range list.Items {
+			it := &list.Items[i]
+			observed, has := gen.ObservedGeneration(it)
+			deleting := it.GetDeletionTimestamp() != nil
+			if (deleting && len(it.GetFinalizers()) > 0) || !gen.Observed(it.GetGeneration(), observed, has, deleting) && !deleting {
+				keys = append(keys, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: it.GetNamespace(), Name: it.GetName()}})
+			}
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return keys, nil
+		}
+	}
 }
