@@ -5,6 +5,10 @@
 //	requeue-3s   RequeueAfter 3s on the first reconcile, then done
 //	fail-3       fail while fewer than 3 reconciles happened, then succeed
 //	fail-1       fail on the first reconcile, then succeed
+//	converge     take 20 ms, then set status.observedGeneration (chaos test)
+//
+// With $TESTOP_SPANS set, each reconcile appends "start|end <key> <pid>
+// <unix-nanos>" lines to that file, for the overlap check across processes.
 package main
 
 import (
@@ -32,10 +36,29 @@ import (
 
 type scripted struct{ client.Client }
 
+func span(what string, req reconcile.Request) {
+	f := os.Getenv("TESTOP_SPANS")
+	if f == "" {
+		return
+	}
+	fd, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(fd, "%s %s %d %d\n", what, req.String(), os.Getpid(), time.Now().UnixNano())
+	fd.Close()
+}
+
 func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	span("start", req)
+	defer span("end", req)
 	cw := &v1.ConfigWatcher{}
 	if err := r.Get(ctx, req.NamespacedName, cw); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if cw.Spec.ConfigMap == "converge" {
+		time.Sleep(20 * time.Millisecond)
+		cw.Status.ObservedGeneration = cw.Generation
 	}
 	cw.Status.Restarts++
 	n := cw.Status.Restarts
@@ -66,8 +89,7 @@ func main() {
 	_ = v1.AddToScheme(opts.Scheme)
 	rt, err := operator.New(opts)
 	if err == nil {
-		err = builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{}).
-			WithSkipOptions(builder.SkipOptions{Disabled: true}).Complete(&scripted{Client: rt.GetClient()})
+		err = builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{}).Complete(&scripted{Client: rt.GetClient()})
 	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
