@@ -58,6 +58,8 @@ type Options struct {
 	// and retries are recorded as Wakeups that the wakeup source delivers to
 	// this URL (the operator's own), surviving scale to zero.
 	WakeupSink string
+	// Async answers as soon as an event is durably recorded (needs WakeupSink).
+	Async bool
 	// WakeupNamespace holds Wakeups of cluster-scoped objects ($POD_NAMESPACE, else default).
 	WakeupNamespace string
 
@@ -103,6 +105,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
 	fs.IntVar(&o.Serverless.MaxInFlight, "max-in-flight", o.Serverless.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
 	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups delivered to this URL (the operator's own) by `opzero wakeup-source`")
+	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")

@@ -173,6 +173,12 @@ func (r *Runtime) Register(op *builder.Operator) error {
 			so.Durable = wakeup.NewStore(r.client, wakeup.StoreOptions{Operator: op.Name, Target: op.Primary.GVK,
 				Sink: r.opts.WakeupSink, Policy: p, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE"))})
 		}
+		if r.opts.Async {
+			if r.opts.WakeupSink == "" {
+				return errors.New("--async needs --wakeup-sink: an accepted event is recorded as a Wakeup until it is reconciled")
+			}
+			so.Async = true
+		}
 		if r.opts.MaxConcurrentReconciles > 0 {
 			so.MaxConcurrentReconciles = r.opts.MaxConcurrentReconciles
 		}

@@ -121,8 +121,8 @@ func (s *Store) Failed(ctx context.Context, key reconcile.Request) (time.Duratio
 	return delay, attempt, err
 }
 
-// Succeeded deletes key's pending retry, if any: a later success cancels a
-// pending retry. A RequeueAfter record stays. Keys known to have no retry
+// Succeeded deletes key's pending retry or async acceptance, if any: a later
+// success cancels a pending retry. A RequeueAfter record stays. Keys known to have no retry
 // record cost no API call.
 func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
 	if s.isClear(key) {
@@ -136,7 +136,7 @@ func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the wakeup of %s: %w", key, err)
-	case w.Spec.Reason != v1alpha1.ReasonRetry:
+	case w.Spec.Reason != v1alpha1.ReasonRetry && w.Spec.Reason != v1alpha1.ReasonAccepted:
 		if w.Spec.Attempts > 0 { // a success resets the backoff
 			w.Spec.Attempts = 0
 			return client.IgnoreNotFound(s.c.Update(ctx, w))
@@ -231,4 +231,23 @@ func (s *Store) Overdue(ctx context.Context) ([]reconcile.Request, error) {
 			return keys, nil
 		}
 	}
+}
+
+// Accept records, in async mode, that an event for key was accepted: if
+// the reconcile has not succeeded within grace, the wakeup source delivers
+// it again. An earlier pending wakeup is kept.
+func (s *Store) Accept(ctx context.Context, key reconcile.Request, grace time.Duration) error {
+	now := s.now()
+	due := now.Add(grace)
+	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
+		if pending(w, exists, now) && !w.Spec.Due.Time.After(due) {
+			return false
+		}
+		w.Spec.Due, w.Spec.Reason = metav1.NewMicroTime(due), v1alpha1.ReasonAccepted
+		return true
+	})
+	if err == nil {
+		s.setClear(key, false)
+	}
+	return err
 }

@@ -36,6 +36,8 @@
 //	200  handled (reconciled, skipped, filtered, nothing to do); empty body, so
 //	     a Broker does not take it for a malformed reply; the reason is in the
 //	     Opzero-Result header
+//	202  async mode (Options.Async): the event is durably recorded and will be
+//	     reconciled after the answer
 //	400  malformed or unroutable event: never retried; the body names the problem
 //	422  the reconcile returned a reconcile.TerminalError: retrying cannot help
 //	     (no sender retries 422; a Broker dead-letters it)

@@ -42,6 +42,12 @@ type Options struct {
 	// and a failed reconcile is answered 200 once its retry is recorded, 503
 	// if it cannot be.
 	Durable Durable
+	// Async answers 202 as soon as each key's intent is durable (an
+	// Accepted wakeup, Durable must be an Acceptor) and reconciles afterwards.
+	Async bool
+	// AsyncGrace is how long an accepted event may take before the wakeup
+	// source delivers it again (1 min).
+	AsyncGrace time.Duration
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
@@ -54,6 +60,11 @@ type Durable interface {
 	Requeue(ctx context.Context, key reconcile.Request, after time.Duration) error
 	Failed(ctx context.Context, key reconcile.Request) (retryIn time.Duration, attempt int, err error)
 	Succeeded(ctx context.Context, key reconcile.Request) error
+}
+
+// Acceptor records accepted events (async mode).
+type Acceptor interface {
+	Accept(ctx context.Context, key reconcile.Request, grace time.Duration) error
 }
 
 // Engine is the serverless runtime of one Operator: an http.Handler.
@@ -90,6 +101,9 @@ func New(op *builder.Operator, c client.Client, opts Options) (*Engine, error) {
 		return nil, errors.New("serverless: the client is nil")
 	}
 	opts = opts.withDefaults()
+	if _, ok := opts.Durable.(Acceptor); opts.Async && !ok {
+		return nil, errors.New("serverless: async mode needs a durable store that records accepted events (wakeup.Store)")
+	}
 	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: gen.NewMemo[reconcile.Request](100_000),
 		inFlight: make(chan struct{}, opts.MaxInFlight)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles}, e.run)
@@ -118,6 +132,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 4 << 20
+	}
+	if o.AsyncGrace <= 0 {
+		o.AsyncGrace = time.Minute
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1000
@@ -182,6 +199,10 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer submits the routed keys and writes the answer once each has been
 // reconciled by a run that started after this request arrived.
 func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) {
+	if e.opts.Async {
+		e.accept(w, ctx, rt)
+		return
+	}
 	tickets := make([]*keyq.Ticket, len(rt.keys))
 	for i, k := range rt.keys {
 		tickets[i] = e.queue.Submit(k, rt.arrival(k))
@@ -254,3 +275,21 @@ func (e *Engine) Draining() bool { return e.draining.Load() }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
+
+// accept (async mode) makes each key's intent durable, answers 202 and lets
+// the reconciles run after the answer.
+func (e *Engine) accept(w http.ResponseWriter, ctx context.Context, rt *routed) {
+	acc := e.opts.Durable.(Acceptor)
+	for _, k := range rt.keys {
+		if err := acc.Accept(ctx, k, e.opts.AsyncGrace); err != nil {
+			unavailable(w, fmt.Sprintf("could not record the event for %s: %v", k, err))
+			return
+		}
+	}
+	for _, k := range rt.keys {
+		e.queue.Submit(k, rt.arrival(k))
+		e.stats.Submitted.Add(1)
+	}
+	w.Header().Set(ResultHeader, fmt.Sprintf("accepted %d key(s): %s", len(rt.keys), rt.why))
+	w.WriteHeader(http.StatusAccepted)
+}

@@ -13,7 +13,9 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -24,10 +26,14 @@ import (
 	"github.com/opzero/opzero/engine/serverless"
 	"github.com/opzero/opzero/internal/recstate"
 	"github.com/opzero/opzero/testenv"
+	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"testdata/crds"}}))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"testdata/crds", "../../config/crd"}, Scheme: scheme}))
 }
 
 var widgetGVK = schema.GroupVersionKind{Group: "test.opzero.dev", Version: "v1", Kind: "Widget"}
@@ -118,6 +124,17 @@ type harness struct {
 	client client.Client // the engine's (recstate-wrapped) client
 	api    *countingTransport
 	srv    *httptest.Server
+	op     *builder.Operator
+}
+
+// mustEngine replaces the harness's engine (same operator) with one built with opts.
+func mustEngine(t *testing.T, h *harness, opts serverless.Options) *serverless.Engine {
+	t.Helper()
+	e, err := serverless.New(h.op, h.client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func newHarness(t *testing.T, r reconcile.Reconciler, describe func(*builder.Builder) *builder.Builder, opts serverless.Options) *harness {
@@ -142,10 +159,11 @@ func newHarness(t *testing.T, r reconcile.Reconciler, describe func(*builder.Bui
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.op = op
 	if h.engine, err = serverless.New(op, h.client, opts); err != nil {
 		t.Fatal(err)
 	}
-	h.srv = httptest.NewServer(h.engine)
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.engine.ServeHTTP(w, r) }))
 	t.Cleanup(h.srv.Close)
 	return h
 }

@@ -36,6 +36,9 @@ type Target struct {
 const (
 	ReasonRequeueAfter = "RequeueAfter"
 	ReasonRetry        = "Retry"
+	// ReasonAccepted: an event was accepted in async mode and its reconcile
+	// has not finished yet; if the instance dies first, the wakeup redelivers.
+	ReasonAccepted = "Accepted"
 )
 
 // WakeupSpec says what to wake, where, and when.
@@ -47,8 +50,8 @@ type WakeupSpec struct {
 	Sink string `json:"sink"`
 	// Due is when to deliver (microsecond precision).
 	Due metav1.MicroTime `json:"due"`
-	// Reason is RequeueAfter or Retry.
-	// +kubebuilder:validation:Enum=RequeueAfter;Retry
+	// Reason is RequeueAfter, Retry or Accepted.
+	// +kubebuilder:validation:Enum=RequeueAfter;Retry;Accepted
 	Reason string `json:"reason"`
 	// Attempts counts failed reconciles since the last success: the backoff
 	// survives scale to zero.
