@@ -5,7 +5,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins opzero test unit demo clean help bench-coldstart fuzz
+.PHONY: all bins knative-bins opzero test unit demo clean help bench bench-coldstart fuzz
 
 all: opzero
 
@@ -39,5 +39,8 @@ demo: bins knative-bins opzero ## the main job: ConfigWatcher running serverless
 clean: ## remove bin/ (the Go build cache keeps later builds fast)
 	rm -rf bin
 
-bench-coldstart: bins ## exec -> ready and exec -> first event reconciled: opzero serverless vs a controller-runtime manager, 2000 ConfigMaps present
-	$(GO) run ./bench/coldstart -objects 2000 -runs 10
+bench: bins knative-bins ## opzero vs controller-runtime: memory, cold start, throughput, intake; writes docs/benchmarks.md (not part of make test)
+	$(GO) run ./bench/suite
+
+bench-coldstart: bins ## only exec -> ready and exec -> first event reconciled at 2000 ConfigMaps
+	$(GO) run ./bench/suite -only coldstart

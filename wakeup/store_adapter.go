@@ -2,6 +2,7 @@ package wakeup
 
 import (
 	"container/heap"
+	"runtime/debug"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -62,6 +63,9 @@ func (a *storeAdapter) Replace(list []interface{}, _ string) error {
 	for _, k := range gone {
 		a.remove(k)
 	}
+	// The initial list held every object at once; only small entries are
+	// kept, so hand the transient memory back to the system.
+	go debug.FreeOSMemory()
 	return nil
 }
 

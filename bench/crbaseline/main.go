@@ -1,7 +1,8 @@
 // Command crbaseline is the baseline opzero is measured against: the
 // ConfigWatcher operator on a plain controller-runtime manager, written the
 // way kubebuilder scaffolds it (same reconciler, same watches, no opzero
-// package on the path). It prints READY once its caches have synced.
+// package on the path, MaxConcurrentReconciles 4). It prints READY once its
+// caches have synced.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -21,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
-	"github.com/opzero/opzero/examples/configwatcher/controller"
+	cwcontroller "github.com/opzero/opzero/examples/configwatcher/controller"
 )
 
 func main() {
@@ -41,10 +43,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	r := &controller.ConfigWatcherReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("configwatcher")}
+	r := &cwcontroller.ConfigWatcherReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("configwatcher")}
 	err = ctrl.NewControllerManagedBy(mgr).For(&v1.ConfigWatcher{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			keys, _ := controller.ConfigMapToConfigWatchers(ctx, mgr.GetClient(), o)
+			keys, _ := cwcontroller.ConfigMapToConfigWatchers(ctx, mgr.GetClient(), o)
 			return keys
 		})).Complete(r)
 	if err != nil {

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/opzero/opzero/cloudevent"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+)
+
+const ns = "bench"
+
+type env struct {
+	configMaps int
+	c          client.Client
+	scheme     *k8sruntime.Scheme
+	kubeconfig string
+	dir        string
+}
+
+// setup creates the namespace and the target ConfigWatcher (and its ConfigMap).
+func (e *env) setup(ctx context.Context) error {
+	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "target-config", Namespace: ns}}); err != nil {
+		return err
+	}
+	return e.c.Create(ctx, &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		Spec: v1.ConfigWatcherSpec{ConfigMap: "target-config", PodSelector: map[string]string{"app": "none"}}})
+}
+
+// ensureConfigMaps grows the 1 KiB ConfigMaps in the namespace to total.
+func (e *env) ensureConfigMaps(ctx context.Context, total int) error {
+	payload := strings.Repeat("x", 1024)
+	sem := make(chan struct{}, 32)
+	errc := make(chan error, total)
+	n := 0
+	for i := e.configMaps; i < total; i++ {
+		n++
+		sem <- struct{}{}
+		go func(i int) {
+			defer func() { <-sem }()
+			errc <- e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%05d", i), Namespace: ns}, Data: map[string]string{"v": payload}})
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errc; err != nil {
+			return err
+		}
+	}
+	e.configMaps = total
+	return nil
+}
+
+// once bumps the target's generation, execs the operator and measures exec
+// -> ready and exec -> the target's status showing the new generation.
+func (e *env) once(ctx context.Context, name string) (ready, first time.Duration, rss float64, err error) {
+	cw := &v1.ConfigWatcher{}
+	key := client.ObjectKey{Namespace: ns, Name: "target"}
+	if err := e.c.Get(ctx, key, cw); err != nil {
+		return 0, 0, 0, err
+	}
+	cw.Spec.PodSelector = map[string]string{"app": "none", "run": fmt.Sprint(time.Now().UnixNano())}
+	if err := e.c.Update(ctx, cw); err != nil {
+		return 0, 0, 0, err
+	}
+	want := cw.Generation
+	port, err := freePort()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	bin, args := name, []string{}
+	switch name {
+	case "opzero":
+		args = append(args, "--mode=serverless", "--insecure-no-auth")
+	case "opzero-classic":
+		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
+	}
+	cmd := exec.Command(filepath.Join(e.dir, bin), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	stdout, _ := cmd.StdoutPipe()
+	readyc := make(chan time.Time, 1)
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			if s.Text() == "READY" {
+				readyc <- time.Now()
+			}
+		}
+	}()
+	if name == "opzero" {
+		go e.deliver(port, cw, readyc)
+	}
+	done := make(chan time.Time, 1)
+	go func() {
+		for {
+			got := &v1.ConfigWatcher{}
+			if e.c.Get(ctx, key, got) == nil && got.Status.ObservedGeneration >= want {
+				done <- time.Now()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	select {
+	case t := <-done:
+		first = t.Sub(t0)
+	case <-time.After(60 * time.Second):
+		return 0, 0, 0, fmt.Errorf("not reconciled within 60s")
+	}
+	if name == "opzero-classic" { // it says nothing when its caches have synced
+		ready = first
+	} else {
+		select {
+		case t := <-readyc:
+			ready = t.Sub(t0)
+		case <-time.After(5 * time.Second):
+			return 0, 0, 0, fmt.Errorf("never ready")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // settled after the first reconcile
+	return ready, first, rssMiB(cmd.Process.Pid), nil
+}
+
+func rssMiB(pid int) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// deliver plays the ApiServerSource: it POSTs the update event (Resource
+// mode) as soon as the operator accepts connections; ready is when it first
+// does.
+func (e *env) deliver(port int, cw *v1.ConfigWatcher, readyc chan<- time.Time) {
+	gvk, _ := apiutil.GVKForObject(cw, e.scheme)
+	cw.GetObjectKind().SetGroupVersionKind(gvk)
+	body, _ := json.Marshal(cw)
+	ev, _ := cloudevent.NewObjectEvent(cloudevent.Resource, cloudevent.Update, body, "configwatchers")
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	for sent := false; !sent; {
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			time.Sleep(500 * time.Microsecond)
+			continue
+		}
+		conn.Close()
+		readyc <- time.Now()
+		req, _ := cloudevent.NewRequest(context.Background(), url, ev, false)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			sent = true
+		}
+	}
+}
+
+func stats(ds []time.Duration) string {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	r := func(d time.Duration) string { return d.Round(time.Millisecond / 10).String() }
+	return fmt.Sprintf("%s (%s-%s)", r(median(s)), r(s[0]), r(s[len(s)-1]))
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

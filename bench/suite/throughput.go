@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/devenv/knative"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+)
+
+const tpObjects = 2000
+
+// throughput: 2000 ConfigWatchers created, time until every one has
+// observedGeneration == generation: controller-runtime (MaxConcurrentReconciles
+// 4), opzero serverless fed by Knative's real ApiServerSource adapter, and the
+// raw limit (a bare client creating and writing the same status at
+// concurrency 16).
+func (e *env) throughput(ctx context.Context, r *report, runs int) error {
+	res := map[string][]float64{}
+	for i := 0; i < runs; i++ {
+		for _, v := range []string{"controller-runtime", "opzero", "raw"} {
+			ns := fmt.Sprintf("tp-%s-%d", v, i)
+			fmt.Printf("  throughput %s run %d ...\n", v, i+1)
+			d, err := e.throughputOnce(ctx, v, ns)
+			if err != nil {
+				return fmt.Errorf("throughput %s: %w", v, err)
+			}
+			res[v] = append(res[v], tpObjects/d.Seconds())
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs.\n\n", tpObjects, runs)
+	fmt.Fprintf(&b, "| variant | objects/s | vs controller-runtime | vs raw limit |\n|---|---|---|---|\n")
+	cr, raw := fmedian(res["controller-runtime"]), fmedian(res["raw"])
+	for _, v := range []string{"controller-runtime", "opzero", "raw"} {
+		name := map[string]string{"controller-runtime": "controller-runtime (MaxConcurrentReconciles 4)", "opzero": "opzero serverless (real ApiServerSource adapter, 8 concurrent keys)", "raw": "raw limit (bare client, create + status write, concurrency 16)"}[v]
+		m := fmedian(res[v])
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
+	}
+	r.add("Throughput", b.String())
+	return nil
+}
+
+func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Duration, error) {
+	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return 0, err
+	}
+	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns}}); err != nil {
+		return 0, err
+	}
+	switch variant {
+	case "controller-runtime":
+		stop, err := e.startCR()
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+	case "opzero":
+		stop, err := e.startServerless(ctx, ns)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+	}
+	t0 := time.Now()
+	if err := e.createWatchers(ctx, ns, variant == "raw"); err != nil {
+		return 0, err
+	}
+	for {
+		list := &v1.ConfigWatcherList{}
+		if err := e.c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		done := 0
+		for _, cw := range list.Items {
+			if cw.Status.ObservedGeneration == cw.Generation {
+				done++
+			}
+		}
+		if done == tpObjects {
+			return time.Since(t0), nil
+		}
+		if time.Since(t0) > 5*time.Minute {
+			return 0, fmt.Errorf("%d of %d converged after 5 minutes", done, tpObjects)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) createWatchers(ctx context.Context, ns string, writeStatus bool) error {
+	jobs := make(chan int)
+	errc := make(chan error, 16)
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i)},
+					Spec: v1.ConfigWatcherSpec{ConfigMap: "cfg", PodSelector: map[string]string{"app": "x"}}}
+				if err := e.c.Create(ctx, cw); err != nil {
+					errc <- err
+					return
+				}
+				if writeStatus {
+					cw.Status.ObservedGeneration = cw.Generation
+					meta.SetStatusCondition(&cw.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Watching", Message: "raw"})
+					if err := e.c.Status().Update(ctx, cw); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < tpObjects; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (e *env) startCR() (func(), error) {
+	cmd := exec.Command(filepath.Join(e.dir, "controller-runtime"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }
+	s := bufio.NewScanner(out)
+	for s.Scan() {
+		if s.Text() == "READY" {
+			go func() {
+				for s.Scan() {
+				}
+			}()
+			return stop, nil
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("controller-runtime operator exited before READY")
+}
+
+func (e *env) startServerless(ctx context.Context, ns string) (func(), error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(e.dir, "opzero"), "--mode=serverless", "--insecure-no-auth")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
+		Name: "tp-" + ns, Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: e.kubeconfig,
+		Sink: fmt.Sprintf("http://127.0.0.1:%d", port), Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
+	})
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, err
+	}
+	time.Sleep(time.Second) // its reflector lists and watches before the first create
+	return func() {
+		a.Stop()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}, nil
+}
