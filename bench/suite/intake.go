@@ -85,7 +85,7 @@ func (q request) serve(h http.Handler) int {
 func intake(r *report, runs int) error {
 	svc := map[string]any{"apiVersion": "v1", "kind": "Service",
 		"metadata": map[string]any{"name": "s", "namespace": "n", "generation": 3, "resourceVersion": "7", "labels": map[string]any{"app": "x"}},
-		"spec": map[string]any{"ports": []any{map[string]any{"port": 80}}}, "status": map[string]any{"observedGeneration": 3}}
+		"spec":     map[string]any{"ports": []any{map[string]any{"port": 80}}}, "status": map[string]any{"observedGeneration": 3}}
 	skipped, err := eventRequest(cloudevent.Resource, svc)
 	if err != nil {
 		return err
