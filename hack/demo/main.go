@@ -26,12 +26,16 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opzero/opzero/devenv/activator"
 	"github.com/opzero/opzero/devenv/controlplane"
 	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 )
 
-const ns = "demo"
+const (
+	ns   = "demo"
+	idle = 3 * time.Second
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -48,6 +52,8 @@ type demo struct {
 	t0                   time.Time
 	step                 int
 	delivered, skipped   atomic.Int64
+	act                  *activator.Activator
+	coldAt               time.Time
 	deliveries           lines
 }
 
@@ -131,7 +137,10 @@ func (d *demo) scenario(ctx context.Context, root string, before []string) error
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.ConfigMapVersion != "" }); err != nil {
 		return fmt.Errorf("the ConfigWatcher was not reconciled: %w; operator log:\n%s", err, d.operatorLog())
 	}
-	d.note("reconciled %s after apply: Ready, ConfigMap version recorded, no restart on first sight", since(t))
+	d.note("reconciled %s after apply, cold start included: Ready, ConfigMap version recorded, no restart on first sight", since(t))
+	if err := d.waitZero(ctx); err != nil {
+		return err
+	}
 
 	d.say("Edit the ConfigMap: the operator restarts the pods the ConfigWatcher selects")
 	t = time.Now()
@@ -142,7 +151,7 @@ func (d *demo) scenario(ctx context.Context, root string, before []string) error
 	if err != nil {
 		return err
 	}
-	d.note("pods restarted %s after the edit: %s -> %s", since(t), strings.Join(before, ", "), strings.Join(after, ", "))
+	d.note("pods restarted %s after the edit (cold start included): %s -> %s", since(t), strings.Join(before, ", "), strings.Join(after, ", "))
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.Restarts == 1 }); err != nil {
 		return fmt.Errorf("status not updated: %w", err)
 	}
@@ -150,9 +159,12 @@ func (d *demo) scenario(ctx context.Context, root string, before []string) error
 	_ = d.kubectl("get", "-n", ns, "configwatchers")
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "events", "--field-selector", "reason=Restarted", "-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
-	d.say("Events delivered by the ApiServerSource adapter: %d (%d skipped by generation: the operator's own status writes)",
-		d.delivered.Load(), d.skipped.Load())
-	d.note("total %s. Next: `opzero dev` scales the operator to zero between events (issue 6).", since(d.t0))
+	if err := d.waitZero(ctx); err != nil {
+		return err
+	}
+	d.say("Events delivered by the ApiServerSource adapter: %d (%d skipped by generation: the operator's own status writes); cold starts: %d",
+		d.delivered.Load(), d.skipped.Load(), d.act.ColdStarts.Load())
+	d.note("total %s", since(d.t0))
 	return nil
 }
 
@@ -182,20 +194,12 @@ func (d *demo) waitPods(ctx context.Context, old []string) ([]string, error) {
 }
 
 func (d *demo) startOperator(ctx context.Context, root string) (int, error) {
-	d.say("The operator: go build ./examples/configwatcher, run --mode=serverless")
+	d.say("The operator: go build ./examples/configwatcher, --mode=serverless behind a scale-to-zero activator (idle %s)", idle)
 	exe := filepath.Join(d.dir, "configwatcher")
 	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./examples/configwatcher")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("building the operator: %w\n%s", err, out)
-	}
-	port, err := freePort()
-	if err != nil {
-		return 0, err
-	}
-	logf, err := os.Create(filepath.Join(d.dir, "operator.log"))
-	if err != nil {
-		return 0, err
 	}
 	// Deliveries are authenticated as with Knative's OIDC feature: the
 	// adapter sends a token for its service account with this audience.
@@ -204,28 +208,35 @@ func (d *demo) startOperator(ctx context.Context, root string) (int, error) {
 	if err := d.c.Create(ctx, sa); err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(exe, "--mode=serverless", "--audience=configwatcher",
-		"--allowed-senders=system:serviceaccount:"+ns+":configwatcher-source")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.kubeconfig, fmt.Sprintf("PORT=%d", port))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	t := time.Now()
-	if err := cmd.Start(); err != nil {
+	logf, err := os.Create(filepath.Join(d.dir, "operator.log"))
+	if err != nil {
 		return 0, err
 	}
-	go func() { <-ctx.Done(); _ = cmd.Process.Signal(syscall.SIGTERM) }()
-	if err := poll(ctx, func() bool {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-		if err == nil {
-			resp.Body.Close()
+	d.act = activator.New(activator.Options{Idle: idle, Command: func() *exec.Cmd {
+		cmd := exec.Command(exe, "--mode=serverless", "--audience=configwatcher",
+			"--allowed-senders=system:serviceaccount:"+ns+":configwatcher-source")
+		cmd.Env = []string{"KUBECONFIG=" + d.kubeconfig}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		return cmd
+	}, OnEvent: func(what string, took time.Duration) {
+		switch what {
+		case "cold-start":
+			d.coldAt = time.Now()
+			d.note("activator: an event arrived, 0 instances -> starting the operator (cold start #%d)", d.act.ColdStarts.Load())
+		case "ready":
+			d.note("activator: operator ready %s after exec; buffered events delivered", took.Round(time.Millisecond))
+		case "scaled-to-zero":
+			d.note("activator: idle for %s -> scaled to zero (SIGTERM, drained, exit 0); 0 instances", idle)
 		}
-		return err == nil
-	}); err != nil {
-		return 0, fmt.Errorf("the operator did not start (log: %s): %w", logf.Name(), err)
+	}})
+	go d.act.Run(ctx)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
 	}
-	d.note("listening on :%d (pid %d), exec -> ready in %s; no informers, no cache", port, cmd.Process.Pid, since(t))
-	d.note("deliveries must carry a bearer token for audience configwatcher from serviceaccount %s/configwatcher-source", ns)
-	return port, nil
+	go http.Serve(l, d.act)
+	d.note("0 operator processes; the activator holds its URL %s", "http://"+l.Addr().String())
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (d *demo) startAdapter(ctx context.Context, port int) error {
@@ -279,8 +290,8 @@ func (d *demo) startAdapter(ctx context.Context, port int) error {
 	// Each kind has its own reflector; the ConfigWatchers' may start a moment
 	// after the ConfigMaps' (its first list goes through a fresh dynamic client).
 	time.Sleep(time.Second)
-	d.note("watching namespace %s (first event after %s), sink -> the operator (pid %d)", ns, since(t), a.PID())
-	return nil
+	d.note("watching namespace %s (first event after %s, a canary ConfigMap), sink -> the activator; adapter pid %d", ns, since(t), a.PID())
+	return d.waitZero(ctx)
 }
 
 func (d *demo) kubectl(args ...string) error {
@@ -333,4 +344,9 @@ func (l *lines) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(l.l, "\n")
+}
+
+// waitZero waits until the activator has scaled the operator to zero.
+func (d *demo) waitZero(ctx context.Context) error {
+	return poll(ctx, func() bool { return d.act.Instances() == 0 })
 }
