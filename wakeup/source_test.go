@@ -110,12 +110,13 @@ func TestSourceKilledWithPending(t *testing.T) {
 	before := len(first)
 	mu.Unlock()
 	start()
-	eventually(t, 60*time.Second, "every wakeup delivered", func(context.Context) (bool, error) {
+	deliver := time.Duration(max(1, n/10_000)) * 60 * time.Second // deliveries (POST + DELETE) run at ~1-2k/s here
+	eventually(t, deliver, "every wakeup delivered", func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(first) == n, nil
 	})
-	eventually(t, 60*time.Second, "every record deleted", func(ctx context.Context) (bool, error) {
+	eventually(t, deliver, "every record deleted", func(ctx context.Context) (bool, error) {
 		list := &v1alpha1.WakeupList{}
 		if err := env.Client.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
 			return false, err
