@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,7 +91,15 @@ func (r *ConfigWatcherReconciler) restartPods(ctx context.Context, cw *v1.Config
 
 // writeStatus applies mutate and writes the status, retrying on conflict
 // (mutate is re-applied to a freshly read object).
+// An unchanged status is not written: no write, no conflict on a stale
+// cache, no update event.
 func (r *ConfigWatcherReconciler) writeStatus(ctx context.Context, cw *v1.ConfigWatcher, mutate func(*v1.ConfigWatcherStatus)) error {
+	next := cw.Status.DeepCopy()
+	mutate(next)
+	next.ObservedGeneration = cw.Generation
+	if equality.Semantic.DeepEqual(*next, cw.Status) {
+		return nil
+	}
 	return helpers.UpdateStatus(ctx, r.Client, cw, func() error {
 		mutate(&cw.Status)
 		cw.Status.ObservedGeneration = cw.Generation
