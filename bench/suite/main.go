@@ -186,8 +186,32 @@ func (r *report) write(out string) error {
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (`go run ./bench/suite`) on %s: %s, %d CPUs, %s/%s, %s, on the local control plane (kube-apiserver v1.34.3, etcd v3.6.4). Baseline: `bench/crbaseline`, the same ConfigWatcher reconciler on a plain controller-runtime v0.25.2 manager.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	b.WriteString(strings.Join(r.sections, "\n"))
+	b.WriteString(analysis)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(filepath.Dir(out), "bench-rss.svg"), []byte(rssSVG(r.rss)), 0o644)
 }
+
+// analysis says what bounds the figures that miss their targets (checked
+// against the code, not profiled with pprof yet).
+const analysis = `
+## Reading the figures
+
+- **Serverless RSS is flat in the object count** (no cache), but its floor is
+  the same as controller-runtime's with no objects (~31-33 MiB), above the
+  20 MiB target: one binary serves both modes, so it links the
+  controller-runtime manager and registers client-go's whole scheme at start.
+  A serverless-only build (no manager, a scheme of only the kinds it uses) is
+  what would lower the floor.
+- **Throughput with the real adapter is bounded by the sender**: Knative's
+  ApiServerSource adapter sends one event at a time and waits for the answer,
+  and the engine answers after the reconcile (GET, GET of the ConfigMap,
+  status write: ~6-8 ms here), so the 8 concurrent keys are rarely used;
+  2000 / that latency is the ceiling. Async mode (answer after one Wakeup
+  write) or several sources would raise it.
+- **Reconciles per 1000-event burst**: a request is answered only after a
+  reconcile that started after it arrived, so a burst that takes longer to
+  arrive than one reconcile (1000 goroutines decoding CloudEvents on 2 cores
+  vs a 10 ms reconcile) needs one follow-up per reconcile it spans.
+`
