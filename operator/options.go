@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,6 +64,17 @@ type Options struct {
 	// WakeupNamespace holds Wakeups of cluster-scoped objects ($POD_NAMESPACE, else default).
 	WakeupNamespace string
 
+	// MaxScale is the most instances the operator may run as (Knative's
+	// max-scale; env OPZERO_MAX_SCALE). Above 1, each key is serialized
+	// across instances with a coordination.k8s.io Lease (two writes per
+	// reconcile); at 0 or 1, in memory only.
+	MaxScale int
+	// LeaseDuration is how long a key's Lease outlives its holder (15 s).
+	LeaseDuration time.Duration
+	// InstanceID is the Leases' holder identity ($POD_NAME, else the host
+	// name, which is the pod name in Kubernetes, plus "-<pid>" if not PID 1).
+	InstanceID string
+
 	// BackoffBase and BackoffCap shape retries after failures (1 s, 5 min).
 	BackoffBase, BackoffCap time.Duration
 
@@ -107,6 +119,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups delivered to this URL (the operator's own) by `opzero wakeup-source`")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
+	if o.MaxScale == 0 {
+		if n, err := strconv.Atoi(os.Getenv("OPZERO_MAX_SCALE")); err == nil {
+			o.MaxScale = n
+		}
+	}
+	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE); above 1, per-key Leases serialize reconciles across instances")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
+	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")

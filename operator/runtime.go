@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -25,6 +26,7 @@ import (
 	"github.com/opzero/opzero/engine/serverless"
 	"github.com/opzero/opzero/helpers"
 	"github.com/opzero/opzero/internal/recstate"
+	"github.com/opzero/opzero/lease"
 	"github.com/opzero/opzero/wakeup"
 	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
@@ -171,7 +173,19 @@ func (r *Runtime) Register(op *builder.Operator) error {
 				p = *so.Backoff
 			}
 			so.Durable = wakeup.NewStore(r.client, wakeup.StoreOptions{Operator: op.Name, Target: op.Primary.GVK,
-				Sink: r.opts.WakeupSink, Policy: p, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE"))})
+				Sink: r.opts.WakeupSink, Policy: p, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE")),
+				Shared: r.opts.MaxScale > 1})
+		}
+		if r.opts.MaxScale > 1 {
+			if err := coordinationv1.AddToScheme(r.opts.Scheme); err != nil {
+				return err
+			}
+			l, err := lease.New(r.client, lease.Options{Operator: op.Name, Identity: r.opts.InstanceID,
+				Duration: r.opts.LeaseDuration, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE"))})
+			if err != nil {
+				return err
+			}
+			so.Locker = l
 		}
 		if r.opts.Async {
 			if r.opts.WakeupSink == "" {

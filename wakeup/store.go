@@ -32,7 +32,7 @@ type Store struct {
 	now       func() time.Time
 
 	mu    sync.Mutex
-	clear map[reconcile.Request]bool // keys known to have no retry record
+	clear map[reconcile.Request]bool // keys known to have no retry record; nil when Shared
 }
 
 // StoreOptions configures a Store.
@@ -44,6 +44,9 @@ type StoreOptions struct {
 	Policy    backoff.Policy
 	Namespace string
 	Now       func() time.Time
+	// Shared: other instances write records of the same keys, so this one
+	// cannot know that a key has none (Succeeded always looks).
+	Shared bool
 }
 
 // NewStore returns a Store writing through c.
@@ -54,8 +57,12 @@ func NewStore(c client.Client, o StoreOptions) *Store {
 	if o.Namespace == "" {
 		o.Namespace = metav1.NamespaceDefault
 	}
-	return &Store{c: c, operator: o.Operator, target: o.Target, sink: o.Sink, policy: o.Policy,
-		namespace: o.Namespace, now: o.Now, clear: map[reconcile.Request]bool{}}
+	s := &Store{c: c, operator: o.Operator, target: o.Target, sink: o.Sink, policy: o.Policy,
+		namespace: o.Namespace, now: o.Now}
+	if !o.Shared {
+		s.clear = map[reconcile.Request]bool{}
+	}
+	return s
 }
 
 // Name is the record name for key: one per operator and key.
@@ -195,6 +202,9 @@ func (s *Store) isClear(key reconcile.Request) bool {
 func (s *Store) setClear(key reconcile.Request, clear bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.clear == nil {
+		return // shared
+	}
 	if !clear {
 		delete(s.clear, key)
 		return

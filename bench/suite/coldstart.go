@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -33,6 +34,7 @@ type env struct {
 	scheme     *k8sruntime.Scheme
 	kubeconfig string
 	dir        string
+	cfg        *rest.Config
 }
 
 // setup creates the namespace and the target ConfigWatcher (and its ConfigMap).

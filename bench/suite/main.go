@@ -5,6 +5,7 @@
 //
 //	go run ./bench/suite                 # everything
 //	go run ./bench/suite -only coldstart # exec -> ready / first reconcile at 2000 ConfigMaps
+//	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
 package main
 
 import (
@@ -29,7 +30,7 @@ import (
 var operators = []string{"controller-runtime", "opzero", "opzero-classic"}
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput or intake")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake or scaleout")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
 	flag.Parse()
@@ -64,7 +65,7 @@ func run(only string, runs int, out string) error {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Println("building the operators ...")
-	for name, pkg := range map[string]string{"opzero": "./examples/configwatcher", "controller-runtime": "./bench/crbaseline"} {
+	for name, pkg := range map[string]string{"opzero": "./examples/configwatcher", "controller-runtime": "./bench/crbaseline", "testop": "./internal/testop"} {
 		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 		}
@@ -78,7 +79,7 @@ func run(only string, runs int, out string) error {
 	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
 		return err
 	}
-	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme()}
+	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
 	cfg := *plane.Config
@@ -105,7 +106,11 @@ func run(only string, runs int, out string) error {
 			return err
 		}
 	}
-	r.add("Scale-out", "Not measured: per-key Leases across instances (the scale-out issue) are not built yet.\n")
+	if only == "" || only == "scaleout" {
+		if err := e.scaleOut(ctx, r, runs); err != nil {
+			return err
+		}
+	}
 	if out == "" || only != "" {
 		return nil
 	}

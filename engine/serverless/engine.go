@@ -19,6 +19,7 @@ import (
 	"github.com/opzero/opzero/cloudevent"
 	"github.com/opzero/opzero/internal/gen"
 	"github.com/opzero/opzero/keyq"
+	"github.com/opzero/opzero/lease"
 )
 
 // Options tunes an Engine. Zero values take the defaults in parentheses.
@@ -51,6 +52,10 @@ type Options struct {
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
+	// Locker, if set, serializes each key across instances with a
+	// coordination.k8s.io Lease (package lease): for operators that may
+	// run more than one instance. nil keeps serialization in memory only.
+	Locker *lease.Locker
 	// Logger (logr.Discard()).
 	Logger logr.Logger
 }
@@ -75,6 +80,9 @@ type Engine struct {
 	log     logr.Logger
 	queue   *keyq.Queue[reconcile.Request, *arrival]
 	retries *backoff.Tracker[reconcile.Request]
+	// checks looks again at a Lease another instance held when it
+	// expires (Options.Locker), in case its holder died.
+	checks *backoff.Tracker[reconcile.Request]
 
 	memoMu sync.Mutex
 	memo   *gen.Memo[reconcile.Request] // last primary metadata fingerprint per key
@@ -88,6 +96,8 @@ type Engine struct {
 type arrival struct {
 	object []byte // the primary object, Resource mode only
 	reason string
+	// check: no event, only a look at the key's Lease at its expiry.
+	check bool
 }
 
 // New returns an engine for op. c must read from the API server (no cache);
@@ -109,6 +119,9 @@ func New(op *builder.Operator, c client.Client, opts Options) (*Engine, error) {
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles}, e.run)
 	e.retries = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
 		e.queue.Submit(key, &arrival{reason: "retry"})
+	})
+	e.checks = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
+		e.queue.Submit(key, &arrival{reason: "lease expiry check", check: true})
 	})
 	return e, nil
 }
@@ -210,12 +223,15 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opts.MaxWait)
 	defer cancel()
-	var failed, terminal, recorded []string
+	var failed, terminal, recorded, handedOff []string
 	for i, t := range tickets {
 		err := t.Wait(ctx)
 		var re *ReconcileError
+		var ho *HandedOff
 		switch {
 		case err == nil:
+		case errors.As(err, &ho):
+			handedOff = append(handedOff, ho.Error())
 		case errors.As(err, &re) && re.Terminal:
 			terminal = append(terminal, re.Error())
 		case errors.As(err, &re) && re.Recorded:
@@ -242,6 +258,8 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 		http.Error(w, "reconcile failed terminally, not retried: "+strings.Join(terminal, "; "), http.StatusUnprocessableEntity)
 	case len(recorded) > 0:
 		handled(w, "reconcile failed, retry recorded: "+strings.Join(recorded, "; "))
+	case len(handedOff) > 0:
+		handled(w, fmt.Sprintf("reconciled %d key(s), handed off %d: %s", len(rt.keys)-len(handedOff), len(handedOff), strings.Join(handedOff, "; ")))
 	default:
 		handled(w, fmt.Sprintf("reconciled %d key(s): %s", len(rt.keys), rt.why))
 	}
@@ -268,6 +286,10 @@ type Stats struct {
 	Skipped    atomic.Int64
 	Reconciles atomic.Int64
 	Failures   atomic.Int64
+	// HandOffs counts events left to the instance holding their key's
+	// Lease; Reruns the extra reconciles such marks caused here.
+	HandOffs atomic.Int64
+	Reruns   atomic.Int64
 }
 
 // Draining reports whether the engine has begun shutting down.

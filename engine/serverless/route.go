@@ -297,7 +297,18 @@ func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, er
 		}
 		overdue = len(ks)
 	}
-	rt.why = fmt.Sprintf("sweep: %d %s need a reconcile, %d overdue wakeups", len(keys), e.op.Primary.GVK.Kind, overdue)
+	stale := 0
+	if e.opts.Locker != nil {
+		ks, err := e.opts.Locker.Stale(ctx)
+		if err != nil {
+			return nil, transient{fmt.Errorf("listing expired leases for a sweep: %w", err)}
+		}
+		for _, k := range ks {
+			rt.add(k)
+		}
+		stale = len(ks)
+	}
+	rt.why = fmt.Sprintf("sweep: %d %s need a reconcile, %d overdue wakeups, %d expired leases", len(keys), e.op.Primary.GVK.Kind, overdue, stale)
 	return rt, nil
 }
 

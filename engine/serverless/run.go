@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opzero/opzero/internal/recstate"
+	"github.com/opzero/opzero/lease"
 	"github.com/opzero/opzero/outcome"
 )
 
@@ -38,9 +39,100 @@ func (e *ReconcileError) Unwrap() error { return e.Err }
 
 var errTimeout = errors.New("reconcile timed out")
 
+// HandedOff is what a waiting request learns when another instance holds
+// its key's Lease: the Lease is marked, so the holder reconciles again
+// before it lets go (or, if it dies, this instance or the next event takes
+// the expired Lease over). The event is handled.
+type HandedOff struct {
+	Key    reconcile.Request
+	Holder string
+}
+
+func (h *HandedOff) Error() string {
+	return fmt.Sprintf("%s: being reconciled by %s, which reconciles again before releasing it", h.Key, h.Holder)
+}
+
+// handOffMargin is how long after a foreign Lease's expiry this instance
+// looks at it again.
+const handOffMargin = 250 * time.Millisecond
+
 // run is the queue's RunFunc: one reconcile of key, never concurrent with
-// another of the same key. arrivals are the events folded into this run.
+// another of the same key (across instances too, with a Locker). arrivals
+// are the events folded into this run.
 func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arrival) error {
+	if e.opts.Locker == nil {
+		return e.runOnce(ctx, key, arrivals)
+	}
+	var held *lease.Held
+	var err error
+	if onlyChecks(arrivals) {
+		if held, err = e.opts.Locker.TakeOverIfAbandoned(ctx, key); held == nil && err == nil {
+			return nil // released: its holder reconciled what was marked
+		}
+	} else {
+		held, err = e.opts.Locker.Acquire(ctx, key)
+	}
+	var elsewhere *lease.HeldElsewhere
+	switch {
+	case errors.As(err, &elsewhere):
+		return e.handOff(ctx, key, elsewhere)
+	case err != nil:
+		e.log.Error(err, "taking the lease", "key", key.String())
+		return &ReconcileError{Key: key, Err: err, Unrecorded: true}
+	}
+	for {
+		rctx, cancel := context.WithCancelCause(ctx)
+		stop := held.KeepAlive(ctx, cancel)
+		rerr := e.runOnce(rctx, key, arrivals)
+		stop()
+		cancel(nil)
+		// Released even if ctx has ended (shutdown deadline): a Lease left
+		// behind would hold the key until it expires.
+		rel, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		dirty, err := held.Release(rel)
+		relCancel()
+		if err != nil && !errors.Is(err, lease.ErrLost) {
+			e.log.Error(err, "releasing the lease; it expires by itself", "key", key.String())
+		}
+		if !dirty {
+			return rerr
+		}
+		// Another instance acknowledged an event for key during the run:
+		// reconcile again, from the API server (no stand-in).
+		e.stats.Reruns.Add(1)
+		arrivals = []*arrival{{reason: "marked by another instance"}}
+	}
+}
+
+func onlyChecks(arrivals []*arrival) bool {
+	for _, a := range arrivals {
+		if a == nil || !a.check {
+			return false
+		}
+	}
+	return true
+}
+
+// handOff leaves key to the live holder of its Lease and arranges to look
+// again when the Lease expires: in-process, and durably when the store
+// records accepted events (this instance may scale to zero first).
+func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.HeldElsewhere) error {
+	e.stats.HandOffs.Add(1)
+	wait := time.Until(he.Expires) + handOffMargin
+	if wait < handOffMargin {
+		wait = handOffMargin
+	}
+	if acc, ok := e.opts.Durable.(Acceptor); ok {
+		if err := acc.Accept(ctx, key, wait); err != nil {
+			return &ReconcileError{Key: key, Err: fmt.Errorf("%s holds it, and the look at its expiry could not be recorded: %w", he.Holder, err), Unrecorded: true}
+		}
+	}
+	e.checks.After(key, wait)
+	return &HandedOff{Key: key, Holder: he.Holder}
+}
+
+// runOnce is one reconcile of key and the settling of its result.
+func (e *Engine) runOnce(ctx context.Context, key reconcile.Request, arrivals []*arrival) error {
 	var standin []byte
 	for _, a := range arrivals {
 		if a != nil && a.object != nil {

@@ -89,6 +89,7 @@ func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
 	errQ := e.queue.Shutdown(ctx)
 	e.retries.Stop()
+	e.checks.Stop()
 	if err := errors.Join(errHTTP, errQ); err != nil {
 		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
 	}

@@ -1,14 +1,18 @@
-// Command testop is the operator the wakeup tests kill and restart: a
-// ConfigWatcher reconciler whose spec.configMap scripts what it returns.
-// Each reconcile appends its time to status (restarts counts them):
+// Command testop is the operator the wakeup and scale-out tests kill and
+// restart: a ConfigWatcher reconciler whose spec.configMap scripts what it
+// returns. Each reconcile appends its time to status (restarts counts them):
 //
 //	requeue-3s   RequeueAfter 3s on the first reconcile, then done
 //	fail-3       fail while fewer than 3 reconciles happened, then succeed
 //	fail-1       fail on the first reconcile, then succeed
 //	converge     take 20 ms, then set status.observedGeneration (chaos test)
+//	external     take 50 ms (an external system's answer), then set
+//	             status.observedGeneration (scale-out)
 //
 // With $TESTOP_SPANS set, each reconcile appends "start|end <key> <pid>
 // <unix-nanos>" lines to that file, for the overlap check across processes.
+// With $TESTOP_HANG set, every reconcile blocks until the process dies (an
+// instance to be killed mid-reconcile).
 package main
 
 import (
@@ -56,8 +60,15 @@ func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	if err := r.Get(ctx, req.NamespacedName, cw); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if cw.Spec.ConfigMap == "converge" {
+	if os.Getenv("TESTOP_HANG") != "" {
+		select {} // this instance is to be killed
+	}
+	switch cw.Spec.ConfigMap {
+	case "converge":
 		time.Sleep(20 * time.Millisecond)
+		cw.Status.ObservedGeneration = cw.Generation
+	case "external":
+		time.Sleep(50 * time.Millisecond)
 		cw.Status.ObservedGeneration = cw.Generation
 	}
 	cw.Status.Restarts++

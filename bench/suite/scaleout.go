@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/cloudevent"
+	"github.com/opzero/opzero/devenv/balancer"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+)
+
+const (
+	soObjects = 200
+	soSenders = 16
+)
+
+// scaleOut: 200 ConfigWatchers whose reconcile makes a 50 ms external call
+// (internal/testop, script "external"), one event each through a
+// round-robin balancer over 1, 2 and 4 engine processes, each reconciling
+// one key at a time (containerConcurrency 1). One instance runs without
+// Leases (max-scale 1); 2 and 4 serialize keys with Leases. Lease writes per
+// reconcile come from the API server's own request counters.
+func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
+	instances := []int{1, 2, 4}
+	res := map[int][]float64{}
+	var leaseWrites, reconciles = map[int]float64{}, map[int]float64{}
+	for i := 0; i < runs; i++ {
+		for _, n := range instances {
+			fmt.Printf("  scale-out %d instance(s) run %d ...\n", n, i+1)
+			rate, lw, rc, err := e.scaleOutOnce(ctx, n, fmt.Sprintf("so-%d-%d", n, i))
+			if err != nil {
+				return fmt.Errorf("scale-out with %d instances: %w", n, err)
+			}
+			res[n] = append(res[n], rate)
+			leaseWrites[n] += lw
+			reconciles[n] += rc
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d ConfigWatchers, one event each, sent at concurrency %d through a round-robin balancer; each reconcile makes a 50 ms external call and writes the status; each instance reconciles one key at a time. Objects per second until all have observedGeneration == generation, median (min-max) of %d runs; lease writes counted by the API server (`apiserver_request_total`) over all runs.\n\n", soObjects, soSenders, runs)
+	fmt.Fprintf(&b, "| instances | per-key locking | objects/s | vs 1 instance | lease writes per reconcile |\n|---|---|---|---|---|\n")
+	one := fmedian(res[1])
+	for _, n := range instances {
+		lock := "in memory (max-scale 1)"
+		if n > 1 {
+			lock = "Leases"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %.2fx | %.2f |\n", n, lock, fstatsInt(res[n]), fmedian(res[n])/one, leaseWrites[n]/reconciles[n])
+	}
+	r.add("Scale-out", b.String())
+	return nil
+}
+
+func (e *env) scaleOutOnce(ctx context.Context, n int, ns string) (rate, leaseWrites, reconciles float64, err error) {
+	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return 0, 0, 0, err
+	}
+	cws := make([]*v1.ConfigWatcher, soObjects)
+	for i := range cws {
+		cws[i] = &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i)},
+			Spec: v1.ConfigWatcherSpec{ConfigMap: "external", PodSelector: map[string]string{"app": "x"}}}
+		if err := e.c.Create(ctx, cws[i]); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	var urls []string
+	for i := 0; i < n; i++ {
+		port, err := freePort()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		cmd := exec.Command(filepath.Join(e.dir, "testop"), "--mode=serverless", "--insecure-no-auth",
+			"--max-concurrent-reconciles=1", "--max-scale="+strconv.Itoa(n), "--lease-duration=10s")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PORT="+strconv.Itoa(port))
+		if err := cmd.Start(); err != nil {
+			return 0, 0, 0, err
+		}
+		defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+		url := fmt.Sprintf("http://127.0.0.1:%d", port)
+		if err := waitHealthy(url); err != nil {
+			return 0, 0, 0, err
+		}
+		urls = append(urls, url)
+	}
+	front := httptest.NewServer(balancer.New(urls...))
+	defer front.Close()
+
+	before, err := e.requestCounts(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t0 := time.Now()
+	jobs := make(chan *v1.ConfigWatcher)
+	errc := make(chan error, soSenders)
+	var wg sync.WaitGroup
+	for w := 0; w < soSenders; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cw := range jobs {
+				if err := deliverRef(front.URL, cw); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	for _, cw := range cws {
+		jobs <- cw
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, 0, 0, err
+	default:
+	}
+	for {
+		list := &v1.ConfigWatcherList{}
+		if err := e.c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return 0, 0, 0, err
+		}
+		done := 0
+		for _, cw := range list.Items {
+			if cw.Status.ObservedGeneration == cw.Generation {
+				done++
+			}
+		}
+		if done == soObjects {
+			break
+		}
+		if time.Since(t0) > 3*time.Minute {
+			return 0, 0, 0, fmt.Errorf("%d of %d converged after 3 minutes", done, soObjects)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := time.Since(t0)
+	after, err := e.requestCounts(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return soObjects / d.Seconds(), after.leaseWrites - before.leaseWrites, after.statusWrites - before.statusWrites, nil
+}
+
+func waitHealthy(url string) error {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not up after 20 s", url)
+}
+
+// deliverRef sends cw's Reference-mode update event and wants a 200.
+func deliverRef(url string, cw *v1.ConfigWatcher) error {
+	obj := cw.DeepCopy()
+	obj.SetGroupVersionKind(v1.GroupVersion.WithKind("ConfigWatcher"))
+	b, _ := json.Marshal(obj)
+	ev, err := cloudevent.NewObjectEvent(cloudevent.Reference, cloudevent.Update, b, "configwatchers")
+	if err != nil {
+		return err
+	}
+	req, err := cloudevent.NewRequest(context.Background(), url, ev, false)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("event for %s: %s", cw.Name, resp.Status)
+	}
+	return nil
+}
+
+type counts struct{ leaseWrites, statusWrites float64 }
+
+// requestCounts reads the API server's apiserver_request_total: writes to
+// Leases, and status writes of ConfigWatchers (one per reconcile here).
+func (e *env) requestCounts(ctx context.Context) (counts, error) {
+	cs, err := kubernetes.NewForConfig(e.cfg)
+	if err != nil {
+		return counts{}, err
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return counts{}, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	var c counts
+	s := bufio.NewScanner(bytes.NewReader(raw))
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		write := !strings.Contains(line, `verb="GET"`) && !strings.Contains(line, `verb="LIST"`) && !strings.Contains(line, `verb="WATCH"`)
+		switch {
+		case write && strings.Contains(line, `resource="leases"`):
+			c.leaseWrites += v
+		case write && strings.Contains(line, `resource="configwatchers"`) && strings.Contains(line, `subresource="status"`):
+			c.statusWrites += v
+		}
+	}
+	return c, s.Err()
+}

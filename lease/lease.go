@@ -1,0 +1,432 @@
+// Package lease serializes the reconciles of one key across the instances
+// of a serverless operator with one coordination.k8s.io Lease per key.
+//
+// The protocol, for a key K:
+//
+//   - Acquire creates K's Lease with this instance as holder (one write).
+//     If the Lease exists and its holder's renewal has expired, or this
+//     instance holds it already (a previous process of the same identity
+//     died), it is taken over with an optimistic update.
+//   - If another live instance holds it, Acquire marks it dirty (an
+//     annotation, one update with the resourceVersion it read) and returns
+//     a *HeldElsewhere error: the caller acknowledges its event, because the
+//     holder reconciles once more before it lets go.
+//   - While the holder reconciles, KeepAlive renews the Lease every third
+//     of its duration. A renewal that finds the Lease taken cancels the
+//     reconcile.
+//   - Release deletes the Lease with its last resourceVersion as a
+//     precondition (one write). If the delete conflicts because the Lease
+//     was marked dirty meanwhile, Release clears the mark, keeps the Lease
+//     and reports dirty: the caller reconciles again and releases again. A
+//     mark can therefore never be lost: either it is written before the
+//     holder's delete (the delete fails) or it finds no Lease and the marker
+//     takes the Lease itself.
+//   - If the holder dies, its Lease expires with the dirty mark on it. The
+//     instance that marked it arranges to look again at the expiry (see
+//     HeldElsewhere.Expires); any later event or sweep takes the expired
+//     Lease over as well.
+//
+// An uncontended reconcile costs two writes: the create and the delete.
+// Leases carry the label opzero.dev/operator=<operator> and the key in the
+// annotation opzero.dev/key; Stale lists those whose holder is gone.
+package lease
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Labels and annotations on the Leases.
+const (
+	OperatorLabel   = "opzero.dev/operator"
+	KeyAnnotation   = "opzero.dev/key"
+	DirtyAnnotation = "opzero.dev/dirty"
+)
+
+// ErrLost is the cause of a reconcile's context when its Lease was taken
+// by another instance (this one failed to renew it in time).
+var ErrLost = errors.New("lease: the lease of this key was taken over by another instance")
+
+// HeldElsewhere is returned by Acquire when another live instance holds the
+// key's Lease. The Lease has been marked dirty: the holder reconciles again
+// before releasing it.
+type HeldElsewhere struct {
+	Key     reconcile.Request
+	Holder  string
+	Expires time.Time // when the holder's last renewal runs out
+}
+
+func (e *HeldElsewhere) Error() string {
+	return fmt.Sprintf("%s is being reconciled by %s (lease until %s); marked for another reconcile",
+		e.Key, e.Holder, e.Expires.Format(time.RFC3339Nano))
+}
+
+// Options configures a Locker.
+type Options struct {
+	// Operator names the operator; it prefixes Lease names and labels them.
+	Operator string
+	// Identity is this instance's holder identity (DefaultIdentity()).
+	Identity string
+	// Duration is how long a Lease stays held without renewal (15 s).
+	Duration time.Duration
+	// Namespace holds the Leases of cluster-scoped keys (default).
+	Namespace string
+	// Now is the clock (time.Now).
+	Now func() time.Time
+}
+
+// DefaultIdentity is $POD_NAME, else the host name (a pod's name in
+// Kubernetes), with "-<pid>" appended when the process is not PID 1 (several
+// instances on one machine, as on a laptop).
+func DefaultIdentity() string {
+	id := os.Getenv("POD_NAME")
+	if id == "" {
+		id, _ = os.Hostname()
+		if pid := os.Getpid(); pid != 1 {
+			id += "-" + strconv.Itoa(pid)
+		}
+	}
+	return id
+}
+
+// Locker takes and releases per-key Leases for one operator instance.
+type Locker struct {
+	c    client.Client
+	opts Options
+}
+
+// New returns a Locker writing through c (which must not be a cache).
+func New(c client.Client, o Options) (*Locker, error) {
+	if o.Operator == "" {
+		return nil, errors.New("lease: the operator name is empty")
+	}
+	if o.Identity == "" {
+		o.Identity = DefaultIdentity()
+	}
+	if o.Duration <= 0 {
+		o.Duration = 15 * time.Second
+	}
+	if o.Duration < time.Second {
+		return nil, fmt.Errorf("lease: duration %s is below the Lease API's resolution of one second", o.Duration)
+	}
+	if o.Namespace == "" {
+		o.Namespace = metav1.NamespaceDefault
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Locker{c: c, opts: o}, nil
+}
+
+// Identity is this instance's holder identity.
+func (l *Locker) Identity() string { return l.opts.Identity }
+
+// Duration is the Leases' duration.
+func (l *Locker) Duration() time.Duration { return l.opts.Duration }
+
+// Name is the Lease name of key for operator.
+func Name(operator string, key types.NamespacedName) string {
+	sum := sha256.Sum256([]byte(key.Namespace + "/" + key.Name))
+	n := operator
+	if len(n) > 40 {
+		n = n[:40]
+	}
+	return n + "-lock-" + hex.EncodeToString(sum[:8])
+}
+
+func (l *Locker) objectKey(key reconcile.Request) client.ObjectKey {
+	ns := key.Namespace
+	if ns == "" {
+		ns = l.opts.Namespace
+	}
+	return client.ObjectKey{Namespace: ns, Name: Name(l.opts.Operator, key.NamespacedName)}
+}
+
+// maxRounds bounds the optimistic loops: each round follows a write by
+// another instance, so running out means heavy contention on one key.
+const maxRounds = 10
+
+// Acquire takes key's Lease for this instance. It returns *HeldElsewhere
+// (after marking the Lease dirty) when another live instance holds it.
+func (l *Locker) Acquire(ctx context.Context, key reconcile.Request) (*Held, error) {
+	ok := l.objectKey(key)
+	for range maxRounds {
+		now := l.opts.Now()
+		le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ok.Namespace, Name: ok.Name,
+			Labels:      map[string]string{OperatorLabel: l.opts.Operator},
+			Annotations: map[string]string{KeyAnnotation: key.String()}}}
+		l.hold(le, now, true)
+		err := l.c.Create(ctx, le)
+		if err == nil {
+			return &Held{l: l, key: key, lease: le}, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("taking the lease of %s: %w", key, err)
+		}
+		if err := l.c.Get(ctx, ok, le); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // released meanwhile
+			}
+			return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+		}
+		if l.free(le, now) {
+			transitions := ptrOr(le.Spec.LeaseTransitions, 0)
+			if holder(le) != l.opts.Identity {
+				transitions++
+			}
+			l.hold(le, now, true)
+			le.Spec.LeaseTransitions = &transitions
+			delete(le.Annotations, DirtyAnnotation) // the reconcile that follows covers it
+			if err := l.c.Update(ctx, le); err != nil {
+				if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("taking over the lease of %s: %w", key, err)
+			}
+			return &Held{l: l, key: key, lease: le}, nil
+		}
+		elsewhere := &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le)}
+		if le.Annotations[DirtyAnnotation] != "" {
+			return nil, elsewhere // marked already, and not cleared since: the holder will see it
+		}
+		if le.Annotations == nil {
+			le.Annotations = map[string]string{}
+		}
+		le.Annotations[DirtyAnnotation] = l.opts.Identity
+		if err := l.c.Update(ctx, le); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				continue // renewed, released or marked meanwhile: look again
+			}
+			return nil, fmt.Errorf("marking the lease of %s for another reconcile: %w", key, err)
+		}
+		return nil, elsewhere
+	}
+	return nil, fmt.Errorf("taking the lease of %s: still contended after %d rounds", key, maxRounds)
+}
+
+// TakeOverIfAbandoned is Acquire for a check at a Lease's expiry: it takes
+// the Lease only if it still exists and its holder is gone, and returns
+// nil, nil if there is nothing to do (released: the holder reconciled the
+// mark). A live holder gives *HeldElsewhere, with the Lease marked.
+func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request) (*Held, error) {
+	le := &coordinationv1.Lease{}
+	if err := l.c.Get(ctx, l.objectKey(key), le); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+	}
+	return l.Acquire(ctx, key)
+}
+
+// hold makes le this instance's, renewed now; taking sets acquireTime too.
+func (l *Locker) hold(le *coordinationv1.Lease, now time.Time, taking bool) {
+	id, secs, t := l.opts.Identity, int32((l.opts.Duration+time.Second-1)/time.Second), metav1.NewMicroTime(now)
+	le.Spec.HolderIdentity, le.Spec.LeaseDurationSeconds = &id, &secs
+	le.Spec.RenewTime = &t
+	if taking {
+		le.Spec.AcquireTime = &t
+	}
+}
+
+// free: nobody holds le, its holder's renewal ran out, or it is ours.
+func (l *Locker) free(le *coordinationv1.Lease, now time.Time) bool {
+	h := holder(le)
+	return h == "" || h == l.opts.Identity || !now.Before(expiry(le))
+}
+
+func holder(le *coordinationv1.Lease) string { return ptrOr(le.Spec.HolderIdentity, "") }
+
+// expiry is when le's last renewal runs out.
+func expiry(le *coordinationv1.Lease) time.Time {
+	var renewed time.Time
+	switch {
+	case le.Spec.RenewTime != nil:
+		renewed = le.Spec.RenewTime.Time
+	case le.Spec.AcquireTime != nil:
+		renewed = le.Spec.AcquireTime.Time
+	}
+	return renewed.Add(time.Duration(ptrOr(le.Spec.LeaseDurationSeconds, 0)) * time.Second)
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// Held is a Lease this instance holds. Its methods are safe to call from the
+// reconciling goroutine and KeepAlive's at once.
+type Held struct {
+	l   *Locker
+	key reconcile.Request
+
+	mu    sync.Mutex
+	lease *coordinationv1.Lease // as last written by us
+	lost  bool
+}
+
+// Renew extends the Lease. It returns ErrLost if another instance took it.
+func (h *Held) Renew(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return ErrLost
+	}
+	for range maxRounds {
+		le := h.lease.DeepCopy()
+		h.l.hold(le, h.l.opts.Now(), false)
+		err := h.l.c.Update(ctx, le)
+		if err == nil {
+			h.lease = le
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("renewing the lease of %s: %w", h.key, err)
+		}
+		if err := h.reread(ctx); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("renewing the lease of %s: still contended after %d rounds", h.key, maxRounds)
+}
+
+// reread loads the Lease after a conflict: marked dirty by another instance
+// (still ours), or gone to another holder (ErrLost).
+func (h *Held) reread(ctx context.Context) error {
+	le := &coordinationv1.Lease{}
+	err := h.l.c.Get(ctx, h.l.objectKey(h.key), le)
+	if apierrors.IsNotFound(err) || err == nil && holder(le) != h.l.opts.Identity {
+		h.lost = true
+		return ErrLost
+	}
+	if err != nil {
+		return fmt.Errorf("reading the lease of %s: %w", h.key, err)
+	}
+	h.lease = le
+	return nil
+}
+
+// KeepAlive renews the Lease every third of its duration until the
+// returned stop is called. If the Lease is lost, it calls lost once.
+func (h *Held) KeepAlive(ctx context.Context, lost func(error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(h.l.opts.Duration / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := h.Renew(ctx); errors.Is(err, ErrLost) {
+				lost(err)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Release lets the Lease go. If another instance marked it dirty since it
+// was taken, Release clears the mark, keeps the Lease and returns true: the
+// caller reconciles again and releases again. ErrLost means another
+// instance took the Lease over (it will reconcile).
+func (h *Held) Release(ctx context.Context) (dirty bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return false, ErrLost
+	}
+	for range maxRounds {
+		if h.lease.Annotations[DirtyAnnotation] != "" {
+			// Marked: known from a renewal's reread, or from the delete's
+			// conflict below. Clear the mark and keep the Lease.
+			le := h.lease.DeepCopy()
+			delete(le.Annotations, DirtyAnnotation)
+			h.l.hold(le, h.l.opts.Now(), false)
+			err := h.l.c.Update(ctx, le)
+			if err == nil {
+				h.lease = le
+				return true, nil
+			}
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("clearing the mark on the lease of %s: %w", h.key, err)
+			}
+			if err := h.reread(ctx); err != nil {
+				return false, err
+			}
+			continue
+		}
+		rv, uid := h.lease.ResourceVersion, h.lease.UID
+		err := h.l.c.Delete(ctx, h.lease, client.Preconditions{ResourceVersion: &rv, UID: &uid})
+		switch {
+		case err == nil:
+			return false, nil
+		case apierrors.IsNotFound(err):
+			h.lost = true
+			return false, ErrLost
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("releasing the lease of %s: %w", h.key, err)
+		}
+		if err := h.reread(ctx); err != nil { // marked meanwhile: cleared above
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("releasing the lease of %s: still contended after %d rounds", h.key, maxRounds)
+}
+
+// Stale lists, paged, the keys whose Lease has expired: their holder died
+// mid-reconcile (and perhaps with a reconcile owed to a dirty mark). A
+// sweep reconciles them, which takes each Lease over and then deletes it.
+func (l *Locker) Stale(ctx context.Context) ([]reconcile.Request, error) {
+	now := l.opts.Now()
+	var keys []reconcile.Request
+	list := &coordinationv1.LeaseList{}
+	for cont := ""; ; {
+		if err := l.c.List(ctx, list, client.MatchingLabels{OperatorLabel: l.opts.Operator}, client.Limit(500), client.Continue(cont)); err != nil {
+			return nil, fmt.Errorf("listing leases: %w", err)
+		}
+		for i := range list.Items {
+			le := &list.Items[i]
+			if !now.Before(expiry(le)) {
+				if k, ok := parseKey(le.Annotations[KeyAnnotation]); ok {
+					keys = append(keys, k)
+				}
+			}
+		}
+		if cont = list.Continue; cont == "" {
+			return keys, nil
+		}
+	}
+}
+
+func parseKey(s string) (reconcile.Request, bool) {
+	if s == "" {
+		return reconcile.Request{}, false
+	}
+	ns, name, found := strings.Cut(s, "/")
+	if !found {
+		ns, name = "", s
+	}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}, true
+}
