@@ -27,8 +27,9 @@
 //     Lease over as well.
 //
 // An uncontended reconcile costs two writes: the create and the delete.
-// Leases carry the label opzero.dev/operator=<operator> and the key in the
-// annotation opzero.dev/key; Stale lists those whose holder is gone.
+// Leases live in the operator's own namespace (Options.Namespace), carry the
+// label opzero.dev/operator=<operator> and the key in the annotation
+// opzero.dev/key; Stale lists those whose holder is gone.
 package lease
 
 import (
@@ -84,7 +85,8 @@ type Options struct {
 	Identity string
 	// Duration is how long a Lease stays held without renewal (15 s).
 	Duration time.Duration
-	// Namespace holds the Leases of cluster-scoped keys (default).
+	// Namespace holds the Leases, one per key, named after a hash of the
+	// key: the operator's own namespace, so one Role covers them (default).
 	Namespace string
 	// Now is the clock (time.Now).
 	Now func() time.Time
@@ -150,11 +152,7 @@ func Name(operator string, key types.NamespacedName) string {
 }
 
 func (l *Locker) objectKey(key reconcile.Request) client.ObjectKey {
-	ns := key.Namespace
-	if ns == "" {
-		ns = l.opts.Namespace
-	}
-	return client.ObjectKey{Namespace: ns, Name: Name(l.opts.Operator, key.NamespacedName)}
+	return client.ObjectKey{Namespace: l.opts.Namespace, Name: Name(l.opts.Operator, key.NamespacedName)}
 }
 
 // maxRounds bounds the optimistic loops: each round follows a write by
@@ -403,7 +401,7 @@ func (l *Locker) Stale(ctx context.Context) ([]reconcile.Request, error) {
 	var keys []reconcile.Request
 	list := &coordinationv1.LeaseList{}
 	for cont := ""; ; {
-		if err := l.c.List(ctx, list, client.MatchingLabels{OperatorLabel: l.opts.Operator}, client.Limit(500), client.Continue(cont)); err != nil {
+		if err := l.c.List(ctx, list, client.InNamespace(l.opts.Namespace), client.MatchingLabels{OperatorLabel: l.opts.Operator}, client.Limit(500), client.Continue(cont)); err != nil {
 			return nil, fmt.Errorf("listing leases: %w", err)
 		}
 		for i := range list.Items {

@@ -31,6 +31,8 @@ import (
 	"github.com/opzero/opzero/devenv/balancer"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/testenv"
+	"github.com/opzero/opzero/wakeup"
+	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
 // instance is one engine process of the scripted operator.
@@ -49,12 +51,13 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startInstance(t *testing.T, spans string, env []string, args ...string) *instance {
+// startInstance starts an instance whose Leases go to namespace ns.
+func startInstance(t *testing.T, ns, spans string, env []string, args ...string) *instance {
 	t.Helper()
 	port := freePort(t)
 	in := &instance{url: fmt.Sprintf("http://127.0.0.1:%d", port), logf: filepath.Join(t.TempDir(), "op.log")}
 	in.cmd = exec.Command(testop, append([]string{"--mode=serverless", "--insecure-no-auth"}, args...)...)
-	in.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans), env...)
+	in.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans, "POD_NAMESPACE="+ns), env...)
 	f, _ := os.Create(in.logf)
 	in.cmd.Stdout, in.cmd.Stderr = f, f
 	if err := in.cmd.Start(); err != nil {
@@ -223,7 +226,7 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 	spans := filepath.Join(t.TempDir(), "spans")
 	var urls []string
 	for range 4 {
-		urls = append(urls, startInstance(t, spans, nil, "--max-scale=4", "--lease-duration=5s").url)
+		urls = append(urls, startInstance(t, ns, spans, nil, "--max-scale=4", "--lease-duration=5s").url)
 	}
 	lb := balancer.New(urls...)
 	front := httptest.NewServer(lb)
@@ -317,8 +320,8 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
 	args := []string{"--max-scale=2", "--lease-duration=" + duration.String()}
-	holder := startInstance(t, spans, []string{"TESTOP_HANG=1"}, args...)
-	other := startInstance(t, spans, nil, args...)
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
 
 	go func() { // never answered: the holder hangs until killed
@@ -370,8 +373,8 @@ func TestSweepHealsAnAbandonedLease(t *testing.T) {
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
 	args := []string{"--max-scale=2", "--lease-duration=2s"}
-	holder := startInstance(t, spans, []string{"TESTOP_HANG=1"}, args...)
-	other := startInstance(t, spans, nil, args...)
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
 	go func() {
 		if req, err := event(t, holder.url, cw); err == nil {
@@ -420,7 +423,7 @@ func TestOneInstanceTakesNoLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	in := startInstance(t, filepath.Join(t.TempDir(), "spans"), nil)
+	in := startInstance(t, ns, filepath.Join(t.TempDir(), "spans"), nil)
 	cw := newCW(t, ns, "x", "converge")
 	for range 3 {
 		if resp, body := send(t, in.url, cw); resp == nil || resp.StatusCode != 200 {
@@ -434,4 +437,63 @@ func TestOneInstanceTakesNoLease(t *testing.T) {
 		}
 	case <-time.After(500 * time.Millisecond):
 	}
+}
+
+// TestHandOffSurvivesBothInstances: with durable time, the instance that
+// acknowledged an event for a held key records a Wakeup for the Lease's
+// expiry. The holder and that instance are both killed (scale to zero);
+// the wakeup source delivers at the expiry to a fresh instance, which takes
+// the expired Lease over and reconciles. Nothing is left behind.
+func TestHandOffSurvivesBothInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	lb := balancer.New()
+	front := httptest.NewServer(lb)
+	defer front.Close()
+	args := []string{"--max-scale=2", "--lease-duration=3s", "--wakeup-sink=" + front.URL, "--wakeup-namespace=" + ns}
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	marker := startInstance(t, ns, spans, nil, args...)
+	cw := newCW(t, ns, "x", "converge")
+	go func() {
+		if req, err := event(t, holder.url, cw); err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) { return len(leases(t, ns)) == 1, nil })
+	if resp, body := send(t, marker.url, cw); resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+		t.Fatalf("event to the marker: %v %s, want 200 handed off", resp, body)
+	}
+	wakeups := &v1alpha1.WakeupList{}
+	if err := env.Client.List(context.Background(), wakeups, client.InNamespace(ns)); err != nil || len(wakeups.Items) != 1 {
+		t.Fatalf("wakeups after the hand-off: %d %v, want 1 (the look at the expiry)", len(wakeups.Items), err)
+	}
+	for _, in := range []*instance{holder, marker} {
+		_ = in.cmd.Process.Signal(syscall.SIGKILL)
+		_, _ = in.cmd.Process.Wait()
+	}
+	lb.SetBackends(startInstance(t, ns, spans, nil, args...).url)
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns}).Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	got := &v1.ConfigWatcher{}
+	eventually(t, 15*time.Second, "a fresh instance reconciles", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
+		return err == nil && got.Status.ObservedGeneration == got.Generation, err
+	})
+	eventually(t, 5*time.Second, "nothing left", func(ctx context.Context) (bool, error) {
+		err := env.Client.List(ctx, wakeups, client.InNamespace(ns))
+		return err == nil && len(wakeups.Items) == 0 && len(leases(t, ns)) == 0, err
+	})
 }

@@ -17,7 +17,18 @@
 //   - Never two reconciles of one key at once in this process; events that
 //     arrive while a key reconciles fold into one follow-up reconcile;
 //     distinct keys run in parallel up to Options.MaxConcurrentReconciles.
-//   - A 2xx answer means handled: reconciled, or deliberately skipped.
+//   - Across instances (Options.Locker, set when --max-scale > 1): never two
+//     reconciles of one key at once anywhere. A run first takes the key's
+//     coordination.k8s.io Lease (package lease: a create, and a delete when
+//     it ends). An instance that gets an event for a key another live
+//     instance holds marks the Lease dirty and answers 200 "handed off": the
+//     holder reconciles once more before releasing. If the holder dies, the
+//     marking instance looks again at the Lease's expiry (in-process, and
+//     as an Accepted Wakeup when durable time is on, so scaling to zero
+//     loses nothing) and takes it over; a sweep reconciles every key whose
+//     Lease expired.
+//   - A 2xx answer means handled: reconciled, deliberately skipped, or
+//     handed off to the instance holding the key's Lease.
 //   - A skipped update costs no reconcile and no API call.
 //   - No cache. The reconciler's client reads from the API server, except
 //     that in Resource mode the reconcile's first Get of its own key is
