@@ -162,26 +162,36 @@ const maxRounds = 10
 // Acquire takes key's Lease for this instance. It returns *HeldElsewhere
 // (after marking the Lease dirty) when another live instance holds it.
 func (l *Locker) Acquire(ctx context.Context, key reconcile.Request) (*Held, error) {
+	return l.acquire(ctx, key, nil)
+}
+
+// acquire is Acquire; existing, if set, is the Lease as just read (no
+// create is tried first).
+func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *coordinationv1.Lease) (*Held, error) {
 	ok := l.objectKey(key)
 	for range maxRounds {
 		now := l.opts.Now()
-		le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ok.Namespace, Name: ok.Name,
-			Labels:      map[string]string{OperatorLabel: l.opts.Operator},
-			Annotations: map[string]string{KeyAnnotation: key.String()}}}
-		l.hold(le, now, true)
-		err := l.c.Create(ctx, le)
-		if err == nil {
-			return &Held{l: l, key: key, lease: le}, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("taking the lease of %s: %w", key, err)
-		}
-		if err := l.c.Get(ctx, ok, le); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue // released meanwhile
+		le := existing
+		if existing == nil {
+			le = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ok.Namespace, Name: ok.Name,
+				Labels:      map[string]string{OperatorLabel: l.opts.Operator},
+				Annotations: map[string]string{KeyAnnotation: key.String()}}}
+			l.hold(le, now, true)
+			err := l.c.Create(ctx, le)
+			if err == nil {
+				return &Held{l: l, key: key, lease: le}, nil
 			}
-			return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+			if !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("taking the lease of %s: %w", key, err)
+			}
+			if err := l.c.Get(ctx, ok, le); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue // released meanwhile
+				}
+				return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+			}
 		}
+		existing = nil // a later round starts over
 		if l.free(le, now) {
 			transitions := ptrOr(le.Spec.LeaseTransitions, 0)
 			if holder(le) != l.opts.Identity {
@@ -229,7 +239,7 @@ func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request)
 		}
 		return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
 	}
-	return l.Acquire(ctx, key)
+	return l.acquire(ctx, key, le)
 }
 
 // hold makes le this instance's, renewed now; taking sets acquireTime too.
