@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/devenv/dev"
+	"github.com/opzero/opzero/devenv/knative"
+)
+
+func newDevCmd() *cobra.Command {
+	var (
+		file, kubeconfig, cacheDir, buildDir, logDir string
+		port                                         int
+		idle                                         time.Duration
+		noStatus                                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev -f <manifests>",
+		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
+		Long: `dev is a local serverless platform. It server-side applies the manifests
+(normally from 'opzero manifests') on a local control plane with Knative's CRDs,
+then plays Knative's part for the objects it reads back:
+
+  Knative Service   an activator at a local URL (written to status.url): the
+                    first request starts the operator process (ko:// image,
+                    built once with go build; its args and env; PORT set) and
+                    is buffered meanwhile; more instances up to max-scale when
+                    all are busy at containerConcurrency; scale to zero after
+                    the scale-to-zero-pod-retention-period annotation, else
+                    the window annotation, else 30s (--idle overrides)
+  ApiServerSource   Knative's real adapter (knative.dev/eventing v0.50.0), its
+                    RBAC checked with SubjectAccessReviews, OIDC tokens for
+                    sink.audience; status Ready with sinkUri
+  PingSource        Knative's real mtping; status Ready with sinkUri
+  Deployment        one always-on process if its image is ko:// (the wakeup
+                    source); other Deployments are only applied
+
+Without --kubeconfig or $KUBECONFIG it uses the control plane of
+'opzero controlplane up' if one runs, else starts one for this session
+(stopped on exit). Ctrl-C stops every process it started.`,
+		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
+  opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
+			}
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			terminal := !noStatus && isTerminal(out)
+			lines := &lineWriter{w: out, clear: terminal}
+			objs, err := dev.ReadManifests(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			kc, stopPlane, err := devPlane(ctx, kubeconfig, lines)
+			if err != nil {
+				return err
+			}
+			defer stopPlane()
+			if logDir == "" {
+				if logDir, err = os.MkdirTemp("", "opzero-dev-"); err != nil {
+					return err
+				}
+			} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+				return err
+			}
+			p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Dir: logDir, CacheDir: cacheDir,
+				BuildDir: buildDir, Port: port, Idle: idle, Out: lines})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(lines, "opzero dev: ready; logs in %s; Ctrl-C stops everything\n", logDir)
+			sctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if !noStatus {
+					p.WatchStatus(sctx, lines, terminal)
+				}
+			}()
+			select {
+			case <-ctx.Done():
+			case <-p.Done():
+			}
+			cancel()
+			<-done
+			fmt.Fprintln(out, "opzero dev: stopping the sources, the operators and the processes it started")
+			p.Stop()
+			fmt.Fprintln(out, p.StatusLine())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
+	f.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	f.IntVar(&port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
+	f.DurationVar(&idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
+	f.StringVar(&cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
+	f.StringVar(&buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
+	f.StringVar(&logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
+	f.BoolVar(&noStatus, "no-status", false, "do not print the live status line")
+	return cmd
+}
+
+// devPlane returns the kubeconfig to use, with Knative's CRDs installed,
+// and a func that stops the control plane if devPlane started one.
+func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, func(), error) {
+	nop := func() {}
+	if kubeconfig == "" {
+		if p, err := controlplane.Load(defaultStateDir()); err == nil && len(p.Status()) > 0 && p.Status()[0].Running {
+			kubeconfig = p.Kubeconfig
+			fmt.Fprintf(out, "using the control plane of `opzero controlplane up` at %s\n", p.Server)
+		}
+	}
+	crds, err := knative.CRDs(ctx)
+	if err != nil {
+		return "", nop, err
+	}
+	if kubeconfig == "" {
+		dir, err := os.MkdirTemp("", "opzero-dev-plane-")
+		if err != nil {
+			return "", nop, err
+		}
+		fmt.Fprintf(out, "no KUBECONFIG and no `opzero controlplane up`: starting a control plane for this session in %s\n", dir)
+		t := time.Now()
+		p, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true})
+		if err != nil {
+			os.RemoveAll(dir)
+			return "", nop, err
+		}
+		stop := func() { _ = p.Stop(false); os.RemoveAll(dir) }
+		if _, err := controlplane.InstallCRDs(ctx, p.Config, crds...); err != nil {
+			stop()
+			return "", nop, err
+		}
+		fmt.Fprintf(out, "control plane ready in %s at %s with Knative's CRDs (export KUBECONFIG=%s to use it meanwhile)\n",
+			time.Since(t).Round(time.Millisecond), p.Server, p.Kubeconfig)
+		return p.Kubeconfig, stop, nil
+	}
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return "", nop, err
+	}
+	if _, err := controlplane.InstallCRDs(ctx, cfg, crds...); err != nil {
+		return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
+	}
+	return kubeconfig, nop, nil
+}
+
+// lineWriter writes whole lines; on a terminal it first clears the status
+// line being rewritten in place.
+type lineWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	clear bool
+}
+
+func (l *lineWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.clear && !strings.HasPrefix(string(b), "\r") {
+		_, _ = io.WriteString(l.w, "\r\033[K")
+	}
+	return l.w.Write(b)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,360 @@
+package dev
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/devenv/activator"
+	"github.com/opzero/opzero/devenv/knative"
+)
+
+// PingNamespace is the SYSTEM_NAMESPACE opzero dev runs mtping with.
+const PingNamespace = "knative-eventing"
+
+// Service is one Knative Service played locally.
+type Service struct {
+	Name, Namespace string
+	URL             string // local, also written to status.url and status.address.url
+	Spec            serviceSpec
+	Activator       *activator.Activator
+
+	Events     atomic.Int64 // requests answered
+	Reconciles atomic.Int64 // keys the operator reported reconciled
+	Failures   atomic.Int64 // non-2xx answers
+
+	mu         sync.Mutex
+	deliveries []Delivery
+}
+
+// Delivery is one request the Service answered.
+type Delivery struct {
+	At               time.Time
+	Type, Kind, Name string // CloudEvent type and the kind/name extensions
+	Code             int
+	Result           string // the operator's Opzero-Result header
+	Took             time.Duration
+}
+
+// Deliveries returns what the Service has answered so far (the last 10000).
+func (s *Service) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Delivery(nil), s.deliveries...)
+}
+
+var reconciledN = regexp.MustCompile(`^reconciled (\d+) key`)
+
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := time.Now()
+	rec := &recorder{ResponseWriter: w, code: 200}
+	s.Activator.ServeHTTP(rec, r)
+	s.Events.Add(1)
+	res := rec.Header().Get("Opzero-Result")
+	if rec.code < 200 || rec.code > 299 {
+		s.Failures.Add(1)
+	} else if m := reconciledN.FindStringSubmatch(res); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		s.Reconciles.Add(int64(n))
+	}
+	d := Delivery{At: t, Type: r.Header.Get("Ce-Type"), Kind: r.Header.Get("Ce-Kind"), Name: r.Header.Get("Ce-Name"), Code: rec.code, Result: res, Took: time.Since(t)}
+	s.mu.Lock()
+	if s.deliveries = append(s.deliveries, d); len(s.deliveries) > 10000 {
+		s.deliveries = s.deliveries[1:]
+	}
+	s.mu.Unlock()
+}
+
+type recorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *recorder) WriteHeader(code int)        { r.code = code; r.ResponseWriter.WriteHeader(code) }
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// readBack returns the objects of one kind from the API server, in
+// manifest order: opzero dev acts on what was applied, defaults included.
+func (p *Platform) readBack(ctx context.Context, group, kind string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, u := range p.opts.Objects {
+		if !isKind(u, group, kind) {
+			continue
+		}
+		got, err := p.apply.get(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got)
+	}
+	return out, nil
+}
+
+func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) error {
+	objs, err := p.readBack(ctx, "serving.knative.dev", "Service")
+	if err != nil {
+		return err
+	}
+	for i, u := range objs {
+		spec, err := parseService(u)
+		if err != nil {
+			return err
+		}
+		if p.opts.Idle > 0 {
+			spec.Idle = p.opts.Idle
+		}
+		s := &Service{Name: u.GetName(), Namespace: u.GetNamespace(), URL: "http://" + listeners[i].Addr().String(), Spec: *spec}
+		if err := p.startActivator(s); err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+		p.servers = append(p.servers, srv)
+		go srv.Serve(listeners[i])
+		if err := p.apply.patchStatus(ctx, u, serviceStatus(u, s.URL)); err != nil {
+			return err
+		}
+		p.Services = append(p.Services, s)
+		p.say("Knative Service %s: %s (0 instances; up to %d, %d requests each; scale to zero after %s idle; log %s)",
+			key(u), s.URL, spec.MaxScale, spec.Concurrency, spec.Idle, p.LogPath(s.logName()))
+	}
+	return nil
+}
+
+func (s *Service) logName() string { return "service-" + s.Namespace + "-" + s.Name }
+
+func (p *Platform) startActivator(s *Service) error {
+	exe, err := p.build.build(p.ctx, s.Spec.Pkg)
+	if err != nil {
+		return err
+	}
+	logf, err := p.logFile(s.logName())
+	if err != nil {
+		return err
+	}
+	args := make([]string, len(s.Spec.Args))
+	for i, a := range s.Spec.Args {
+		args[i] = rewrite(a, p.localURLs)
+	}
+	env := []string{"KUBECONFIG=" + p.kubeconfig, "K_SERVICE=" + s.Name, "K_REVISION=" + s.Name + "-00001", "K_CONFIGURATION=" + s.Name}
+	for _, e := range s.Spec.Env {
+		v := rewrite(e.Value, p.localURLs)
+		switch e.FieldPath {
+		case "":
+		case "metadata.namespace":
+			v = s.Namespace
+		case "metadata.name":
+			v = s.Name + "-00001-local"
+		default:
+			return fmt.Errorf("Knative Service %s/%s: env %s: fieldRef %s is not supported locally", s.Namespace, s.Name, e.Name, e.FieldPath)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	var coldAt atomic.Int64
+	s.Activator = activator.New(activator.Options{
+		Idle: s.Spec.Idle, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency,
+		Command: func() *exec.Cmd {
+			cmd := exec.Command(exe, args...)
+			cmd.Env = env
+			cmd.Stdout, cmd.Stderr = logf, logf
+			return cmd
+		},
+		OnEvent: func(what string, d time.Duration) {
+			name := s.Namespace + "/" + s.Name
+			switch what {
+			case "cold-start":
+				coldAt.Store(time.Now().UnixNano())
+				p.say("%s: a request, 0 instances -> starting the operator (cold start #%d)", name, s.Activator.ColdStarts.Load())
+			case "scale-up":
+				p.say("%s: every instance busy -> starting instance %d", name, s.Activator.Instances())
+			case "ready":
+				p.say("%s: instance ready %s after exec; buffered requests proxied", name, d.Round(time.Millisecond))
+			case "scale-down":
+				p.say("%s: an instance idle for %s -> stopped; %d left", name, s.Spec.Idle, s.Activator.Instances())
+			case "scaled-to-zero":
+				p.say("%s: idle for %s -> scaled to zero (SIGTERM, drained); 0 instances", name, s.Spec.Idle)
+			}
+		},
+	})
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); s.Activator.Run(p.ctx) }()
+	return nil
+}
+
+func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) error {
+	objs, err := p.readBack(ctx, "sources.knative.dev", "ApiServerSource")
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		c, err := p.apiServerSource(ctx, u)
+		if err != nil {
+			return err
+		}
+		if err := p.checkPermissions(ctx, u, c); err != nil {
+			return err
+		}
+		s, err := p.resolveSink(ctx, u)
+		if err != nil {
+			return err
+		}
+		c.Sink, c.Audience = s.URI, s.Audience
+		oidc := ""
+		if s.Audience != "" {
+			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
+				return err
+			}
+			c.OIDCServiceAccount = oidc
+		}
+		name := "apiserversource-" + u.GetNamespace() + "-" + u.GetName()
+		if c.Log, err = p.logFile(name); err != nil {
+			return err
+		}
+		c.Name = u.GetName()
+		t := time.Now()
+		a, err := knative.StartApiServerSource(ctx, c)
+		if err != nil {
+			return fmt.Errorf("ApiServerSource %s: %w", key(u), err)
+		}
+		p.adapters = append(p.adapters, a)
+		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")); err != nil {
+			return err
+		}
+		kinds := make([]string, len(c.Resources))
+		for i, r := range c.Resources {
+			kinds[i] = r.Resource
+		}
+		p.Sources = append(p.Sources, fmt.Sprintf("ApiServerSource %s (%s, %s mode) -> %s", key(u), strings.Join(kinds, ", "), orDefault(c.Mode, "Reference"), s.URI))
+		p.say("ApiServerSource %s: Knative's adapter pid %d started in %s, watching %s -> %s%s (log %s)",
+			key(u), a.PID(), since(t), strings.Join(kinds, ", "), s.URI, authNote(s, oidc), p.LogPath(name))
+	}
+	if len(objs) > 0 {
+		// Each resource has its own reflector; let them list and watch
+		// before the caller changes objects (the adapter sends nothing for
+		// what it lists).
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+func authNote(s sink, oidc string) string {
+	if s.Audience == "" {
+		return ""
+	}
+	return fmt.Sprintf(" with OIDC tokens of %s for audience %s", oidc, s.Audience)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error {
+	objs, err := p.readBack(ctx, "sources.knative.dev", "PingSource")
+	if err != nil || len(objs) == 0 {
+		return err
+	}
+	if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
+		return err
+	}
+	// mtping schedules only Ready sources and sends to status.sinkUri:
+	// write the statuses first.
+	for _, u := range objs {
+		s, err := p.resolveSink(ctx, u)
+		if err != nil {
+			return err
+		}
+		oidc := ""
+		if s.Audience != "" {
+			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
+				return err
+			}
+		}
+		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "OIDCIdentityCreated")); err != nil {
+			return err
+		}
+		sched, _, _ := unstructured.NestedString(u.Object, "spec", "schedule")
+		p.Sources = append(p.Sources, fmt.Sprintf("PingSource %s (%s) -> %s", key(u), orDefault(sched, "* * * * *"), s.URI))
+		p.say("PingSource %s: schedule %q -> %s%s", key(u), orDefault(sched, "* * * * *"), s.URI, authNote(s, oidc))
+	}
+	logf, err := p.logFile("mtping")
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf})
+	if err != nil {
+		return err
+	}
+	p.adapters = append(p.adapters, a)
+	p.say("PingSources: Knative's mtping pid %d started in %s (log %s)", a.PID(), since(t), p.LogPath("mtping"))
+	return nil
+}
+
+// startDeployments runs each Deployment with a ko:// image as one local
+// process (the wakeup source is one), always on.
+func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error {
+	objs, err := p.readBack(ctx, "apps", "Deployment")
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		pkg, ok, err := deploymentImage(u)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		exe, err := p.build.build(ctx, pkg)
+		if err != nil {
+			return err
+		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		c, _ := cs[0].(map[string]any)
+		argv, _, _ := unstructured.NestedStringSlice(c, "args")
+		for i := range argv {
+			argv[i] = rewrite(argv[i], p.localURLs)
+		}
+		env := []string{"KUBECONFIG=" + p.kubeconfig, "POD_NAMESPACE=" + u.GetNamespace()}
+		envs, _, _ := unstructured.NestedSlice(c, "env")
+		for _, e := range envs {
+			m, _ := e.(map[string]any)
+			n, _, _ := unstructured.NestedString(m, "name")
+			v, ok, _ := unstructured.NestedString(m, "value")
+			if fp, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); fp == "metadata.namespace" {
+				v, ok = u.GetNamespace(), true
+			}
+			if ok {
+				env = append(env, n+"="+rewrite(v, p.localURLs))
+			}
+		}
+		name := "deployment-" + u.GetNamespace() + "-" + u.GetName()
+		logf, err := p.logFile(name)
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(exe, argv...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("Deployment %s: starting ko://%s: %w", key(u), pkg, err)
+		}
+		p.procs = append(p.procs, cmd)
+		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
+		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; log %s)", key(u), pkg, cmd.Process.Pid, p.LogPath(name))
+	}
+	return nil
+}
