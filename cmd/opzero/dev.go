@@ -22,10 +22,10 @@ import (
 
 func newDevCmd() *cobra.Command {
 	var (
-		file, kubeconfig, cacheDir, buildDir, logDir string
-		port                                         int
-		idle                                         time.Duration
-		noStatus                                     bool
+		file, kubeconfig, cacheDir, buildDir, logDir, namespace string
+		port                                                    int
+		idle                                                    time.Duration
+		noStatus                                                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev -f <manifests>",
@@ -78,7 +78,7 @@ Without --kubeconfig or $KUBECONFIG it uses the control plane of
 			} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 				return err
 			}
-			p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Dir: logDir, CacheDir: cacheDir,
+			p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: namespace, Dir: logDir, CacheDir: cacheDir,
 				BuildDir: buildDir, Port: port, Idle: idle, Out: lines})
 			if err != nil {
 				return err
@@ -107,6 +107,7 @@ Without --kubeconfig or $KUBECONFIG it uses the control plane of
 	f := cmd.Flags()
 	f.StringVarP(&file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
 	f.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	f.StringVarP(&namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
 	f.IntVar(&port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
 	f.DurationVar(&idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
 	f.StringVar(&cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")

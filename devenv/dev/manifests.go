@@ -99,9 +99,6 @@ func decode(name string, b []byte) ([]*unstructured.Unstructured, error) {
 		if u.GetAPIVersion() == "" || u.GetKind() == "" {
 			return nil, fmt.Errorf("manifests %s, document %d: no apiVersion or kind (is this a Kubernetes manifest?)", name, n)
 		}
-		if u.GetName() == "" {
-			return nil, fmt.Errorf("manifests %s, document %d (%s): no metadata.name", name, n, u.GetKind())
-		}
 		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
 			l, err := u.ToList()
 			if err != nil {
@@ -111,6 +108,9 @@ func decode(name string, b []byte) ([]*unstructured.Unstructured, error) {
 				out = append(out, &l.Items[i])
 			}
 			continue
+		}
+		if u.GetName() == "" {
+			return nil, fmt.Errorf("manifests %s, document %d (%s): no metadata.name", name, n, u.GetKind())
 		}
 		out = append(out, u)
 	}
@@ -122,11 +122,12 @@ func decode(name string, b []byte) ([]*unstructured.Unstructured, error) {
 
 // applier server-side applies objects through a dynamic client.
 type applier struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
+	dyn       dynamic.Interface
+	mapper    *restmapper.DeferredDiscoveryRESTMapper
+	namespace string // for namespaced objects without one
 }
 
-func newApplier(cfg *rest.Config) (*applier, error) {
+func newApplier(cfg *rest.Config, namespace string) (*applier, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -135,11 +136,11 @@ func newApplier(cfg *rest.Config) (*applier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
+	return &applier{dyn: dyn, namespace: namespace, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
 }
 
-// resource returns the client for u's kind, namespaced if the kind is; the
-// namespace defaults to "default".
+// resource returns the client for u's kind, namespaced if the kind is; an
+// empty namespace becomes the applier's.
 func (a *applier) resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := u.GroupVersionKind()
 	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -154,7 +155,7 @@ func (a *applier) resource(u *unstructured.Unstructured) (dynamic.ResourceInterf
 		return a.dyn.Resource(m.Resource), nil
 	}
 	if u.GetNamespace() == "" {
-		u.SetNamespace("default")
+		u.SetNamespace(a.namespace)
 	}
 	return a.dyn.Resource(m.Resource).Namespace(u.GetNamespace()), nil
 }

@@ -31,6 +31,8 @@ type Options struct {
 	Kubeconfig string
 	// Objects are the manifests to apply (ReadManifests).
 	Objects []*unstructured.Unstructured
+	// Namespace is given to namespaced objects without one ("default").
+	Namespace string
 	// Dir receives one log file per process; required.
 	Dir string
 	// CacheDir holds the binaries built for ko:// images (DefaultCacheDir).
@@ -84,6 +86,9 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 	if o.Dir == "" || o.Kubeconfig == "" {
 		return nil, errors.New("dev: Options.Dir and Options.Kubeconfig are required")
 	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
 	if o.CacheDir == "" {
 		o.CacheDir = DefaultCacheDir()
 	}
@@ -100,7 +105,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 	if p.cs, err = kubernetes.NewForConfig(p.cfg); err != nil {
 		return nil, err
 	}
-	if p.apply, err = newApplier(p.cfg); err != nil {
+	if p.apply, err = newApplier(p.cfg, o.Namespace); err != nil {
 		return nil, err
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -146,7 +151,7 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 		switch {
 		case isKind(u, "serving.knative.dev", "Service"):
 			if u.GetNamespace() == "" {
-				u.SetNamespace("default")
+				u.SetNamespace(p.opts.Namespace)
 			}
 			s, err := parseService(u)
 			if err != nil {
