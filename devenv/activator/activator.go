@@ -50,6 +50,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// MaxScale is the most instances that run at once; 0 means 1.
 	MaxScale int
+	// MinScale instances are kept running (started by Run, never stopped
+	// for idleness); 0 scales to zero.
+	MinScale int
 	// Concurrency is the number of requests one instance takes before
 	// another is started; 0 means unlimited (never scale past one for load).
 	Concurrency int
@@ -99,6 +102,9 @@ func New(o Options) *Activator {
 	}
 	if o.MaxScale <= 0 {
 		o.MaxScale = 1
+	}
+	if o.MaxScale < o.MinScale {
+		o.MaxScale = o.MinScale
 	}
 	if o.OnEvent == nil {
 		o.OnEvent = func(string, time.Duration) {}
@@ -310,9 +316,12 @@ func (a *Activator) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		a.mu.Lock()
+		if a.live() < a.opts.MinScale {
+			_, _ = a.startLocked() // a failure is retried on the next tick
+		}
 		var idle *instance
 		for _, i := range a.insts {
-			if !i.stopping && i.isReady() && i.inflight == 0 && time.Since(i.last) >= a.opts.Idle {
+			if a.live() > a.opts.MinScale && !i.stopping && i.isReady() && i.inflight == 0 && time.Since(i.last) >= a.opts.Idle {
 				idle = i
 				break
 			}

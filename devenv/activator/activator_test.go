@@ -169,3 +169,15 @@ func TestScaleFromAndToZero(t *testing.T) {
 		t.Fatalf("cold starts %d, want 2", a.ColdStarts.Load())
 	}
 }
+
+// TestMinScale: MinScale instances start without a request and are not
+// stopped for idleness.
+func TestMinScale(t *testing.T) {
+	a := New(Options{Idle: 100 * time.Millisecond, MinScale: 1, Command: backend("1")})
+	serve(t, a)
+	waitInstances(t, a, 1)
+	time.Sleep(500 * time.Millisecond)
+	if a.Instances() != 1 || a.Starts.Load() != 1 {
+		t.Fatalf("instances %d, starts %d after 5 idle periods; want 1 and 1", a.Instances(), a.Starts.Load())
+	}
+}

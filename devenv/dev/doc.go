@@ -7,7 +7,7 @@
 // # Expected flow
 //
 // Start checks what it can before touching the cluster (every Knative
-// Service has one container with a ko:// image and no min-scale above 0,
+// Service has one container with a ko:// image and sane scale bounds,
 // every Service's local port is free) and builds each ko:// import path once
 // with `go build` into a cache folder. It server-side applies the manifests
 // (Namespaces and CRDs first), then, from the objects read back:
@@ -18,7 +18,7 @@
 //     KUBECONFIG of the platform) and is buffered until /healthz answers;
 //     more instances start while every one is busy at containerConcurrency
 //     (or the autoscaling target, 100 by default), up to max-scale (0: 10
-//     locally). The Service's status gets url and address.url = the local
+//     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
 //     URL, the revision names and Ready=True, as Knative's controllers would
 //     write, so sources resolve their sink from it.
 //   - ApiServerSource: Knative's real receive adapter (bin/, built from

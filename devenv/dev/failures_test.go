@@ -42,7 +42,7 @@ func TestReadManifestsErrors(t *testing.T) {
 }
 
 // TestStartRefuses: problems found before anything is applied are clear
-// errors: an image that is not ko://, a port in use, a min-scale above 0.
+// errors: an image that is not ko://, a port in use, a min-scale above max-scale.
 func TestStartRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane")
@@ -62,7 +62,7 @@ func TestStartRefuses(t *testing.T) {
 	}{
 		{"registry image", func(_, _, c map[string]any) { c["image"] = "ghcr.io/you/op:v1" }, 0, `image "ghcr.io/you/op:v1" is not a ko:// image`},
 		{"port in use", func(_, _, _ map[string]any) {}, busy.Addr().(*net.TCPAddr).Port, "is in use"},
-		{"min-scale", func(_, ann, _ map[string]any) { ann["autoscaling.knative.dev/min-scale"] = "1" }, 0, "scales from zero"},
+		{"min-scale", func(_, ann, _ map[string]any) { ann["autoscaling.knative.dev/min-scale"] = "5" }, 0, "is above"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := fixture(t, ns)

@@ -125,8 +125,8 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 			return err
 		}
 		p.Services = append(p.Services, s)
-		p.say("Knative Service %s: %s (0 instances; up to %d, %d requests each; scale to zero after %s idle; log %s)",
-			key(u), s.URL, spec.MaxScale, spec.Concurrency, spec.Idle, p.LogPath(s.logName()))
+		p.say("Knative Service %s: %s (%d to %d instances, %d requests each; idle period %s; log %s)",
+			key(u), s.URL, spec.MinScale, spec.MaxScale, spec.Concurrency, spec.Idle, p.LogPath(s.logName()))
 	}
 	return nil
 }
@@ -162,7 +162,7 @@ func (p *Platform) startActivator(s *Service) error {
 	}
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
-		Idle: s.Spec.Idle, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency,
+		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency,
 		Command: func() *exec.Cmd {
 			cmd := exec.Command(exe, args...)
 			cmd.Env = env

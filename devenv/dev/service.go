@@ -38,6 +38,7 @@ type serviceSpec struct {
 	Args        []string
 	Env         []envVar
 	Idle        time.Duration
+	MinScale    int
 	MaxScale    int
 	Concurrency int // requests one instance takes before another starts
 }
@@ -90,8 +91,11 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 	if s.MaxScale == 0 {
 		s.MaxScale = UnlimitedScale
 	}
-	if minScale, err := intAnn(ann, annMinScale, 0); err != nil || minScale > 0 {
-		return nil, fmt.Errorf("%s: %s %q: opzero dev scales from zero; use 0 (or omit it)", where, annMinScale, ann[annMinScale])
+	if s.MinScale, err = intAnn(ann, annMinScale, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if s.MinScale > s.MaxScale {
+		return nil, fmt.Errorf("%s: %s %d is above %s %d", where, annMinScale, s.MinScale, annMaxScale, s.MaxScale)
 	}
 	cc, _, _ := unstructured.NestedInt64(u.Object, "spec", "template", "spec", "containerConcurrency")
 	s.Concurrency = int(cc)
