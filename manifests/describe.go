@@ -14,8 +14,8 @@ import (
 	"github.com/opzero/opzero/describe"
 )
 
-// DescribeTimeout bounds the run of an operator binary that describes itself.
-const DescribeTimeout = 30 * time.Second
+// describeTimeout bounds the run of an operator binary that describes itself.
+var describeTimeout = 30 * time.Second
 
 // Target is the operator a description was read from.
 type Target struct {
@@ -60,7 +60,7 @@ func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 
 // runDescribe runs bin with OPZERO_DESCRIBE=out and reads what it wrote.
 func runDescribe(ctx context.Context, bin, out string) (describe.Description, error) {
-	ctx, cancel := context.WithTimeout(ctx, DescribeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
 	// No API server is needed; a KUBECONFIG that points nowhere proves it.
@@ -71,7 +71,7 @@ func runDescribe(ctx context.Context, bin, out string) (describe.Description, er
 	hint := "does its main build the operator with operator.New, register it with builder...Complete and call rt.Start? " +
 		"(a binary describes itself when " + describe.Env + " is set; an opzero older than the CLI does not)"
 	if ctx.Err() != nil {
-		return describe.Description{}, fmt.Errorf("did not describe itself within %s: it kept running (serving?); %s", DescribeTimeout, hint)
+		return describe.Description{}, fmt.Errorf("did not describe itself within %s: it kept running (serving?); %s", describeTimeout, hint)
 	}
 	f, err := os.Open(out)
 	if err != nil {

@@ -257,4 +257,3 @@ func (g *gen) deployment() Object {
 	}
 	return Object{File: FileOperator, Obj: dep}
 }
-
