@@ -119,6 +119,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			closeAll(listeners) // some may not be served yet
+		}
+	}()
 	t := time.Now()
 	if err := p.apply.applyAll(ctx, o.Objects); err != nil {
 		return nil, err
@@ -166,7 +171,7 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 			l, err := net.Listen("tcp", addr)
 			if err != nil {
 				closeAll(listeners)
-				return nil, fmt.Errorf("Knative Service %s: cannot listen on %s for its local URL: %w (another opzero dev? choose --port, or 0 for free ports)", key(u), addr, err)
+				return nil, fmt.Errorf("Knative Service %s: its local URL's address %s is in use or not available (another opzero dev? `ss -ltnp` shows what listens; choose another --port, or 0 for free ports): %w", key(u), addr, err)
 			}
 			listeners = append(listeners, l)
 			local := "http://" + l.Addr().String()
