@@ -36,7 +36,9 @@ var (
 // configWatcher describes the example once per test binary (a go build).
 func configWatcher(t *testing.T) *manifests.Target {
 	t.Helper()
-	cwOnce.Do(func() { cwTarget, cwErr = manifests.Describe(context.Background(), repoRoot(t), "./examples/configwatcher") })
+	cwOnce.Do(func() {
+		cwTarget, cwErr = manifests.Describe(context.Background(), repoRoot(t), "./examples/configwatcher")
+	})
 	if cwErr != nil {
 		t.Fatal(cwErr)
 	}
