@@ -131,9 +131,15 @@ func (d *demo) manifests() (string, string) {
 func (d *demo) startDev(ctx context.Context) error {
 	file, how := d.manifests()
 	d.say("opzero dev on the operator's manifests, %s", how)
+	opzero := filepath.Join(d.dir, "opzero")
+	build := exec.CommandContext(ctx, "go", "build", "-o", opzero, "./cmd/opzero")
+	build.Dir = d.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building opzero: %w\n%s", err, out)
+	}
 	args := []string{"dev", "-f", file, "-n", ns, "--kubeconfig", d.kubeconfig, "--idle", idle, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root}
 	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
-	p, err := startDev(ctx, filepath.Join(d.root, "bin", "opzero"), args)
+	p, err := startDev(ctx, opzero, args)
 	if err != nil {
 		return err
 	}
@@ -251,7 +257,7 @@ func startDev(ctx context.Context, bin string, args []string) (*devProcess, erro
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting opzero dev (make opzero builds bin/opzero): %w", err)
+		return nil, fmt.Errorf("starting opzero dev: %w", err)
 	}
 	go func() {
 		s := bufio.NewScanner(pr)
