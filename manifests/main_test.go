@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/testenv"
+	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
 // TestMain starts one control plane with Knative's CRDs and the
@@ -19,6 +20,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	if err := v1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, Scheme: scheme,
