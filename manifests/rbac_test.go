@@ -93,7 +93,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 				{"get", "", "configmaps", elsewhere, "cm"},
 				{"list", "", "configmaps", "", ""},
 				{"watch", "", "configmaps", "", ""},
-				{"list", "", "pods", elsewhere, ""},       // +kubebuilder:rbac marker
+				{"list", "", "pods", elsewhere, ""},      // +kubebuilder:rbac marker
 				{"delete", "", "pods", elsewhere, "pod"}, // +kubebuilder:rbac marker
 				{"create", "", "events", elsewhere, ""},
 				{"create", "events.k8s.io", "events", elsewhere, ""},
