@@ -25,8 +25,17 @@
 //
 // # Caveats
 //
-// The operator is cluster-wide: ClusterRoles, and sources with an empty
-// namespaceSelector (all namespaces). Whether a built-in kind is namespaced
-// comes from a table of Kubernetes' cluster-scoped kinds; CRD kinds take the
-// scope of their generated CRD.
+//   - The operator is cluster-wide: ClusterRoles, and sources with an empty
+//     namespaceSelector (all namespaces). Leases live in the operator's
+//     namespace.
+//   - One operator per binary (one Service, one endpoint).
+//   - CRDs are generated only for kinds whose Go types live in the
+//     operator's own module; kinds of other modules (Kubernetes, other
+//     projects) are installed by their owners.
+//   - Resource names of built-in kinds come from Kubernetes' guessing rule
+//     (describe.Kind.Resource); CRD kinds use the generated CRD's plural.
+//   - The operator accepts any sender authenticated for its audience:
+//     --allowed-senders is not set, because Knative's OIDC senders are
+//     identities Knative creates, not the sources' service accounts.
+//   - One wakeup source per operator, watching Wakeups in every namespace.
 package manifests
