@@ -3,6 +3,7 @@ package dev
 import (
 	"context"
 	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -66,16 +67,39 @@ func (p *Platform) resolveSink(ctx context.Context, u *unstructured.Unstructured
 }
 
 // oidcServiceAccount is the name Knative gives a source's OIDC identity
-// (knative.dev/eventing/pkg/auth.GetOIDCServiceAccountNameForResource).
+// (knative.dev/eventing/pkg/auth.GetOIDCServiceAccountNameForResource, by
+// knative.dev/pkg/kmeta.ChildName).
 func oidcServiceAccount(u *unstructured.Unstructured) string {
 	gvk := u.GroupVersionKind()
-	suffix := fmt.Sprintf("-oidc-%s-%s", gvk.Group, gvk.Kind)
-	name := u.GetName() + suffix
-	if len(name) > 63 { // kmeta.ChildName: a hash keeps it unique
-		h := fmt.Sprintf("%x", md5.Sum([]byte(u.GetName())))
-		name = u.GetName()[:max(0, 63-len(suffix)-len(h))] + h + suffix
+	return strings.ToLower(childName(u.GetName(), fmt.Sprintf("-oidc-%s-%s", gvk.Group, gvk.Kind)))
+}
+
+// childName is knative.dev/pkg/kmeta.ChildName.
+func childName(parent, suffix string) string {
+	const longest, head = 63, 63 - 32
+	n := parent
+	if len(parent) > longest-len(suffix) {
+		if head-len(suffix) <= 0 {
+			h := md5.Sum([]byte(parent + suffix))
+			if head < len(parent) {
+				parent = parent[:head]
+			}
+			ret := parent + hex.EncodeToString(h[:])
+			if d := longest - len(ret); d > 0 {
+				ret += suffix[:d]
+			}
+			for len(ret) > 0 && !isAlnum(ret[len(ret)-1]) {
+				ret = ret[:len(ret)-1]
+			}
+			return ret
+		}
+		n = fmt.Sprintf("%s%x", parent[:head-len(suffix)], md5.Sum([]byte(parent)))
 	}
-	return strings.ToLower(name)
+	return n + suffix
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // ensureOIDCIdentity creates the source's OIDC ServiceAccount, owned by the
