@@ -188,7 +188,7 @@ func (g *gen) operatorRBAC() []Object {
 	if g.o.Mode == Serverless {
 		r.add("authentication.k8s.io", "tokenreviews", "create")
 	}
-	r.addRules(g.in.MarkerRules)
+	r.addRules(g.markerRules())
 	var leases rules
 	leases.add("coordination.k8s.io", "leases", leaseVerbs...)
 	l := g.labels("operator")
@@ -200,5 +200,26 @@ func (g *gen) operatorRBAC() []Object {
 func sortedStrings(in []string) []string {
 	out := append([]string(nil), in...)
 	sort.Strings(out)
+	return out
+}
+
+// markerRules are the reconciler's marker rules; in classic mode a get or
+// list also needs list and watch, because the manager's client reads
+// through an informer cache.
+func (g *gen) markerRules() []rbacv1.PolicyRule {
+	if g.o.Mode != Classic {
+		return g.in.MarkerRules
+	}
+	out := make([]rbacv1.PolicyRule, 0, len(g.in.MarkerRules))
+	for _, r := range g.in.MarkerRules {
+		r = *r.DeepCopy()
+		for _, v := range r.Verbs {
+			if v == "get" || v == "list" {
+				r.Verbs = append(r.Verbs, "list", "watch")
+				break
+			}
+		}
+		out = append(out, r)
+	}
 	return out
 }

@@ -123,6 +123,8 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 					access{"delete", "coordination.k8s.io", "leases", ns, "l"},
 				)
 			} else {
+				// the manager's client reads pods through an informer
+				operator = append(operator, access{"watch", "", "pods", "", ""}, access{"list", "", "pods", "", ""})
 				operatorDenied = append(operatorDenied,
 					access{"create", "authentication.k8s.io", "tokenreviews", "", ""},
 					access{"create", "opzero.dev", "wakeups", elsewhere, ""},
