@@ -129,6 +129,16 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		return nil, err
 	}
 	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(o.Objects), FieldManager, since(t))
+	// mtping's namespace exists before any ApiServerSource adapter watches
+	// ConfigMaps, so its creation sends no event.
+	for _, u := range o.Objects {
+		if isKind(u, "sources.knative.dev", "PingSource") {
+			if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
 	for _, step := range []func(context.Context, []net.Listener) error{p.startServices, p.startApiServerSources, p.startPingSources, p.startDeployments} {
 		if err := step(ctx, listeners); err != nil {
 			return nil, err

@@ -266,9 +266,6 @@ func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error
 	if err != nil || len(objs) == 0 {
 		return err
 	}
-	if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
-		return err
-	}
 	// mtping schedules only Ready sources and sends to status.sinkUri:
 	// write the statuses first.
 	for _, u := range objs {

@@ -118,7 +118,7 @@ func ensureOIDCIdentity(ctx context.Context, cs kubernetes.Interface, u *unstruc
 // apiServerSource turns an ApiServerSource into the adapter's configuration.
 func (p *Platform) apiServerSource(ctx context.Context, u *unstructured.Unstructured) (knative.ApiServerSourceConfig, error) {
 	where := "ApiServerSource " + key(u)
-	c := knative.ApiServerSourceConfig{Name: u.GetName(), Kubeconfig: p.kubeconfig}
+	c := knative.ApiServerSourceConfig{Name: u.GetName(), Namespace: u.GetNamespace(), Kubeconfig: p.kubeconfig}
 	c.Mode, _, _ = unstructured.NestedString(u.Object, "spec", "mode")
 	resources, _, _ := unstructured.NestedSlice(u.Object, "spec", "resources")
 	if len(resources) == 0 {

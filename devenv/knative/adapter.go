@@ -45,6 +45,9 @@ type Owner struct {
 type ApiServerSourceConfig struct {
 	// Name of the source (the adapter requires one).
 	Name string
+	// Namespace of the source: the adapter's NAMESPACE, where it looks up
+	// OIDCServiceAccount; empty means the first of Namespaces, else default.
+	Namespace string
 	// Namespaces to watch; AllNamespaces watches every namespace.
 	Namespaces    []string
 	AllNamespaces bool
@@ -58,7 +61,7 @@ type ApiServerSourceConfig struct {
 	Kubeconfig string
 	// Audience and OIDCServiceAccount make the adapter authenticate its
 	// deliveries as Knative's OIDC feature does: a TokenRequest token for
-	// that service account (in the first namespace) with that audience, sent
+	// that service account (in Namespace) with that audience, sent
 	// as Authorization: Bearer.
 	Audience           string
 	OIDCServiceAccount string
@@ -120,9 +123,12 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		return nil, err
 	}
 	cfgJSON, _ := json.Marshal(sc)
-	ns := "default"
-	if len(c.Namespaces) > 0 {
+	ns := c.Namespace
+	if ns == "" && len(c.Namespaces) > 0 {
 		ns = c.Namespaces[0]
+	}
+	if ns == "" {
+		ns = "default"
 	}
 	env := []string{
 		"KUBECONFIG=" + c.Kubeconfig, "NAME=" + c.Name, "NAMESPACE=" + ns,

@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/devenv/controlplane"
-	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 )
 
@@ -75,7 +74,7 @@ func run(ctx context.Context) error {
 	}()
 	fmt.Println("opzero demo: the Kubernetes Patterns ConfigWatcher, serverless through `opzero dev` on a local control plane")
 
-	d.say("Local control plane (etcd, kube-apiserver, kube-controller-manager) with Knative's CRDs")
+	d.say("Local control plane (etcd, kube-apiserver, kube-controller-manager)")
 	t := time.Now()
 	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(d.dir, "plane"), DieWithParent: true})
 	if err != nil {
@@ -89,14 +88,7 @@ func run(ctx context.Context) error {
 		_ = plane.Stop(false)
 	}()
 	d.kubeconfig = plane.Kubeconfig
-	crds, err := knative.CRDs(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := controlplane.InstallCRDs(ctx, plane.Config, append(crds, filepath.Join(root, "examples/configwatcher/config/crd"))...); err != nil {
-		return err
-	}
-	d.note("ready in %s at %s; CRDs: Knative Service, ApiServerSource, PingSource, Broker, Trigger; configwatchers.k8spatterns.io", since(t), plane.Server)
+	d.note("ready in %s at %s", since(t), plane.Server)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
@@ -123,35 +115,74 @@ func run(ctx context.Context) error {
 	return d.scenario(ctx, before)
 }
 
-// manifests returns the operator's manifests and how they were made.
-func (d *demo) manifests() (string, string) {
-	return filepath.Join(d.root, "devenv/dev/testdata/configwatcher.yaml"), "hand-written (devenv/dev/testdata/configwatcher.yaml)"
-}
-
 func (d *demo) startDev(ctx context.Context) error {
-	file, how := d.manifests()
-	d.say("opzero dev on the operator's manifests, %s", how)
+	d.say("The operator's manifests, generated from its own description by `opzero manifests`")
 	opzero := filepath.Join(d.dir, "opzero")
 	build := exec.CommandContext(ctx, "go", "build", "-o", opzero, "./cmd/opzero")
 	build.Dir = d.root
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building opzero: %w\n%s", err, out)
 	}
-	args := []string{"dev", "-f", file, "-n", ns, "--kubeconfig", d.kubeconfig, "--idle", idle, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root}
+	dir := filepath.Join(d.dir, "manifests")
+	gen := []string{"manifests", "--operator", "./examples/configwatcher", "--namespace", ns, "--idle", idle, "-o", dir}
+	fmt.Printf("    $ opzero %s\n", strings.Join(gen, " "))
+	cmd := exec.CommandContext(ctx, opzero, gen...)
+	cmd.Dir = d.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("opzero manifests: %w\n%s", err, out)
+	}
+	if err := d.summarize(dir); err != nil {
+		return err
+	}
+
+	d.say("opzero dev: apply them and play Knative's part (activator, Knative's real adapters, statuses)")
+	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root}
 	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
 	p, err := startDev(ctx, opzero, args)
 	if err != nil {
 		return err
 	}
 	d.dev = p
-	if err := p.wait(ctx, "opzero dev: ready", 1, 3*time.Minute); err != nil {
+	return p.wait(ctx, "opzero dev: ready", 1, 3*time.Minute)
+}
+
+// summarize prints one line per generated object: kind and name.
+func (d *demo) summarize(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
 		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var kinds []string
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			kind, name := "", ""
+			for _, l := range strings.Split(doc, "\n") {
+				if v, ok := strings.CutPrefix(l, "kind: "); ok {
+					kind = v
+				}
+				if v, ok := strings.CutPrefix(l, "  name: "); ok && name == "" {
+					name = v
+				}
+			}
+			if kind != "" {
+				kinds = append(kinds, kind+" "+name)
+			}
+		}
+		d.note("%-18s %s", filepath.Base(f), strings.Join(kinds, ", "))
 	}
 	return nil
 }
 
 func (d *demo) scenario(ctx context.Context, before []string) error {
 	d.say("kubectl apply the book's ConfigWatcher (Example 23-5): the first event starts the operator")
+	if err := d.dev.waitZero(ctx); err != nil {
+		return err
+	}
+	starts, zeros := d.dev.count("starting the operator"), d.dev.count("scaled to zero")
 	t := time.Now()
 	if err := d.kubectl("apply", "-n", ns, "-f", filepath.Join(d.root, "examples/configwatcher/config/samples/configwatcher.yaml")); err != nil {
 		return err
@@ -161,14 +192,18 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.ConfigMapVersion != "" }); err != nil {
 		return fmt.Errorf("the ConfigWatcher was not reconciled: %w", err)
 	}
-	d.note("reconciled %s after apply, cold start included: ConfigMap version recorded, no restart on first sight", since(t))
+	d.note("reconciled %s after apply%s: ConfigMap version recorded, no restart on first sight", since(t), d.dev.coldNote(starts))
 	t = time.Now()
-	if err := d.dev.wait(ctx, "scaled to zero", 1, time.Minute); err != nil {
+	if err := d.dev.wait(ctx, "scaled to zero", zeros+1, time.Minute); err != nil {
 		return err
 	}
 	d.note("back to 0 operator processes %s later", since(t))
 
 	d.say("Edit the ConfigMap: a second cold start; the operator restarts the pods the ConfigWatcher selects")
+	if err := d.dev.waitZero(ctx); err != nil {
+		return err
+	}
+	starts, zeros = d.dev.count("starting the operator"), d.dev.count("scaled to zero")
 	t = time.Now()
 	if err := d.kubectl("patch", "-n", ns, "configmap", "webapp-config", "--type=merge", "-p", `{"data":{"message":"Hello, opzero"}}`); err != nil {
 		return err
@@ -177,7 +212,7 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 	if err != nil {
 		return err
 	}
-	d.note("pods restarted %s after the edit (cold start included): %s -> %s", since(t), strings.Join(before, ", "), strings.Join(after, ", "))
+	d.note("pods restarted %s after the edit%s: %s -> %s", since(t), d.dev.coldNote(starts), strings.Join(before, ", "), strings.Join(after, ", "))
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.Restarts == 1 }); err != nil {
 		return fmt.Errorf("status not updated: %w", err)
 	}
@@ -188,7 +223,7 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "events", "--field-selector", "reason=Restarted", "-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
 	t = time.Now()
-	if err := d.dev.wait(ctx, "scaled to zero", 2, time.Minute); err != nil {
+	if err := d.dev.wait(ctx, "scaled to zero", zeros+1, time.Minute); err != nil {
 		return err
 	}
 	d.note("back to 0 operator processes %s later", since(t))
@@ -265,7 +300,7 @@ func startDev(ctx context.Context, bin string, args []string) (*devProcess, erro
 			line := s.Text()
 			fmt.Println("    opzero dev | " + line)
 			p.mu.Lock()
-			for _, k := range []string{"opzero dev: ready", "scaled to zero"} {
+			for _, k := range []string{"opzero dev: ready", "scaled to zero", "starting the operator"} {
 				if strings.Contains(line, k) {
 					p.seen[k]++
 				}
@@ -308,6 +343,26 @@ func (p *devProcess) wait(ctx context.Context, what string, n int, timeout time.
 		p.cond.Wait()
 	}
 	return nil
+}
+
+// count is how many lines containing what opzero dev has printed.
+func (p *devProcess) count(what string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[what]
+}
+
+// waitZero waits until every instance opzero dev started has scaled to
+// zero (a sweep may have started one).
+func (p *devProcess) waitZero(ctx context.Context) error {
+	return p.wait(ctx, "scaled to zero", p.count("starting the operator"), time.Minute)
+}
+
+func (p *devProcess) coldNote(startsBefore int) string {
+	if p.count("starting the operator") > startsBefore {
+		return " (cold start included)"
+	}
+	return " (an instance was already running)"
 }
 
 // stop sends SIGINT (Ctrl-C) and waits for opzero dev to exit.
