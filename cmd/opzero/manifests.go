@@ -82,7 +82,7 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&pkg, "operator", "", "Go package of the operator's main, as `go build` takes it (required)")
+	f.StringVar(&pkg, "operator", "", "Go package of the operator's main, as go build takes it, e.g. ./examples/configwatcher (required)")
 	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout")
 	f.StringVar(&o.Mode, "mode", manifests.Serverless, "serverless (Knative Service and sources) or classic (Deployment with leader election)")
 	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts")
