@@ -27,6 +27,7 @@ import (
 	"github.com/opzero/opzero/devenv/controlplane"
 	"github.com/opzero/opzero/devenv/dev"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/manifests"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -218,20 +219,61 @@ func get(t testing.TB, c client.Client, apiVersion, kind, ns, name string) *unst
 	return u
 }
 
-// TestConfigWatcherThroughDev is the issue's end-to-end path: 0 operator
-// processes while idle; a ConfigMap change starts one, the pods restart,
-// the count returns to 0; a burst of events during a cold start is all
-// delivered and reconciled.
+// generated returns `opzero manifests` of the ConfigWatcher for namespace
+// ns, with the sweeps moved to once a year so no tick lands in a test.
+func generated(t testing.TB, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Build(context.Background(), root, "./examples/configwatcher", manifests.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := manifests.Stream(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := dev.ReadManifests("-", bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.GetKind() == "PingSource" {
+			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
+		}
+	}
+	return out
+}
+
+// TestConfigWatcherThroughDev is the issue's end-to-end path, with the
+// hand-written manifests and with those of `opzero manifests` (two
+// ApiServerSources, PingSources, the wakeup source as a process): 0
+// operator processes while idle; a ConfigMap change starts one, the pods
+// restart, the count returns to 0; a burst of events during a cold start is
+// all delivered and reconciled.
 func TestConfigWatcherThroughDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and Knative's adapters")
 	}
-	env := testenv.Get(t)
-	ns := env.Namespace(t)
+	for _, tc := range []struct {
+		name    string
+		objects func(testing.TB, string) []*unstructured.Unstructured
+	}{{"hand-written", fixture}, {"opzero-manifests", generated}} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testenv.Get(t)
+			ns := env.Namespace(t)
+			exercise(t, env, ns, tc.objects(t, ns))
+		})
+	}
+}
+
+func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Unstructured) {
 	c := env.Client
 	ctx := context.Background()
 	createWebapp(t, c, ns)
-	p := start(t, env, fixture(t, ns), time.Second)
+	p := start(t, env, objs, time.Second)
 
 	// The statuses Knative's controllers would write.
 	svc := p.Services[0]
@@ -239,12 +281,14 @@ func TestConfigWatcherThroughDev(t *testing.T) {
 	if url, _, _ := unstructured.NestedString(ks.Object, "status", "url"); url != svc.URL || !condReady(ks) {
 		t.Fatalf("Service status url %q ready %v, want %q and Ready", url, condReady(ks), svc.URL)
 	}
-	for _, kind := range []string{"ApiServerSource", "PingSource"} {
-		name := map[string]string{"ApiServerSource": "configwatcher", "PingSource": "configwatcher-sweep"}[kind]
-		src := get(t, c, "sources.knative.dev/v1", kind, ns, name)
+	for _, o := range objs {
+		if o.GetKind() != "ApiServerSource" && o.GetKind() != "PingSource" {
+			continue
+		}
+		src := get(t, c, o.GetAPIVersion(), o.GetKind(), ns, o.GetName())
 		sinkURI, _, _ := unstructured.NestedString(src.Object, "status", "sinkUri")
 		if sinkURI != svc.URL || !condReady(src) {
-			t.Fatalf("%s status sinkUri %q ready %v, want %q and Ready", kind, sinkURI, condReady(src), svc.URL)
+			t.Fatalf("%s %s status sinkUri %q ready %v, want %q and Ready", o.GetKind(), o.GetName(), sinkURI, condReady(src), svc.URL)
 		}
 	}
 	if n := operatorProcesses(t); n != 0 || svc.Activator.Instances() != 0 {
