@@ -115,7 +115,11 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 			spec.Idle = p.opts.Idle
 		}
 		s := &Service{Name: u.GetName(), Namespace: u.GetNamespace(), URL: "http://" + listeners[i].Addr().String(), Spec: *spec}
-		if err := p.startActivator(s); err != nil {
+		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
+		if err != nil {
+			return err
+		}
+		if err := p.startActivator(s, kc); err != nil {
 			return err
 		}
 		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
@@ -125,15 +129,15 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 			return err
 		}
 		p.Services = append(p.Services, s)
-		p.say("Knative Service %s: %s (%d to %d instances, %d requests each; idle period %s; log %s)",
-			key(u), s.URL, spec.MinScale, spec.MaxScale, spec.Concurrency, spec.Idle, p.LogPath(s.logName()))
+		p.say("Knative Service %s: %s (%d to %d instances, %d requests each; idle period %s; runs as %s; log %s)",
+			key(u), s.URL, spec.MinScale, spec.MaxScale, spec.Concurrency, spec.Idle, as, p.LogPath(s.logName()))
 	}
 	return nil
 }
 
 func (s *Service) logName() string { return "service-" + s.Namespace + "-" + s.Name }
 
-func (p *Platform) startActivator(s *Service) error {
+func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	exe, err := p.build.build(p.ctx, s.Spec.Pkg)
 	if err != nil {
 		return err
@@ -146,7 +150,7 @@ func (p *Platform) startActivator(s *Service) error {
 	for i, a := range s.Spec.Args {
 		args[i] = rewrite(a, p.localURLs)
 	}
-	env := []string{"KUBECONFIG=" + p.kubeconfig, "K_SERVICE=" + s.Name, "K_REVISION=" + s.Name + "-00001", "K_CONFIGURATION=" + s.Name}
+	env := []string{"KUBECONFIG=" + kubeconfig, "K_SERVICE=" + s.Name, "K_REVISION=" + s.Name + "-00001", "K_CONFIGURATION=" + s.Name}
 	for _, e := range s.Spec.Env {
 		v := rewrite(e.Value, p.localURLs)
 		switch e.FieldPath {
@@ -325,7 +329,11 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		for i := range argv {
 			argv[i] = rewrite(argv[i], p.localURLs)
 		}
-		env := []string{"KUBECONFIG=" + p.kubeconfig, "POD_NAMESPACE=" + u.GetNamespace()}
+		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
+		if err != nil {
+			return err
+		}
+		env := []string{"KUBECONFIG=" + kc, "POD_NAMESPACE=" + u.GetNamespace()}
 		envs, _, _ := unstructured.NestedSlice(c, "env")
 		for _, e := range envs {
 			m, _ := e.(map[string]any)
@@ -351,7 +359,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		}
 		p.procs = append(p.procs, cmd)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
-		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; log %s)", key(u), pkg, cmd.Process.Pid, p.LogPath(name))
+		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; runs as %s; log %s)", key(u), pkg, cmd.Process.Pid, as, p.LogPath(name))
 	}
 	return nil
 }
