@@ -15,7 +15,7 @@
 //   - Knative Service (serving.knative.dev/v1): an activator (package
 //     activator) at a local URL. The first request starts the operator
 //     process (the built binary with the container's args and env, PORT set,
-//     KUBECONFIG of the platform) and is buffered until /healthz answers;
+//     KUBECONFIG for its service account) and is buffered until /healthz answers;
 //     more instances start while every one is busy at containerConcurrency
 //     (or the autoscaling target, 100 by default), up to max-scale (0: 10
 //     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
@@ -57,9 +57,12 @@
 //     scale-to-zero-pod-retention-period annotation if positive, else the
 //     window annotation, else DefaultIdle (30 s, Knative's grace period);
 //     Options.Idle overrides. Knative adds window, grace and retention.
-//   - Processes run with the platform's kubeconfig (an admin on the local
-//     plane), not with their ServiceAccount: the operator's RBAC is not
-//     exercised here (the sources' RBAC is, by the SubjectAccessReviews).
+//   - Operator and ko:// Deployment processes run as their pod template's
+//     serviceAccountName (a TokenRequest token valid 24 h, in a kubeconfig of
+//     their own), so the manifests' RBAC is exercised; without one they run
+//     with the platform's kubeconfig. Knative's adapters run with the
+//     platform's kubeconfig; their sources' RBAC is checked by the
+//     SubjectAccessReviews instead.
 //   - Knative adapters send nothing for objects that exist when they start;
 //     Start waits one second after starting the ApiServerSource adapters so
 //     their watches are open before the caller changes objects.
