@@ -66,7 +66,9 @@
 //   - Knative adapters send nothing for objects that exist when they start;
 //     Start waits one second after starting the ApiServerSource adapters so
 //     their watches are open before the caller changes objects.
-//   - namespaceSelector is resolved once, at start. Sinks other than Knative
+//   - It acts on the objects as they are at start: changes applied while it
+//     runs (a new Service, a new source, other annotations) are not picked
+//     up; restart opzero dev. namespaceSelector is resolved once, at start. Sinks other than Knative
 //     Services and plain URIs (Brokers, Channels) are refused. Only
 //     valueFrom.fieldRef (metadata.namespace, metadata.name) is supported in
 //     env.
