@@ -58,7 +58,8 @@ type Options struct {
 	Concurrency int
 	// OnEvent, if set, hears "cold-start" (0 -> 1 instance), "scale-up",
 	// "ready" (with the time since that instance's exec), "scale-down" and
-	// "scaled-to-zero" (for status lines).
+	// "scaled-to-zero" (for status lines). It is never called with the
+	// activator's lock held, so it may call Instances.
 	OnEvent func(what string, d time.Duration)
 }
 
@@ -157,15 +158,19 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (a *Activator) acquire(ctx context.Context) (*instance, error) {
 	a.mu.Lock()
 	inst := a.pickLocked()
+	event := ""
 	if inst == nil {
 		var err error
-		if inst, err = a.startLocked(); err != nil {
+		if inst, event, err = a.startLocked(); err != nil {
 			a.mu.Unlock()
 			return nil, err
 		}
 	}
 	inst.inflight++
 	a.mu.Unlock()
+	if event != "" {
+		a.opts.OnEvent(event, 0) // never under a.mu: a listener may call Instances
+	}
 	select {
 	case <-inst.ready:
 	case <-ctx.Done():
@@ -229,10 +234,12 @@ func (a *Activator) release(inst *instance) {
 	a.mu.Unlock()
 }
 
-func (a *Activator) startLocked() (*instance, error) {
+// startLocked starts an instance and returns the event to report
+// ("cold-start" or "scale-up") once a.mu is released.
+func (a *Activator) startLocked() (*instance, string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
@@ -241,14 +248,13 @@ func (a *Activator) startLocked() (*instance, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the operator: %w", err)
+		return nil, "", fmt.Errorf("starting the operator: %w", err)
 	}
 	a.Starts.Add(1)
+	event := "scale-up"
 	if a.live() == 0 {
 		a.ColdStarts.Add(1)
-		a.opts.OnEvent("cold-start", 0)
-	} else {
-		a.opts.OnEvent("scale-up", 0)
+		event = "cold-start"
 	}
 	u, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
 	inst := &instance{cmd: cmd, proxy: httputil.NewSingleHostReverseProxy(u), ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now()}
@@ -269,7 +275,7 @@ func (a *Activator) startLocked() (*instance, error) {
 		}
 		close(inst.ready)
 	}()
-	return inst, nil
+	return inst, event, nil
 }
 
 // forget removes inst from the instances (it failed, exited or is stopping).
@@ -316,8 +322,9 @@ func (a *Activator) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		a.mu.Lock()
+		event := ""
 		if a.live() < a.opts.MinScale {
-			_, _ = a.startLocked() // a failure is retried on the next tick
+			_, event, _ = a.startLocked() // a failure is retried on the next tick
 		}
 		var idle *instance
 		for _, i := range a.insts {
@@ -330,6 +337,9 @@ func (a *Activator) Run(ctx context.Context) {
 			idle.stopping = true
 		}
 		a.mu.Unlock()
+		if event != "" {
+			a.opts.OnEvent(event, 0)
+		}
 		if idle != nil {
 			a.stop(idle)
 			if a.Instances() == 0 {

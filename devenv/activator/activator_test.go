@@ -67,7 +67,11 @@ func waitInstances(t *testing.T, a *Activator, n int) {
 // requests at once start three instances (no more), every request is
 // answered 200, and all instances stop after the idle period.
 func TestScaleUpToMaxScale(t *testing.T) {
-	a := New(Options{Idle: 300 * time.Millisecond, MaxScale: 3, Concurrency: 1, Command: backend("1")})
+	var a *Activator
+	var events sync.Map
+	a = New(Options{Idle: 300 * time.Millisecond, MaxScale: 3, Concurrency: 1, Command: backend("1"),
+		OnEvent: func(what string, _ time.Duration) { events.Store(what, a.Instances()) }}) // a listener may ask
+
 	u := serve(t, a)
 	var wg sync.WaitGroup
 	pids := make([]string, 5)
@@ -97,6 +101,11 @@ func TestScaleUpToMaxScale(t *testing.T) {
 		t.Fatalf("starts %d, distinct instances answering %d, cold starts %d; want 3, 3, 1", a.Starts.Load(), len(distinct), a.ColdStarts.Load())
 	}
 	waitInstances(t, a, 0)
+	for _, e := range []string{"cold-start", "scale-up", "ready", "scale-down", "scaled-to-zero"} {
+		if _, ok := events.Load(e); !ok {
+			t.Errorf("no %q event", e)
+		}
+	}
 }
 
 // TestFailedStart: an operator that exits at once is answered 503 with
