@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -376,7 +377,44 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 	if svc.Failures.Load() != 0 || svc.Reconciles.Load() < n+2 {
 		t.Errorf("%s: want no failures and at least %d reconciles", p.StatusLine(), n+2)
 	}
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && strings.Contains(o.GetName(), "wakeup-source") {
+			wakeupThroughDev(t, c, p, ns)
+		}
+	}
 	t.Log(p.StatusLine())
+}
+
+// wakeupThroughDev: a due Wakeup record is delivered by the wakeup source
+// (a process running as its generated service account) to the operator at
+// zero instances, which starts, answers 200, and the record is deleted.
+func wakeupThroughDev(t *testing.T, c client.Client, p *dev.Platform, ns string) {
+	svc := p.Services[0]
+	cold := svc.Activator.ColdStarts.Load()
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "opzero.dev/v1alpha1", "kind": "Wakeup",
+		"metadata": map[string]any{"name": "configwatcher-test", "namespace": ns},
+		"spec": map[string]any{"operator": "configwatcher", "sink": svc.URL, "reason": "RequeueAfter",
+			"due":    time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00"),
+			"target": map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "namespace": ns, "name": "webapp-config-watcher"}},
+	}}
+	if err := c.Create(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the Wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(w), w.DeepCopy())
+		return apierrors.IsNotFound(err), nil
+	})
+	delivered := false
+	for _, d := range svc.Deliveries() {
+		if d.Type == "dev.opzero.wakeup" {
+			delivered = d.Code == 200
+		}
+	}
+	if !delivered || svc.Activator.ColdStarts.Load() != cold+1 {
+		t.Fatalf("wakeup delivered with 200: %v; cold starts %d -> %d, want one more", delivered, cold, svc.Activator.ColdStarts.Load())
+	}
+	waitZero(t, p)
 }
 
 // TestPingSourceThroughDev: mtping, fed by the statuses opzero dev writes,
