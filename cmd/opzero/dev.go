@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -50,7 +54,9 @@ then plays Knative's part for the objects it reads back:
 
 Without --kubeconfig or $KUBECONFIG it uses the control plane of
 'opzero controlplane up' if one runs, else starts one for this session
-(stopped on exit). Ctrl-C stops every process it started.`,
+(stopped on exit). Knative's CRDs are installed where they are missing; a
+cluster that runs Knative itself is refused. Ctrl-C stops every process it
+started.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
   opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
 		Args: cobra.NoArgs,
@@ -156,10 +162,40 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 	if err != nil {
 		return "", nop, err
 	}
-	if _, err := controlplane.InstallCRDs(ctx, cfg, crds...); err != nil {
-		return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", nop, err
+	}
+	// A cluster that runs Knative itself would fight over the statuses.
+	if _, err := cs.AppsV1().Deployments("knative-serving").Get(ctx, "controller", metav1.GetOptions{}); err == nil {
+		return "", nop, fmt.Errorf("%s runs Knative Serving (deployment knative-serving/controller): opzero dev plays Knative's part on a local control plane; "+
+			"there, apply the manifests with kubectl instead", cfg.Host)
+	}
+	// Knative's CRDs are installed only where they are missing: never
+	// replaced on a cluster that has its own.
+	present, err := crdPresent(ctx, cfg, "services.serving.knative.dev")
+	if err != nil {
+		return "", nop, fmt.Errorf("reaching the API server at %s (kubeconfig %s): %w", cfg.Host, kubeconfig, err)
+	}
+	if !present {
+		if _, err := controlplane.InstallCRDs(ctx, cfg, crds...); err != nil {
+			return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
+		}
+		fmt.Fprintf(out, "installed Knative's CRDs on %s\n", cfg.Host)
 	}
 	return kubeconfig, nop, nil
+}
+
+func crdPresent(ctx context.Context, cfg *rest.Config, name string) (bool, error) {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // lineWriter writes whole lines; on a terminal it first clears the status
