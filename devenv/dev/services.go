@@ -8,20 +8,14 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opzero/opzero/devenv/activator"
-	"github.com/opzero/opzero/devenv/knative"
 )
-
-// PingNamespace is the SYSTEM_NAMESPACE opzero dev runs mtping with.
-const PingNamespace = "knative-eventing"
 
 // Service is one Knative Service played locally.
 type Service struct {
@@ -192,174 +186,5 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	})
 	p.wg.Add(1)
 	go func() { defer p.wg.Done(); s.Activator.Run(p.ctx) }()
-	return nil
-}
-
-func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) error {
-	objs, err := p.readBack(ctx, "sources.knative.dev", "ApiServerSource")
-	if err != nil {
-		return err
-	}
-	for _, u := range objs {
-		c, err := p.apiServerSource(ctx, u)
-		if err != nil {
-			return err
-		}
-		if err := p.checkPermissions(ctx, u, c); err != nil {
-			return err
-		}
-		s, err := p.resolveSink(ctx, u)
-		if err != nil {
-			return err
-		}
-		c.Sink, c.Audience = s.URI, s.Audience
-		oidc := ""
-		if s.Audience != "" {
-			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
-				return err
-			}
-			c.OIDCServiceAccount = oidc
-		}
-		name := "apiserversource-" + u.GetNamespace() + "-" + u.GetName()
-		if c.Log, err = p.logFile(name); err != nil {
-			return err
-		}
-		c.Name = u.GetName()
-		t := time.Now()
-		a, err := knative.StartApiServerSource(ctx, c)
-		if err != nil {
-			return fmt.Errorf("ApiServerSource %s: %w", key(u), err)
-		}
-		p.adapters = append(p.adapters, a)
-		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")); err != nil {
-			return err
-		}
-		kinds := make([]string, len(c.Resources))
-		for i, r := range c.Resources {
-			kinds[i] = r.Resource
-		}
-		p.Sources = append(p.Sources, fmt.Sprintf("ApiServerSource %s (%s, %s mode) -> %s", key(u), strings.Join(kinds, ", "), orDefault(c.Mode, "Reference"), s.URI))
-		p.say("ApiServerSource %s: Knative's adapter pid %d started in %s, watching %s -> %s%s (log %s)",
-			key(u), a.PID(), since(t), strings.Join(kinds, ", "), s.URI, authNote(s, oidc), p.LogPath(name))
-	}
-	if len(objs) > 0 {
-		// Each resource has its own reflector; let them list and watch
-		// before the caller changes objects (the adapter sends nothing for
-		// what it lists).
-		time.Sleep(time.Second)
-	}
-	return nil
-}
-
-func authNote(s sink, oidc string) string {
-	if s.Audience == "" {
-		return ""
-	}
-	return fmt.Sprintf(" with OIDC tokens of %s for audience %s", oidc, s.Audience)
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error {
-	objs, err := p.readBack(ctx, "sources.knative.dev", "PingSource")
-	if err != nil || len(objs) == 0 {
-		return err
-	}
-	// mtping schedules only Ready sources and sends to status.sinkUri:
-	// write the statuses first.
-	for _, u := range objs {
-		s, err := p.resolveSink(ctx, u)
-		if err != nil {
-			return err
-		}
-		oidc := ""
-		if s.Audience != "" {
-			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
-				return err
-			}
-		}
-		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "OIDCIdentityCreated")); err != nil {
-			return err
-		}
-		sched, _, _ := unstructured.NestedString(u.Object, "spec", "schedule")
-		p.Sources = append(p.Sources, fmt.Sprintf("PingSource %s (%s) -> %s", key(u), orDefault(sched, "* * * * *"), s.URI))
-		p.say("PingSource %s: schedule %q -> %s%s", key(u), orDefault(sched, "* * * * *"), s.URI, authNote(s, oidc))
-	}
-	logf, err := p.logFile("mtping")
-	if err != nil {
-		return err
-	}
-	t := time.Now()
-	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf})
-	if err != nil {
-		return err
-	}
-	p.adapters = append(p.adapters, a)
-	p.say("PingSources: Knative's mtping pid %d started in %s (log %s)", a.PID(), since(t), p.LogPath("mtping"))
-	return nil
-}
-
-// startDeployments runs each Deployment with a ko:// image as one local
-// process (the wakeup source is one), always on.
-func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error {
-	objs, err := p.readBack(ctx, "apps", "Deployment")
-	if err != nil {
-		return err
-	}
-	for _, u := range objs {
-		pkg, ok, err := deploymentImage(u)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		exe, err := p.build.build(ctx, pkg)
-		if err != nil {
-			return err
-		}
-		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-		c, _ := cs[0].(map[string]any)
-		argv, _, _ := unstructured.NestedStringSlice(c, "args")
-		for i := range argv {
-			argv[i] = rewrite(argv[i], p.localURLs)
-		}
-		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
-		if err != nil {
-			return err
-		}
-		env := []string{"KUBECONFIG=" + kc, "POD_NAMESPACE=" + u.GetNamespace()}
-		envs, _, _ := unstructured.NestedSlice(c, "env")
-		for _, e := range envs {
-			m, _ := e.(map[string]any)
-			n, _, _ := unstructured.NestedString(m, "name")
-			v, ok, _ := unstructured.NestedString(m, "value")
-			if fp, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); fp == "metadata.namespace" {
-				v, ok = u.GetNamespace(), true
-			}
-			if ok {
-				env = append(env, n+"="+rewrite(v, p.localURLs))
-			}
-		}
-		name := "deployment-" + u.GetNamespace() + "-" + u.GetName()
-		logf, err := p.logFile(name)
-		if err != nil {
-			return err
-		}
-		cmd := exec.Command(exe, argv...)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("Deployment %s: starting ko://%s: %w", key(u), pkg, err)
-		}
-		p.procs = append(p.procs, cmd)
-		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
-		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; runs as %s; log %s)", key(u), pkg, cmd.Process.Pid, as, p.LogPath(name))
-	}
 	return nil
 }
