@@ -25,12 +25,7 @@ import (
 )
 
 func newDevCmd() *cobra.Command {
-	var (
-		file, kubeconfig, cacheDir, buildDir, logDir, namespace string
-		port                                                    int
-		idle                                                    time.Duration
-		noStatus                                                bool
-	)
+	f := &devFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev -f <manifests>",
 		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
@@ -60,67 +55,83 @@ started.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
   opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if file == "" {
-				return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
-			}
-			ctx := cmd.Context()
-			out := cmd.OutOrStdout()
-			terminal := !noStatus && isTerminal(out)
-			lines := &lineWriter{w: out, clear: terminal}
-			objs, err := dev.ReadManifests(file, cmd.InOrStdin())
-			if err != nil {
-				return err
-			}
-			kc, stopPlane, err := devPlane(ctx, kubeconfig, lines)
-			if err != nil {
-				return err
-			}
-			defer stopPlane()
-			if logDir == "" {
-				if logDir, err = os.MkdirTemp("", "opzero-dev-"); err != nil {
-					return err
-				}
-			} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-				return err
-			}
-			p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: namespace, Dir: logDir, CacheDir: cacheDir,
-				BuildDir: buildDir, Port: port, Idle: idle, Out: lines})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(lines, "opzero dev: ready; logs in %s; Ctrl-C stops everything\n", logDir)
-			sctx, cancel := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if !noStatus {
-					p.WatchStatus(sctx, lines, terminal)
-				}
-			}()
-			select {
-			case <-ctx.Done():
-			case <-p.Done():
-			}
-			cancel()
-			<-done
-			fmt.Fprintln(out, "opzero dev: stopping the sources, the operators and the processes it started")
-			p.Stop()
-			fmt.Fprintln(out, p.StatusLine())
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
-	f := cmd.Flags()
-	f.StringVarP(&file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
-	f.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
-	f.StringVarP(&namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
-	f.IntVar(&port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
-	f.DurationVar(&idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
-	f.StringVar(&cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
-	f.StringVar(&buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
-	f.StringVar(&logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
-	f.BoolVar(&noStatus, "no-status", false, "do not print the live status line")
+	fs := cmd.Flags()
+	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
+	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
+	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
+	fs.StringVar(&f.cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
+	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
+	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
+	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
 	return cmd
+}
+
+// devFlags are the flags of opzero dev.
+type devFlags struct {
+	file, kubeconfig, cacheDir, buildDir, logDir, namespace string
+	port                                                    int
+	idle                                                    time.Duration
+	noStatus                                                bool
+}
+
+func (f *devFlags) run(cmd *cobra.Command) error {
+	if f.file == "" {
+		return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
+	}
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	terminal := !f.noStatus && isTerminal(out)
+	lines := &lineWriter{w: out, clear: terminal}
+	objs, err := dev.ReadManifests(f.file, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	kc, stopPlane, err := devPlane(ctx, f.kubeconfig, lines)
+	if err != nil {
+		return err
+	}
+	defer stopPlane()
+	logDir := f.logDir
+	if logDir == "" {
+		if logDir, err = os.MkdirTemp("", "opzero-dev-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(lines, "opzero dev: ready; logs in %s; Ctrl-C stops everything\n", logDir)
+	f.serve(ctx, p, lines, terminal)
+	fmt.Fprintln(out, "opzero dev: stopping the sources, the operators and the processes it started")
+	p.Stop()
+	fmt.Fprintln(out, p.StatusLine())
+	return nil
+}
+
+// serve shows the status line until Ctrl-C (or the platform stops).
+func (f *devFlags) serve(ctx context.Context, p *dev.Platform, w io.Writer, terminal bool) {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !f.noStatus {
+			p.WatchStatus(sctx, w, terminal)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-p.Done():
+	}
+	cancel()
+	<-done
 }
 
 // devPlane returns the kubeconfig to use, with Knative's CRDs installed,
