@@ -373,9 +373,20 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 	if got := svc.Activator.ColdStarts.Load(); got != 3 {
 		t.Errorf("cold starts %d, want 3 (one for the whole burst)", got)
 	}
+	added := map[string]bool{}
 	for _, d := range svc.Deliveries() {
 		if d.Code != 200 {
 			t.Errorf("delivery %s %s/%s answered %d %s", d.Type, d.Kind, d.Name, d.Code, d.Result)
+		}
+		if strings.HasSuffix(d.Type, ".add") {
+			added[d.Kind+"/"+d.Name] = true
+		}
+	}
+	for i := range n { // every add event of the burst reached the operator
+		for _, kind := range []string{"ConfigMap", "ConfigWatcher"} {
+			if k := fmt.Sprintf("%s/burst-%d", kind, i); !added[k] {
+				t.Errorf("no add event delivered for %s", k)
+			}
 		}
 	}
 	if svc.Failures.Load() != 0 || svc.Reconciles.Load() < n+2 {
