@@ -72,6 +72,12 @@
 //     Services and plain URIs (Brokers, Channels) are refused. Only
 //     valueFrom.fieldRef (metadata.namespace, metadata.name) is supported in
 //     env.
+//   - The statuses it writes stay after it exits (Ready, with local URLs
+//     that no longer answer), and mtping is multi-tenant: a second opzero
+//     dev on the same cluster also pings the first one's PingSources (their
+//     sends fail and are logged). Use one opzero dev per control plane.
+//   - The Service's timeoutSeconds is not enforced, and readiness is the
+//     operator's GET /healthz answering 200 (not the container's probe).
 //   - Knative's adapters bind :8080 for health probes (a clash between two is
 //     logged, not fatal): do not run anything else on 8080.
 package dev
