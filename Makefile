@@ -33,7 +33,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s; e.g. FUZZTIME=1000000x 
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)
 
-demo: bins knative-bins opzero ## the main job: ConfigWatcher running serverless on the local control plane
+demo: bins knative-bins ## the main job: ConfigWatcher running serverless through `opzero dev` on the local control plane
 	@bash hack/demo.sh
 
 clean: ## remove bin/ (the Go build cache keeps later builds fast)

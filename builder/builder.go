@@ -28,6 +28,9 @@ type Builder struct {
 	op     Operator
 	errs   []error
 	forSet bool
+	// sweepSet and scaleSet say WithSweep / WithScale were called (else Build
+	// applies the defaults).
+	sweepSet, scaleSet bool
 }
 
 // ControllerManagedBy starts a description that Complete registers with rt.
@@ -136,6 +139,7 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Operator, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid operator description: %w", err)
 	}
+	b.deployDefaults()
 	op := b.op
 	op.Reconciler = r
 	return &op, nil

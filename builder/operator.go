@@ -28,7 +28,10 @@ type Operator struct {
 	// AutoObservedGeneration makes the engine set status.observedGeneration
 	// to the reconciled generation after a successful reconcile.
 	AutoObservedGeneration bool
-	Reconciler             reconcile.Reconciler
+	// Deploy is how it is deployed (sweeps, instance bounds); only the
+	// manifest generator reads it.
+	Deploy     Deployment
+	Reconciler reconcile.Reconciler
 }
 
 // Kind is one watched kind.

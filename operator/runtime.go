@@ -39,6 +39,8 @@ type Runtime struct {
 	mgr    manager.Manager
 	ops    []*builder.Operator
 	engine *serverless.Engine
+	// describeTo is set from OPZERO_DESCRIBE: describe, do not serve (describe.go).
+	describeTo string
 }
 
 var _ builder.Runtime = (*Runtime)(nil)
@@ -51,6 +53,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.Scheme == nil {
 		opts.Scheme = clientgoscheme.Scheme
+	}
+	if t := describeTarget(); t != "" {
+		return newDescriber(opts, t), nil
 	}
 	cfg := opts.Config
 	if cfg == nil {
@@ -150,6 +155,10 @@ func (r *Runtime) GetEventRecorderFor(name string) record.EventRecorder {
 
 // Register adds an operator description (builder.Complete calls it).
 func (r *Runtime) Register(op *builder.Operator) error {
+	if r.describeTo != "" {
+		r.ops = append(r.ops, op)
+		return nil
+	}
 	switch r.opts.Mode {
 	case Classic:
 		if err := classic.Setup(r.mgr, op, classic.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}); err != nil {
@@ -217,6 +226,9 @@ func (r *Runtime) Engine() *serverless.Engine { return r.engine }
 func (r *Runtime) Start(ctx context.Context) error {
 	if len(r.ops) == 0 {
 		return errors.New("no operator registered: call builder.ControllerManagedBy(rt)...Complete(reconciler) before Start")
+	}
+	if r.describeTo != "" {
+		return r.writeDescription()
 	}
 	if r.mgr != nil {
 		return r.mgr.Start(ctx)

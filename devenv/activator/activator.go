@@ -1,8 +1,27 @@
 // Package activator plays Knative Serving's part for one operator on a
-// laptop: it holds the operator's URL while no process runs, starts the
+// laptop: it holds the operator's URL while no process runs, starts a
 // process on the first request (buffering requests meanwhile), proxies to
-// it, and stops it (SIGTERM, so it drains) once it has been idle for the
-// scale-to-zero period. It runs at most one instance (max-scale 1).
+// it, starts more instances under load (up to MaxScale) and stops each one
+// (SIGTERM, so it drains) once it has been idle for the scale-to-zero period.
+//
+// # Guarantees
+//
+//   - A request that arrives while no instance is ready waits for one (up to
+//     StartTimeout) instead of failing: nothing is lost during a cold start.
+//   - An instance that is serving a request is never stopped for idleness.
+//   - An instance that fails to start, or exits on its own, is forgotten; the
+//     next request starts a fresh one. Requests waiting for a failed start
+//     are answered 503 with Retry-After, which every Knative sender retries.
+//
+// # Scaling (a simplification of Knative's autoscaler)
+//
+// Each instance takes up to Concurrency requests at once (Knative's
+// containerConcurrency, or its autoscaling target). A request goes to the
+// least-loaded ready instance below that bound (ties: the oldest, so extra
+// instances drain and scale down), else to a starting one below it, else a
+// new instance starts if fewer than MaxScale run; at MaxScale the request
+// queues on the least-loaded instance. There is no stable/panic window: an
+// instance is stopped after Idle with no request.
 package activator
 
 import (
@@ -29,25 +48,52 @@ type Options struct {
 	Idle time.Duration
 	// StartTimeout bounds a cold start (30 s).
 	StartTimeout time.Duration
-	// OnEvent, if set, hears "cold-start", "ready", "scaled-to-zero" with the
-	// time since the cold start began (for status lines).
+	// MaxScale is the most instances that run at once; 0 means 1.
+	MaxScale int
+	// MinScale instances are kept running (started by Run, never stopped
+	// for idleness); 0 scales to zero.
+	MinScale int
+	// Concurrency is the number of requests one instance takes before
+	// another is started; 0 means unlimited (never scale past one for load).
+	Concurrency int
+	// OnEvent, if set, hears "cold-start" (0 -> 1 instance), "scale-up",
+	// "ready" (with the time since that instance's exec), "scale-down" and
+	// "scaled-to-zero" (for status lines). It is never called with the
+	// activator's lock held, so it may call Instances.
 	OnEvent func(what string, d time.Duration)
 }
 
-// Activator is an http.Handler in front of a scale-to-zero instance.
+// Activator is an http.Handler in front of scale-to-zero instances.
 type Activator struct {
 	opts Options
 
-	mu       sync.Mutex
+	mu    sync.Mutex
+	insts []*instance // oldest first
+
+	ColdStarts atomic.Int64 // starts from zero instances
+	Starts     atomic.Int64 // every instance started
+	Requests   atomic.Int64
+}
+
+// instance is one operator process.
+type instance struct {
 	cmd      *exec.Cmd
-	target   *httputil.ReverseProxy
-	ready    chan struct{} // closed when the current instance is ready
-	startErr error
+	proxy    *httputil.ReverseProxy
+	ready    chan struct{} // closed once healthy or failed (err set first)
+	err      error
+	exited   chan struct{}
 	inflight int
 	last     time.Time
+	stopping bool
+}
 
-	ColdStarts atomic.Int64
-	Requests   atomic.Int64
+func (i *instance) isReady() bool {
+	select {
+	case <-i.ready:
+		return i.err == nil
+	default:
+		return false
+	}
 }
 
 // New returns an Activator; Run must run for idle instances to stop.
@@ -55,73 +101,145 @@ func New(o Options) *Activator {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 30 * time.Second
 	}
+	if o.MaxScale <= 0 {
+		o.MaxScale = 1
+	}
+	if o.MaxScale < o.MinScale {
+		o.MaxScale = o.MinScale
+	}
 	if o.OnEvent == nil {
 		o.OnEvent = func(string, time.Duration) {}
 	}
 	return &Activator{opts: o}
 }
 
-// Instances is 1 while an instance runs, else 0.
+// Instances is the number of instances running or starting.
 func (a *Activator) Instances() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cmd != nil {
-		return 1
-	}
-	return 0
+	return len(a.insts)
 }
 
-// ServeHTTP proxies r to the instance, starting it first if none runs.
+// InFlight is the number of requests being served or waiting for a start.
+func (a *Activator) InFlight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, i := range a.insts {
+		n += i.inflight
+	}
+	return n
+}
+
+// PIDs of the running instances.
+func (a *Activator) PIDs() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int
+	for _, i := range a.insts {
+		out = append(out, i.cmd.Process.Pid)
+	}
+	return out
+}
+
+// ServeHTTP proxies r to an instance, starting one first if needed.
 func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.Requests.Add(1)
-	proxy, err := a.acquire(r.Context())
+	inst, err := a.acquire(r.Context())
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "activator: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	defer a.release()
-	proxy.ServeHTTP(w, r)
+	defer a.release(inst)
+	inst.proxy.ServeHTTP(w, r)
 }
 
-func (a *Activator) acquire(ctx context.Context) (*httputil.ReverseProxy, error) {
+func (a *Activator) acquire(ctx context.Context) (*instance, error) {
 	a.mu.Lock()
-	if a.cmd == nil {
-		if err := a.startLocked(); err != nil {
+	inst := a.pickLocked()
+	event := ""
+	if inst == nil {
+		var err error
+		if inst, event, err = a.startLocked(); err != nil {
 			a.mu.Unlock()
 			return nil, err
 		}
 	}
-	a.inflight++
-	ready, proxy := a.ready, a.target
+	inst.inflight++
 	a.mu.Unlock()
+	if event != "" {
+		a.opts.OnEvent(event, 0) // never under a.mu: a listener may call Instances
+	}
 	select {
-	case <-ready:
+	case <-inst.ready:
 	case <-ctx.Done():
-		a.release()
+		a.release(inst)
 		return nil, ctx.Err()
 	}
-	a.mu.Lock()
-	err := a.startErr
-	a.mu.Unlock()
-	if err != nil {
-		a.release()
-		return nil, err
+	if inst.err != nil {
+		a.release(inst)
+		return nil, inst.err
 	}
-	return proxy, nil
+	return inst, nil
 }
 
-func (a *Activator) release() {
+// pickLocked chooses an instance for one more request, or nil when a new
+// one should start.
+func (a *Activator) pickLocked() *instance {
+	var readyBest, startingBest, anyBest *instance
+	for _, i := range a.insts {
+		if i.stopping {
+			continue
+		}
+		if anyBest == nil || i.inflight < anyBest.inflight {
+			anyBest = i
+		}
+		if a.opts.Concurrency > 0 && i.inflight >= a.opts.Concurrency {
+			continue
+		}
+		if i.isReady() {
+			if readyBest == nil || i.inflight < readyBest.inflight {
+				readyBest = i
+			}
+		} else if startingBest == nil || i.inflight < startingBest.inflight {
+			startingBest = i
+		}
+	}
+	switch {
+	case readyBest != nil:
+		return readyBest
+	case startingBest != nil:
+		return startingBest
+	case a.live() < a.opts.MaxScale:
+		return nil
+	}
+	return anyBest
+}
+
+func (a *Activator) live() int {
+	n := 0
+	for _, i := range a.insts {
+		if !i.stopping {
+			n++
+		}
+	}
+	return n
+}
+
+func (a *Activator) release(inst *instance) {
 	a.mu.Lock()
-	a.inflight--
-	a.last = time.Now()
+	inst.inflight--
+	inst.last = time.Now()
 	a.mu.Unlock()
 }
 
-func (a *Activator) startLocked() error {
+// startLocked starts an instance and returns the event to report
+// ("cold-start" or "scale-up") once a.mu is released.
+func (a *Activator) startLocked() (*instance, string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
@@ -130,27 +248,49 @@ func (a *Activator) startLocked() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the operator: %w", err)
+		return nil, "", fmt.Errorf("starting the operator: %w", err)
 	}
-	a.ColdStarts.Add(1)
-	a.opts.OnEvent("cold-start", 0)
+	a.Starts.Add(1)
+	event := "scale-up"
+	if a.live() == 0 {
+		a.ColdStarts.Add(1)
+		event = "cold-start"
+	}
 	u, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
-	a.cmd, a.target, a.ready, a.startErr = cmd, httputil.NewSingleHostReverseProxy(u), make(chan struct{}), nil
-	ready := a.ready
+	inst := &instance{cmd: cmd, proxy: httputil.NewSingleHostReverseProxy(u), ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now()}
+	a.insts = append(a.insts, inst)
 	go func() {
-		err := waitHealthy(u.String()+"/healthz", a.opts.StartTimeout)
-		a.mu.Lock()
-		a.startErr = err
-		a.mu.Unlock()
-		if err == nil {
+		_ = cmd.Wait()
+		close(inst.exited)
+		a.forget(inst)
+	}()
+	go func() {
+		err := waitHealthy(u.String()+"/healthz", a.opts.StartTimeout, inst.exited)
+		if err != nil {
+			inst.err = err
+			a.forget(inst)
+			_ = cmd.Process.Kill()
+		} else {
 			a.opts.OnEvent("ready", time.Since(t0))
 		}
-		close(ready)
+		close(inst.ready)
 	}()
-	return nil
+	return inst, event, nil
 }
 
-func waitHealthy(u string, timeout time.Duration) error {
+// forget removes inst from the instances (it failed, exited or is stopping).
+func (a *Activator) forget(inst *instance) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, i := range a.insts {
+		if i == inst {
+			a.insts = append(a.insts[:k], a.insts[k+1:]...)
+			return
+		}
+	}
+}
+
+func waitHealthy(u string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
@@ -160,42 +300,81 @@ func waitHealthy(u string, timeout time.Duration) error {
 				return nil
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-exited:
+			return errors.New("the operator exited during its start (see its log)")
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
-	return errors.New("the operator did not become ready in time")
+	return fmt.Errorf("the operator did not become ready within %s", timeout)
 }
 
-// Run stops an instance idle for Options.Idle, until ctx ends; then it stops
-// any instance.
+// Run stops instances idle for Options.Idle, until ctx ends; then it stops
+// every instance and returns once they have exited.
 func (a *Activator) Run(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			a.stop()
+			a.stopAll()
 			return
 		case <-t.C:
 		}
 		a.mu.Lock()
-		idle := a.cmd != nil && a.inflight == 0 && time.Since(a.last) >= a.opts.Idle
+		event := ""
+		if a.live() < a.opts.MinScale {
+			_, event, _ = a.startLocked() // a failure is retried on the next tick
+		}
+		var idle *instance
+		for _, i := range a.insts {
+			if a.live() > a.opts.MinScale && !i.stopping && i.isReady() && i.inflight == 0 && time.Since(i.last) >= a.opts.Idle {
+				idle = i
+				break
+			}
+		}
+		if idle != nil {
+			idle.stopping = true
+		}
 		a.mu.Unlock()
-		if idle {
-			a.stop()
+		if event != "" {
+			a.opts.OnEvent(event, 0)
+		}
+		if idle != nil {
+			a.stop(idle)
+			if a.Instances() == 0 {
+				a.opts.OnEvent("scaled-to-zero", 0)
+			} else {
+				a.opts.OnEvent("scale-down", 0)
+			}
 		}
 	}
 }
 
-func (a *Activator) stop() {
-	a.mu.Lock()
-	cmd := a.cmd
-	if cmd == nil || a.inflight > 0 {
-		a.mu.Unlock()
-		return
+// stop sends SIGTERM (the operator drains) and waits for the exit; SIGKILL
+// after 10 s.
+func (a *Activator) stop(inst *instance) {
+	_ = inst.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-inst.exited:
+	case <-time.After(10 * time.Second):
+		_ = inst.cmd.Process.Kill()
+		<-inst.exited
 	}
-	a.cmd = nil
+	a.forget(inst)
+}
+
+func (a *Activator) stopAll() {
+	a.mu.Lock()
+	insts := append([]*instance(nil), a.insts...)
+	for _, i := range insts {
+		i.stopping = true
+	}
 	a.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
-	a.opts.OnEvent("scaled-to-zero", 0)
+	var wg sync.WaitGroup
+	for _, i := range insts {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.stop(i) }()
+	}
+	wg.Wait()
 }

@@ -3,6 +3,7 @@ package activator
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,11 +20,108 @@ func TestMain(m *testing.M) {
 		time.Sleep(50 * time.Millisecond) // start-up work
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {})
-		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "pid %d", os.Getpid()) })
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+				time.Sleep(d)
+			}
+			fmt.Fprintf(w, "pid %d", os.Getpid())
+		})
 		_ = http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux)
 		os.Exit(0)
 	}
+	if os.Getenv("ACTIVATOR_BACKEND") == "crash" {
+		os.Exit(3)
+	}
 	os.Exit(m.Run())
+}
+
+func backend(mode string) func() *exec.Cmd {
+	return func() *exec.Cmd {
+		c := exec.Command(os.Args[0])
+		c.Env = []string{"ACTIVATOR_BACKEND=" + mode}
+		return c
+	}
+}
+
+func serve(t *testing.T, a *Activator) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	srv := httptest.NewServer(a)
+	t.Cleanup(func() { srv.Close(); cancel(); <-done })
+	return srv.URL
+}
+
+func waitInstances(t *testing.T, a *Activator, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Instances() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("instances %d, want %d", a.Instances(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestScaleUpToMaxScale: with Concurrency 1 and MaxScale 3, five slow
+// requests at once start three instances (no more), every request is
+// answered 200, and all instances stop after the idle period.
+func TestScaleUpToMaxScale(t *testing.T) {
+	var a *Activator
+	var events sync.Map
+	a = New(Options{Idle: 300 * time.Millisecond, MaxScale: 3, Concurrency: 1, Command: backend("1"),
+		OnEvent: func(what string, _ time.Duration) { events.Store(what, a.Instances()) }}) // a listener may ask
+
+	u := serve(t, a)
+	var wg sync.WaitGroup
+	pids := make([]string, 5)
+	for i := range pids {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			resp, err := http.Get(u + "/?sleep=400ms")
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %s", i, resp.StatusCode, b)
+			}
+			pids[i] = string(b)
+		}(i)
+	}
+	wg.Wait()
+	distinct := map[string]bool{}
+	for _, p := range pids {
+		distinct[p] = true
+	}
+	if a.Starts.Load() != 3 || len(distinct) != 3 || a.ColdStarts.Load() != 1 {
+		t.Fatalf("starts %d, distinct instances answering %d, cold starts %d; want 3, 3, 1", a.Starts.Load(), len(distinct), a.ColdStarts.Load())
+	}
+	waitInstances(t, a, 0)
+	for _, e := range []string{"cold-start", "scale-up", "ready", "scale-down", "scaled-to-zero"} {
+		if _, ok := events.Load(e); !ok {
+			t.Errorf("no %q event", e)
+		}
+	}
+}
+
+// TestFailedStart: an operator that exits at once is answered 503 with
+// Retry-After (every Knative sender retries), and is forgotten.
+func TestFailedStart(t *testing.T) {
+	a := New(Options{Idle: time.Second, Command: backend("crash")})
+	u := serve(t, a)
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("answer %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	waitInstances(t, a, 0)
 }
 
 func TestScaleFromAndToZero(t *testing.T) {
@@ -78,5 +176,17 @@ func TestScaleFromAndToZero(t *testing.T) {
 	resp.Body.Close()
 	if a.ColdStarts.Load() != 2 {
 		t.Fatalf("cold starts %d, want 2", a.ColdStarts.Load())
+	}
+}
+
+// TestMinScale: MinScale instances start without a request and are not
+// stopped for idleness.
+func TestMinScale(t *testing.T) {
+	a := New(Options{Idle: 100 * time.Millisecond, MinScale: 1, Command: backend("1")})
+	serve(t, a)
+	waitInstances(t, a, 1)
+	time.Sleep(500 * time.Millisecond)
+	if a.Instances() != 1 || a.Starts.Load() != 1 {
+		t.Fatalf("instances %d, starts %d after 5 idle periods; want 1 and 1", a.Instances(), a.Starts.Load())
 	}
 }

@@ -15,9 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/devenv/controlplane"
@@ -41,6 +45,9 @@ type Owner struct {
 type ApiServerSourceConfig struct {
 	// Name of the source (the adapter requires one).
 	Name string
+	// Namespace of the source: the adapter's NAMESPACE, where it looks up
+	// OIDCServiceAccount; empty means the first of Namespaces, else default.
+	Namespace string
 	// Namespaces to watch; AllNamespaces watches every namespace.
 	Namespaces    []string
 	AllNamespaces bool
@@ -54,7 +61,7 @@ type ApiServerSourceConfig struct {
 	Kubeconfig string
 	// Audience and OIDCServiceAccount make the adapter authenticate its
 	// deliveries as Knative's OIDC feature does: a TokenRequest token for
-	// that service account (in the first namespace) with that audience, sent
+	// that service account (in Namespace) with that audience, sent
 	// as Authorization: Bearer.
 	Audience           string
 	OIDCServiceAccount string
@@ -116,9 +123,12 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		return nil, err
 	}
 	cfgJSON, _ := json.Marshal(sc)
-	ns := "default"
-	if len(c.Namespaces) > 0 {
+	ns := c.Namespace
+	if ns == "" && len(c.Namespaces) > 0 {
 		ns = c.Namespaces[0]
+	}
+	if ns == "" {
+		ns = "default"
 	}
 	env := []string{
 		"KUBECONFIG=" + c.Kubeconfig, "NAME=" + c.Name, "NAMESPACE=" + ns,
@@ -132,7 +142,47 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		o, _ := json.Marshal(map[string]any{"extensions": c.CEOverrides})
 		env = append(env, "K_CE_OVERRIDES="+string(o))
 	}
-	return start(ctx, c.Name, bin, env, c.Log, "STARTING")
+	return start(ctx, c.Name, bin, nil, env, c.Log, "STARTING")
+}
+
+// PingConfig configures Knative's multi-tenant PingSource adapter (mtping).
+// It schedules every PingSource in the cluster whose status is Ready=True
+// and sends to its status.sinkUri (with a token for status.sinkAudience as
+// status.auth.serviceAccountName): a local platform writes those statuses.
+type PingConfig struct {
+	// Kubeconfig of the API server to read PingSources from.
+	Kubeconfig string
+	// Namespace is its SYSTEM_NAMESPACE and NAMESPACE: it must exist and
+	// hold ConfigMaps config-logging and config-observability (EnsurePingNamespace).
+	Namespace string
+	// ProfilingPort moves the pprof listener off :8008 (0 picks one).
+	ProfilingPort int
+	// Binary is the adapter; empty means bin/mtping.
+	Binary string
+	// Log receives the adapter's output (nil discards).
+	Log io.Writer
+}
+
+// StartPing starts mtping without leader election (--disable-ha) and
+// returns once its job runner has started. On SIGTERM it exits at once
+// (K_NO_SHUTDOWN_AFTER=59 turns off its wait for the end of the minute).
+func StartPing(ctx context.Context, c PingConfig) (*Adapter, error) {
+	if c.Kubeconfig == "" || c.Namespace == "" {
+		return nil, errors.New("PingSource adapter: Kubeconfig and Namespace are required")
+	}
+	bin, err := adapterBinary(c.Binary, "mtping")
+	if err != nil {
+		return nil, err
+	}
+	port := c.ProfilingPort
+	if port == 0 {
+		port = profilingPort(ApiServerSourceConfig{Name: "mtping/" + c.Namespace})
+	}
+	env := []string{
+		"KUBECONFIG=" + c.Kubeconfig, "SYSTEM_NAMESPACE=" + c.Namespace, "NAMESPACE=" + c.Namespace,
+		"NAME=mtping", "K_NO_SHUTDOWN_AFTER=59", "K_SINK_TIMEOUT=-1", fmt.Sprintf("PROFILING_PORT=%d", port),
+	}
+	return start(ctx, "mtping", bin, []string{"--disable-ha"}, env, c.Log, "Starting job runner")
 }
 
 func profilingPort(c ApiServerSourceConfig) int {
@@ -162,11 +212,11 @@ func adapterBinary(bin, name string) (string, error) {
 
 // start runs bin with env and waits until a line of its output contains
 // ready, the process exits, or ctx ends.
-func start(ctx context.Context, name, bin string, env []string, log io.Writer, ready string) (*Adapter, error) {
+func start(ctx context.Context, name, bin string, args, env []string, log io.Writer, ready string) (*Adapter, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
@@ -274,6 +324,22 @@ func waitDiscoverable(ctx context.Context, kubeconfig string, resources []Resour
 		})
 		if err != nil {
 			return fmt.Errorf("resource %s in %s is not served by the API server (is its CRD installed?): %w", r.Resource, gv, err)
+		}
+	}
+	return nil
+}
+
+// EnsurePingNamespace creates namespace ns with the empty ConfigMaps
+// config-logging and config-observability that mtping requires.
+func EnsurePingNamespace(ctx context.Context, cs kubernetes.Interface, ns string) error {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s for mtping: %w", ns, err)
+	}
+	for _, name := range []string{"config-logging", "config-observability"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ConfigMap %s/%s for mtping: %w", ns, name, err)
 		}
 	}
 	return nil

@@ -1,22 +1,21 @@
 // Command demo is `make demo`: the ConfigWatcher operator running
-// serverless on a local control plane, fed by Knative's real ApiServerSource
-// adapter. It prints each step with its timing and tears everything down.
+// serverless through `opzero dev` on a local control plane. The demo only
+// starts the plane, applies the application, runs `bin/opzero dev` on the
+// operator's manifests and then acts as a user would (kubectl apply, kubectl
+// patch), printing what opzero dev reports and the timings.
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,15 +25,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/devenv/activator"
 	"github.com/opzero/opzero/devenv/controlplane"
-	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 )
 
 const (
 	ns   = "demo"
-	idle = 3 * time.Second
+	idle = "3s"
 )
 
 func main() {
@@ -47,14 +44,11 @@ func main() {
 }
 
 type demo struct {
-	bin, dir, kubeconfig string
-	c                    client.Client
-	t0                   time.Time
-	step                 int
-	delivered, skipped   atomic.Int64
-	act                  *activator.Activator
-	coldAt               time.Time
-	deliveries           lines
+	root, dir, kubeconfig string
+	c                     client.Client
+	t0                    time.Time
+	step                  int
+	dev                   *devProcess
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -69,7 +63,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d := &demo{bin: filepath.Join(root, "bin"), t0: time.Now()}
+	d := &demo{root: root, t0: time.Now()}
 	if d.dir, err = os.MkdirTemp("", "opzero-demo-"); err != nil {
 		return err
 	}
@@ -78,7 +72,7 @@ func run(ctx context.Context) error {
 			os.RemoveAll(d.dir)
 		}
 	}()
-	fmt.Println("opzero demo: the Kubernetes Patterns ConfigWatcher, running serverless on a local control plane")
+	fmt.Println("opzero demo: the Kubernetes Patterns ConfigWatcher, serverless through `opzero dev` on a local control plane")
 
 	d.say("Local control plane (etcd, kube-apiserver, kube-controller-manager)")
 	t := time.Now()
@@ -87,15 +81,14 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer func() {
-		fmt.Println("\n[teardown] stopping the operator, the adapter and the control plane")
+		fmt.Println("\n[teardown] Ctrl-C to opzero dev (it stops the adapters and the operator), then the control plane")
+		if d.dev != nil {
+			d.dev.stop()
+		}
 		_ = plane.Stop(false)
 	}()
 	d.kubeconfig = plane.Kubeconfig
 	d.note("ready in %s at %s", since(t), plane.Server)
-	if _, err := controlplane.InstallCRDs(ctx, plane.Config, filepath.Join(root, "examples/configwatcher/config/crd")); err != nil {
-		return err
-	}
-	d.note("CRD configwatchers.k8spatterns.io installed (generated from Go types by controller-gen)")
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
@@ -116,33 +109,101 @@ func run(ctx context.Context) error {
 	}
 	d.note("pods: %s (Pending: there is no kubelet, which an operator does not need)", strings.Join(before, ", "))
 
-	port, err := d.startOperator(ctx, root)
+	if err := d.startDev(ctx); err != nil {
+		return err
+	}
+	return d.scenario(ctx, before)
+}
+
+func (d *demo) startDev(ctx context.Context) error {
+	d.say("The operator's manifests, generated from its own description by `opzero manifests`")
+	opzero := filepath.Join(d.dir, "opzero")
+	build := exec.CommandContext(ctx, "go", "build", "-o", opzero, "./cmd/opzero")
+	build.Dir = d.root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building opzero: %w\n%s", err, out)
+	}
+	dir := filepath.Join(d.dir, "manifests")
+	gen := []string{"manifests", "--operator", "./examples/configwatcher", "--namespace", ns, "--idle", idle, "-o", dir}
+	fmt.Printf("    $ opzero %s\n", strings.Join(gen, " "))
+	cmd := exec.CommandContext(ctx, opzero, gen...)
+	cmd.Dir = d.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("opzero manifests: %w\n%s", err, out)
+	}
+	if err := d.summarize(dir); err != nil {
+		return err
+	}
+
+	d.say("opzero dev: apply them and play Knative's part (activator, Knative's real adapters, statuses)")
+	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root}
+	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
+	p, err := startDev(ctx, opzero, args)
 	if err != nil {
 		return err
 	}
-	if err := d.startAdapter(ctx, port); err != nil {
-		return err
-	}
-	return d.scenario(ctx, root, before)
+	d.dev = p
+	return p.wait(ctx, "opzero dev: ready", 1, 3*time.Minute)
 }
 
-func (d *demo) scenario(ctx context.Context, root string, before []string) error {
-	d.say("kubectl apply the book's ConfigWatcher (Example 23-5)")
+// summarize prints one line per generated object: kind and name.
+func (d *demo) summarize(dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var kinds []string
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			kind, name := "", ""
+			for _, l := range strings.Split(doc, "\n") {
+				if v, ok := strings.CutPrefix(l, "kind: "); ok {
+					kind = v
+				}
+				if v, ok := strings.CutPrefix(l, "  name: "); ok && name == "" {
+					name = v
+				}
+			}
+			if kind != "" {
+				kinds = append(kinds, kind+" "+name)
+			}
+		}
+		d.note("%-18s %s", filepath.Base(f), strings.Join(kinds, ", "))
+	}
+	return nil
+}
+
+func (d *demo) scenario(ctx context.Context, before []string) error {
+	d.say("kubectl apply the book's ConfigWatcher (Example 23-5): the first event starts the operator")
+	if err := d.dev.waitZero(ctx); err != nil {
+		return err
+	}
+	starts, zeros := d.dev.count("starting the operator"), d.dev.count("scaled to zero")
 	t := time.Now()
-	if err := d.kubectl("apply", "-n", ns, "-f", filepath.Join(root, "examples/configwatcher/config/samples/configwatcher.yaml")); err != nil {
+	if err := d.kubectl("apply", "-n", ns, "-f", filepath.Join(d.root, "examples/configwatcher/config/samples/configwatcher.yaml")); err != nil {
 		return err
 	}
 	cw := &v1.ConfigWatcher{}
 	key := client.ObjectKey{Namespace: ns, Name: "webapp-config-watcher"}
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.ConfigMapVersion != "" }); err != nil {
-		return fmt.Errorf("the ConfigWatcher was not reconciled: %w; operator log:\n%s", err, d.operatorLog())
+		return fmt.Errorf("the ConfigWatcher was not reconciled: %w", err)
 	}
-	d.note("reconciled %s after apply, cold start included: Ready, ConfigMap version recorded, no restart on first sight", since(t))
-	if err := d.waitZero(ctx); err != nil {
+	d.note("reconciled %s after apply%s: ConfigMap version recorded, no restart on first sight", since(t), d.dev.coldNote(starts))
+	t = time.Now()
+	if err := d.dev.wait(ctx, "scaled to zero", zeros+1, time.Minute); err != nil {
 		return err
 	}
+	d.note("back to 0 operator processes %s later", since(t))
 
-	d.say("Edit the ConfigMap: the operator restarts the pods the ConfigWatcher selects")
+	d.say("Edit the ConfigMap: a second cold start; the operator restarts the pods the ConfigWatcher selects")
+	if err := d.dev.waitZero(ctx); err != nil {
+		return err
+	}
+	starts, zeros = d.dev.count("starting the operator"), d.dev.count("scaled to zero")
 	t = time.Now()
 	if err := d.kubectl("patch", "-n", ns, "configmap", "webapp-config", "--type=merge", "-p", `{"data":{"message":"Hello, opzero"}}`); err != nil {
 		return err
@@ -151,20 +212,22 @@ func (d *demo) scenario(ctx context.Context, root string, before []string) error
 	if err != nil {
 		return err
 	}
-	d.note("pods restarted %s after the edit (cold start included): %s -> %s", since(t), strings.Join(before, ", "), strings.Join(after, ", "))
+	d.note("pods restarted %s after the edit%s: %s -> %s", since(t), d.dev.coldNote(starts), strings.Join(before, ", "), strings.Join(after, ", "))
 	if err := poll(ctx, func() bool { return d.c.Get(ctx, key, cw) == nil && cw.Status.Restarts == 1 }); err != nil {
 		return fmt.Errorf("status not updated: %w", err)
 	}
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "configwatchers")
 	fmt.Println()
+	_ = d.kubectl("get", "-n", ns, "ksvc,apiserversources,pingsources")
+	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "events", "--field-selector", "reason=Restarted", "-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
-	if err := d.waitZero(ctx); err != nil {
+	t = time.Now()
+	if err := d.dev.wait(ctx, "scaled to zero", zeros+1, time.Minute); err != nil {
 		return err
 	}
-	d.say("Events delivered by the ApiServerSource adapter: %d (%d skipped by generation: the operator's own status writes); cold starts: %d",
-		d.delivered.Load(), d.skipped.Load(), d.act.ColdStarts.Load())
-	d.note("total %s", since(d.t0))
+	d.note("back to 0 operator processes %s later", since(t))
+	d.say("Done in %s", since(d.t0))
 	return nil
 }
 
@@ -193,110 +256,9 @@ func (d *demo) waitPods(ctx context.Context, old []string) ([]string, error) {
 	return names, err
 }
 
-func (d *demo) startOperator(ctx context.Context, root string) (int, error) {
-	d.say("The operator: go build ./examples/configwatcher, --mode=serverless behind a scale-to-zero activator (idle %s)", idle)
-	exe := filepath.Join(d.dir, "configwatcher")
-	build := exec.CommandContext(ctx, "go", "build", "-o", exe, "./examples/configwatcher")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building the operator: %w\n%s", err, out)
-	}
-	// Deliveries are authenticated as with Knative's OIDC feature: the
-	// adapter sends a token for its service account with this audience.
-	sa := &corev1.ServiceAccount{}
-	sa.Namespace, sa.Name = ns, "configwatcher-source"
-	if err := d.c.Create(ctx, sa); err != nil {
-		return 0, err
-	}
-	logf, err := os.Create(filepath.Join(d.dir, "operator.log"))
-	if err != nil {
-		return 0, err
-	}
-	d.act = activator.New(activator.Options{Idle: idle, Command: func() *exec.Cmd {
-		cmd := exec.Command(exe, "--mode=serverless", "--audience=configwatcher",
-			"--allowed-senders=system:serviceaccount:"+ns+":configwatcher-source")
-		cmd.Env = []string{"KUBECONFIG=" + d.kubeconfig}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		return cmd
-	}, OnEvent: func(what string, took time.Duration) {
-		switch what {
-		case "cold-start":
-			d.coldAt = time.Now()
-			d.note("activator: an event arrived, 0 instances -> starting the operator (cold start #%d)", d.act.ColdStarts.Load())
-		case "ready":
-			d.note("activator: operator ready %s after exec; buffered events delivered", took.Round(time.Millisecond))
-		case "scaled-to-zero":
-			d.note("activator: idle for %s -> scaled to zero (SIGTERM, drained, exit 0); 0 instances", idle)
-		}
-	}})
-	go d.act.Run(ctx)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	go http.Serve(l, d.act)
-	d.note("0 operator processes; the activator holds its URL %s", "http://"+l.Addr().String())
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (d *demo) startAdapter(ctx context.Context, port int) error {
-	d.say("Knative's real ApiServerSource adapter (knative.dev/eventing v0.50.0), Resource mode: ConfigWatchers and ConfigMaps, OIDC tokens")
-	target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.ModifyResponse = func(resp *http.Response) error {
-		d.delivered.Add(1)
-		h := resp.Request.Header
-		d.deliveries.Add(fmt.Sprintf("%s %s/%s -> %d %s", h.Get("Ce-Type"), h.Get("Ce-Kind"), h.Get("Ce-Name"), resp.StatusCode, resp.Header.Get("Opzero-Result")))
-		if strings.HasPrefix(resp.Header.Get("Opzero-Result"), "skipped") {
-			d.skipped.Add(1)
-		}
-		return nil
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	go http.Serve(l, proxy)
-	alog, err := os.Create(filepath.Join(d.dir, "adapter.log"))
-	if err != nil {
-		return err
-	}
-	a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
-		Log: alog, Name: "configwatcher", Audience: "configwatcher", OIDCServiceAccount: "configwatcher-source", Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: d.kubeconfig,
-		Sink: "http://" + l.Addr().String(),
-		Resources: []knative.Resource{
-			{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"},
-			{Version: "v1", Resource: "configmaps"},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	go func() { <-ctx.Done(); a.Stop() }()
-	// It sends nothing for what it lists at start: wait until its watch
-	// delivers an event before the scenario begins.
-	t := time.Now()
-	canary := &corev1.ConfigMap{}
-	canary.Namespace, canary.Name = ns, "adapter-canary"
-	if err := poll(ctx, func() bool {
-		canary.ResourceVersion, canary.Data = "", map[string]string{"t": time.Now().String()}
-		if d.c.Create(ctx, canary) != nil {
-			_ = d.c.Update(ctx, canary)
-		}
-		return d.delivered.Load() > 0
-	}); err != nil {
-		return fmt.Errorf("the adapter delivered nothing: %w", err)
-	}
-	// Each kind has its own reflector; the ConfigWatchers' may start a moment
-	// after the ConfigMaps' (its first list goes through a fresh dynamic client).
-	time.Sleep(time.Second)
-	d.note("watching namespace %s (first event after %s, a canary ConfigMap), sink -> the activator; adapter pid %d", ns, since(t), a.PID())
-	return d.waitZero(ctx)
-}
-
 func (d *demo) kubectl(args ...string) error {
 	fmt.Printf("    $ kubectl %s\n", strings.Join(args, " "))
-	cmd := exec.Command(filepath.Join(d.bin, "kubectl"), append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
+	cmd := exec.Command(filepath.Join(d.root, "bin", "kubectl"), append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
 		fmt.Println("      " + line)
@@ -313,40 +275,103 @@ func poll(ctx context.Context, cond func() bool) error {
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// devProcess is `opzero dev` running as a child; its output is printed
+// indented, and counted so the demo can wait for what it reports.
+type devProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	seen map[string]int
+	cond *sync.Cond
+}
+
+func startDev(ctx context.Context, bin string, args []string) (*devProcess, error) {
+	p := &devProcess{cmd: exec.Command(bin, args...), done: make(chan struct{}), seen: map[string]int{}}
+	p.cond = sync.NewCond(&p.mu)
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting opzero dev: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	go func() {
+		s := bufio.NewScanner(pr)
+		for s.Scan() {
+			line := s.Text()
+			fmt.Println("    opzero dev | " + line)
+			p.mu.Lock()
+			for _, k := range []string{"opzero dev: ready", "scaled to zero", "starting the operator"} {
+				if strings.Contains(line, k) {
+					p.seen[k]++
+				}
+			}
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		}
+	}()
+	go func() {
+		_ = p.cmd.Wait()
+		pw.Close()
+		close(p.done)
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}()
+	return p, nil
 }
 
-func (d *demo) operatorLog() string {
-	b, _ := os.ReadFile(filepath.Join(d.dir, "operator.log"))
-	a, _ := os.ReadFile(filepath.Join(d.dir, "adapter.log"))
-	return string(b) + "\nadapter log:\n" + string(a) + "\ndeliveries:\n" + d.deliveries.String()
+// wait returns once opzero dev has printed a line containing what n times.
+func (p *devProcess) wait(ctx context.Context, what string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	stop := context.AfterFunc(ctx, func() { p.mu.Lock(); p.cond.Broadcast(); p.mu.Unlock() })
+	defer stop()
+	go func() { time.Sleep(timeout); p.mu.Lock(); p.cond.Broadcast(); p.mu.Unlock() }()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.seen[what] < n {
+		select {
+		case <-p.done:
+			return fmt.Errorf("opzero dev exited before it said %q", what)
+		default:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("opzero dev did not say %q within %s", what, timeout)
+		}
+		p.cond.Wait()
+	}
+	return nil
 }
 
-// lines is a log of one-line records, safe for concurrent use.
-type lines struct {
-	mu sync.Mutex
-	l  []string
+// count is how many lines containing what opzero dev has printed.
+func (p *devProcess) count(what string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[what]
 }
 
-func (l *lines) Add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.l = append(l.l, s)
+// waitZero waits until every instance opzero dev started has scaled to
+// zero (a sweep may have started one).
+func (p *devProcess) waitZero(ctx context.Context) error {
+	return p.wait(ctx, "scaled to zero", p.count("starting the operator"), time.Minute)
 }
 
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.l, "\n")
+func (p *devProcess) coldNote(startsBefore int) string {
+	if p.count("starting the operator") > startsBefore {
+		return " (cold start included)"
+	}
+	return " (an instance was already running)"
 }
 
-// waitZero waits until the activator has scaled the operator to zero.
-func (d *demo) waitZero(ctx context.Context) error {
-	return poll(ctx, func() bool { return d.act.Instances() == 0 })
+// stop sends SIGINT (Ctrl-C) and waits for opzero dev to exit.
+func (p *devProcess) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }

@@ -50,6 +50,13 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "cloudevent", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go"}},
 		{pkg: mod + "devenv/controlplane", forbidden: []string{"sigs.k8s.io/controller-runtime"}},
 		{pkg: mod + "devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
+		{pkg: mod + "devenv/dev", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
+		{pkg: mod + "devenv/activator", stdlib: true},
+		// the wire format of an operator's self-description
+		{pkg: mod + "describe", stdlib: true},
+		// controller-tools is for the CLI's manifest generator, never in an operator binary
+		{pkg: mod + "operator", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages"}},
+		{pkg: mod + "examples/configwatcher", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages"}},
 		{pkg: mod + "...", forbidden: []string{"k8s.io/kubernetes", "knative.dev", "go.etcd.io/etcd/server"}},
 	}
 	for _, r := range rules {

@@ -21,6 +21,12 @@ import (
 	"github.com/opzero/opzero/helpers"
 )
 
+// What the reconciler needs beyond the kinds it is built with, for `opzero
+// manifests` (which adds those itself: ConfigWatchers and their status,
+// ConfigMaps, Events): it lists and deletes the selected pods.
+//
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+
 // ConfigWatcherReconciler restarts the pods a ConfigWatcher selects when its
 // ConfigMap changes.
 type ConfigWatcherReconciler struct {

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/devenv/dev"
+	"github.com/opzero/opzero/devenv/knative"
+)
+
+func newDevCmd() *cobra.Command {
+	f := &devFlags{}
+	cmd := &cobra.Command{
+		Use:   "dev -f <manifests>",
+		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
+		Long: `dev is a local serverless platform. It server-side applies the manifests
+(normally from 'opzero manifests') on a local control plane with Knative's CRDs,
+then plays Knative's part for the objects it reads back:
+
+  Knative Service   an activator at a local URL (written to status.url): the
+                    first request starts the operator process (ko:// image,
+                    built once with go build; its args and env; PORT set) and
+                    is buffered meanwhile; more instances up to max-scale when
+                    all are busy at containerConcurrency; scale to zero after
+                    the scale-to-zero-pod-retention-period annotation, else
+                    the window annotation, else 30s (--idle overrides)
+  ApiServerSource   Knative's real adapter (knative.dev/eventing v0.50.0), its
+                    RBAC checked with SubjectAccessReviews, OIDC tokens for
+                    sink.audience; status Ready with sinkUri
+  PingSource        Knative's real mtping; status Ready with sinkUri
+  Deployment        one always-on process if its image is ko:// (the wakeup
+                    source); other Deployments are only applied
+
+Without --kubeconfig or $KUBECONFIG it uses the control plane of
+'opzero controlplane up' if one runs, else starts one for this session
+(stopped on exit). Knative's CRDs are installed where they are missing; a
+cluster that runs Knative itself is refused. Ctrl-C stops every process it
+started.`,
+		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
+  opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
+	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
+	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
+	fs.StringVar(&f.cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
+	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
+	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
+	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
+	return cmd
+}
+
+// devFlags are the flags of opzero dev.
+type devFlags struct {
+	file, kubeconfig, cacheDir, buildDir, logDir, namespace string
+	port                                                    int
+	idle                                                    time.Duration
+	noStatus                                                bool
+}
+
+func (f *devFlags) run(cmd *cobra.Command) error {
+	if f.file == "" {
+		return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
+	}
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	terminal := !f.noStatus && isTerminal(out)
+	lines := &lineWriter{w: out, clear: terminal}
+	objs, err := dev.ReadManifests(f.file, cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	kc, stopPlane, err := devPlane(ctx, f.kubeconfig, lines)
+	if err != nil {
+		return err
+	}
+	defer stopPlane()
+	logDir := f.logDir
+	if logDir == "" {
+		if logDir, err = os.MkdirTemp("", "opzero-dev-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(lines, "opzero dev: ready; logs in %s; Ctrl-C stops everything\n", logDir)
+	f.serve(ctx, p, lines, terminal)
+	fmt.Fprintln(out, "opzero dev: stopping the sources, the operators and the processes it started")
+	p.Stop()
+	fmt.Fprintln(out, p.StatusLine())
+	return nil
+}
+
+// serve shows the status line until Ctrl-C (or the platform stops).
+func (f *devFlags) serve(ctx context.Context, p *dev.Platform, w io.Writer, terminal bool) {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if !f.noStatus {
+			p.WatchStatus(sctx, w, terminal)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+	case <-p.Done():
+	}
+	cancel()
+	<-done
+}
+
+// devPlane returns the kubeconfig to use, with Knative's CRDs installed,
+// and a func that stops the control plane if devPlane started one.
+func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, func(), error) {
+	nop := func() {}
+	if kubeconfig == "" {
+		if p, err := controlplane.Load(defaultStateDir()); err == nil && len(p.Status()) > 0 && p.Status()[0].Running {
+			kubeconfig = p.Kubeconfig
+			fmt.Fprintf(out, "using the control plane of `opzero controlplane up` at %s\n", p.Server)
+		}
+	}
+	crds, err := knative.CRDs(ctx)
+	if err != nil {
+		return "", nop, err
+	}
+	if kubeconfig == "" {
+		dir, err := os.MkdirTemp("", "opzero-dev-plane-")
+		if err != nil {
+			return "", nop, err
+		}
+		fmt.Fprintf(out, "no KUBECONFIG and no `opzero controlplane up`: starting a control plane for this session in %s\n", dir)
+		t := time.Now()
+		p, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true})
+		if err != nil {
+			os.RemoveAll(dir)
+			return "", nop, err
+		}
+		stop := func() { _ = p.Stop(false); os.RemoveAll(dir) }
+		if _, err := controlplane.InstallCRDs(ctx, p.Config, crds...); err != nil {
+			stop()
+			return "", nop, err
+		}
+		fmt.Fprintf(out, "control plane ready in %s at %s with Knative's CRDs (export KUBECONFIG=%s to use it meanwhile)\n",
+			time.Since(t).Round(time.Millisecond), p.Server, p.Kubeconfig)
+		return p.Kubeconfig, stop, nil
+	}
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return "", nop, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", nop, err
+	}
+	// A cluster that runs Knative itself would fight over the statuses.
+	if _, err := cs.AppsV1().Deployments("knative-serving").Get(ctx, "controller", metav1.GetOptions{}); err == nil {
+		return "", nop, fmt.Errorf("%s runs Knative Serving (deployment knative-serving/controller): opzero dev plays Knative's part on a local control plane; "+
+			"there, apply the manifests with kubectl instead", cfg.Host)
+	}
+	// Knative's CRDs are installed only where they are missing: never
+	// replaced on a cluster that has its own.
+	present, err := crdPresent(ctx, cfg, "services.serving.knative.dev")
+	if err != nil {
+		return "", nop, fmt.Errorf("reaching the API server at %s (kubeconfig %s): %w", cfg.Host, kubeconfig, err)
+	}
+	if !present {
+		if _, err := controlplane.InstallCRDs(ctx, cfg, crds...); err != nil {
+			return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
+		}
+		fmt.Fprintf(out, "installed Knative's CRDs on %s\n", cfg.Host)
+	}
+	return kubeconfig, nop, nil
+}
+
+func crdPresent(ctx context.Context, cfg *rest.Config, name string) (bool, error) {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	_, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// lineWriter writes whole lines; on a terminal it first clears the status
+// line being rewritten in place.
+type lineWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	clear bool
+}
+
+func (l *lineWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.clear && !strings.HasPrefix(string(b), "\r") {
+		_, _ = io.WriteString(l.w, "\r\033[K")
+	}
+	return l.w.Write(b)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/opzero/opzero/manifests"
+)
+
+func newManifestsCmd() *cobra.Command {
+	var o manifests.Options
+	var pkg, out string
+	var durable bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "manifests --operator <go package> [-o <dir>|-]",
+		Short: "Generate everything needed to deploy an operator, from the operator's own description",
+		Long: `manifests builds the operator's main package and runs it with OPZERO_DESCRIBE=1:
+an opzero operator then prints what it reconciles, owns and watches (kinds,
+selectors), its sweep schedules and instance bounds (builder.WithSweep,
+WithScale, WithConcurrency) instead of serving. Everything is derived from
+that description; there is no second list to keep in sync:
+
+  crds.yaml           CRDs of the kinds whose Go types live in the operator's
+                      module, generated with controller-tools (as controller-gen
+                      would), and the Wakeup CRD when durable time is on
+  rbac.yaml           the operator's ServiceAccount, a least-privilege
+                      ClusterRole (its kinds, events, wakeups, tokenreviews,
+                      plus the reconciler package's +kubebuilder:rbac markers)
+                      and a Role for Leases in --namespace
+  operator.yaml       serverless: a Knative Service (min/max scale,
+                      containerConcurrency, timeout, autoscaling annotations);
+                      classic: a Deployment with leader election
+  sources.yaml        serverless: one ApiServerSource per kind (Resource mode
+                      for the primary and owned kinds, an owner filter for owned
+                      ones, Reference mode for watched ones), each with its own
+                      ServiceAccount allowed only get/list/watch on its kind;
+                      PingSources for the sweep and the full sweep
+  wakeup-source.yaml  serverless with durable time: opzero wakeup-source as a
+                      Deployment with its ServiceAccount and RBAC
+  broker.yaml         with --broker: a Broker and a Trigger with a delivery policy
+
+Sources send OIDC tokens for --audience, which the operator is started with.
+Output is deterministic: the same operator and flags give the same bytes.`,
+		Example: `  opzero manifests --operator ./examples/configwatcher -o deploy/
+  opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
+  opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pkg == "" {
+				return fmt.Errorf("--operator is required: the Go package of the operator's main, e.g. --operator ./examples/configwatcher")
+			}
+			o.NoDurableTime = !durable
+			o.TimeoutSeconds = int(timeout / time.Second)
+			if timeout > 0 && o.TimeoutSeconds == 0 {
+				return fmt.Errorf("--timeout=%s: at least 1s", timeout)
+			}
+			dir, err := os.Getwd()
+			if err != nil {
+				return err
+			}
+			objs, err := manifests.Build(cmd.Context(), dir, pkg, o)
+			if err != nil {
+				return err
+			}
+			if out == "-" {
+				b, err := manifests.Stream(objs)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(b)
+				return err
+			}
+			if err := manifests.WriteDir(out, objs); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d objects to %s\n", len(objs), out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pkg, "operator", "", "Go package of the operator's main, as go build takes it, e.g. ./examples/configwatcher (required)")
+	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout")
+	f.StringVar(&o.Mode, "mode", manifests.Serverless, "serverless (Knative Service and sources) or classic (Deployment with leader election)")
+	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts")
+	f.StringVar(&o.Image, "image", "", "operator image (default ko://<operator import path>, which ko and opzero dev build)")
+	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
+	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
+	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of opzero wakeup-source")
+	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
+	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (scale-to-zero-pod-retention-period; 0: Knative's default)")
+	f.StringVar(&o.Broker, "broker", "", "serverless: also emit a Broker of this name and a Trigger to the operator")
+	f.StringVar(&o.TriggerType, "trigger-type", "", "with --broker: only CloudEvents of this type")
+	f.IntVar(&o.Delivery.Retry, "retry", 5, "with --broker: delivery retries")
+	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "with --broker: exponential or linear")
+	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "with --broker: ISO-8601 delay before the first retry")
+	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "with --broker: URI that gets events whose retries are exhausted")
+	return cmd
+}

@@ -1,0 +1,83 @@
+// Package dev is `opzero dev`: a local serverless platform. It applies an
+// operator's manifests (normally from `opzero manifests`) to a control plane
+// with Knative's CRDs and then plays Knative's part for the objects it reads
+// back from the API server, so the wiring that runs is the wiring in the
+// manifests, not a second configuration.
+//
+// # Expected flow
+//
+// Start checks what it can before touching the cluster (every Knative
+// Service has one container with a ko:// image and sane scale bounds,
+// every Service's local port is free) and builds each ko:// import path once
+// with `go build` into a cache folder. It server-side applies the manifests
+// (Namespaces and CRDs first), then, from the objects read back:
+//
+//   - Knative Service (serving.knative.dev/v1): an activator (package
+//     activator) at a local URL. The first request starts the operator
+//     process (the built binary with the container's args and env, PORT set,
+//     KUBECONFIG for its service account) and is buffered until /healthz answers;
+//     more instances start while every one is busy at containerConcurrency
+//     (or the autoscaling target, 100 by default), up to max-scale (0: 10
+//     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
+//     URL, the revision names and Ready=True, as Knative's controllers would
+//     write, so sources resolve their sink from it.
+//   - ApiServerSource: Knative's real receive adapter (bin/, built from
+//     knative.dev/eventing v0.50.0), configured from spec.resources, mode,
+//     owner, namespaceSelector and ceOverrides. Like Knative's controller it
+//     first asks SubjectAccessReviews whether spec.serviceAccountName may get,
+//     list and watch every resource, and refuses the source if not. With
+//     sink.audience it creates the source's OIDC ServiceAccount (Knative's
+//     name, <name>-oidc-sources.knative.dev-apiserversource) and the adapter
+//     sends its TokenRequest tokens. Status: every condition True, sinkUri,
+//     sinkAudience, auth.serviceAccountName.
+//   - PingSource: the statuses mtping needs (Ready=True, sinkUri, OIDC
+//     identity) are written first, then one real mtping runs for all of them
+//     (SYSTEM_NAMESPACE knative-eventing, --disable-ha).
+//   - Deployment whose one container has a ko:// image (the wakeup source):
+//     one always-on process. Other Deployments are only applied.
+//
+// In-cluster URLs of the Services (http://<name>.<ns>.svc[.cluster.local])
+// in args and env are replaced by the local URLs, so --wakeup-sink and
+// similar flags reach the activator.
+//
+// # Guarantees
+//
+//   - An error from Start names the object and the field at fault, and Start
+//     stops whatever it had started.
+//   - Stop stops the sources first (no new events), then the operators
+//     (SIGTERM: they drain), then the other processes, and returns once every
+//     process has exited; every child also gets SIGKILL from the kernel if
+//     the platform's process dies.
+//   - No request is lost to a cold start: it waits in the activator (see
+//     package activator for the 503 + Retry-After answer to a failed start).
+//
+// # Caveats
+//
+//   - Scale to zero after one idle period per Service: the
+//     scale-to-zero-pod-retention-period annotation if positive, else the
+//     window annotation, else DefaultIdle (30 s, Knative's grace period);
+//     Options.Idle overrides. Knative adds window, grace and retention.
+//   - Operator and ko:// Deployment processes run as their pod template's
+//     serviceAccountName (a TokenRequest token valid 24 h, in a kubeconfig of
+//     their own), so the manifests' RBAC is exercised; without one they run
+//     with the platform's kubeconfig. Knative's adapters run with the
+//     platform's kubeconfig; their sources' RBAC is checked by the
+//     SubjectAccessReviews instead.
+//   - Knative adapters send nothing for objects that exist when they start;
+//     Start waits one second after starting the ApiServerSource adapters so
+//     their watches are open before the caller changes objects.
+//   - It acts on the objects as they are at start: changes applied while it
+//     runs (a new Service, a new source, other annotations) are not picked
+//     up; restart opzero dev. namespaceSelector is resolved once, at start. Sinks other than Knative
+//     Services and plain URIs (Brokers, Channels) are refused. Only
+//     valueFrom.fieldRef (metadata.namespace, metadata.name) is supported in
+//     env.
+//   - The statuses it writes stay after it exits (Ready, with local URLs
+//     that no longer answer), and mtping is multi-tenant: a second opzero
+//     dev on the same cluster also pings the first one's PingSources (their
+//     sends fail and are logged). Use one opzero dev per control plane.
+//   - The Service's timeoutSeconds is not enforced, and readiness is the
+//     operator's GET /healthz answering 200 (not the container's probe).
+//   - Knative's adapters bind :8080 for health probes (a clash between two is
+//     logged, not fatal): do not run anything else on 8080.
+package dev

@@ -1,0 +1,69 @@
+package dev
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// KoPrefix marks an image that is a Go import path, as ko resolves it.
+const KoPrefix = "ko://"
+
+// importPath returns the Go import path of a ko:// image, or an error that
+// says why opzero dev cannot run image.
+func importPath(image, where string) (string, error) {
+	p, ok := strings.CutPrefix(image, KoPrefix)
+	if !ok || p == "" || strings.ContainsAny(p, " :@") {
+		return "", fmt.Errorf("%s: image %q is not a ko:// image: opzero dev runs containers as local processes built with `go build`, "+
+			"so it needs image: ko://<Go import path of a main package> (e.g. ko://github.com/opzero/opzero/examples/configwatcher); "+
+			"`opzero manifests` writes such images", where, image)
+	}
+	return p, nil
+}
+
+// builder builds each import path once per run into a cache folder.
+type builder struct {
+	dir      string // where binaries land
+	buildDir string // where `go build` runs (the module that resolves the import paths)
+	mu       sync.Mutex
+	built    map[string]string
+}
+
+// DefaultCacheDir is where opzero dev keeps the binaries it builds:
+// $XDG_CACHE_HOME/opzero/ko (or the OS equivalent).
+func DefaultCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "opzero", "ko")
+}
+
+// build returns the binary for the import path, running `go build` the
+// first time it is asked for in this run (Go's build cache makes a rebuild
+// of unchanged code fast).
+func (b *builder) build(ctx context.Context, pkg string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if exe, ok := b.built[pkg]; ok {
+		return exe, nil
+	}
+	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+		return "", err
+	}
+	exe := filepath.Join(b.dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, pkg)
+	cmd.Dir = b.buildDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, b.buildDir, err, out)
+	}
+	if b.built == nil {
+		b.built = map[string]string{}
+	}
+	b.built[pkg] = exe
+	return exe, nil
+}

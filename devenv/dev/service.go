@@ -1,0 +1,176 @@
+package dev
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Knative Serving's autoscaling annotations (on spec.template.metadata).
+const (
+	annRetention = "autoscaling.knative.dev/scale-to-zero-pod-retention-period"
+	annWindow    = "autoscaling.knative.dev/window"
+	annMaxScale  = "autoscaling.knative.dev/max-scale"
+	annMinScale  = "autoscaling.knative.dev/min-scale"
+	annTarget    = "autoscaling.knative.dev/target"
+)
+
+// Defaults where a Service's annotations say nothing.
+const (
+	// DefaultIdle is the scale-to-zero period without a retention-period or
+	// window annotation: Knative's default scale-to-zero grace period.
+	DefaultIdle = 30 * time.Second
+	// UnlimitedScale is the local cap for max-scale 0 (Knative: unlimited).
+	UnlimitedScale = 10
+	// defaultTarget is Knative's container-concurrency-target-default, used
+	// when containerConcurrency is 0 (unlimited) and there is no target.
+	defaultTarget = 100
+)
+
+// serviceSpec is what opzero dev needs from a Knative Service.
+type serviceSpec struct {
+	obj         *unstructured.Unstructured
+	Name, NS    string
+	Pkg         string // Go import path of the ko:// image
+	Args        []string
+	Env         []envVar
+	Idle        time.Duration
+	MinScale    int
+	MaxScale    int
+	Concurrency int // requests one instance takes before another starts
+}
+
+type envVar struct {
+	Name, Value string
+	FieldPath   string // valueFrom.fieldRef
+}
+
+// parseService reads a serving.knative.dev/v1 Service. Only what a local
+// process can honour is accepted; the rest is an error or is ignored as the
+// package doc says.
+func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
+	where := "Knative Service " + key(u)
+	s := &serviceSpec{obj: u, Name: u.GetName(), NS: u.GetNamespace()}
+	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if len(containers) != 1 {
+		return nil, fmt.Errorf("%s: %d containers; opzero dev runs Services with exactly one", where, len(containers))
+	}
+	c, _ := containers[0].(map[string]any)
+	image, _, _ := unstructured.NestedString(c, "image")
+	var err error
+	if s.Pkg, err = importPath(image, where); err != nil {
+		return nil, err
+	}
+	if cmd, _, _ := unstructured.NestedStringSlice(c, "command"); len(cmd) > 0 {
+		return nil, fmt.Errorf("%s: container command %v: a ko:// image runs its own binary; pass flags in args", where, cmd)
+	}
+	s.Args, _, _ = unstructured.NestedStringSlice(c, "args")
+	envs, _, _ := unstructured.NestedSlice(c, "env")
+	for _, e := range envs {
+		m, _ := e.(map[string]any)
+		v := envVar{}
+		v.Name, _, _ = unstructured.NestedString(m, "name")
+		v.Value, _, _ = unstructured.NestedString(m, "value")
+		if _, ok := m["valueFrom"]; ok {
+			if v.FieldPath, _, _ = unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); v.FieldPath == "" {
+				return nil, fmt.Errorf("%s: env %s: only valueFrom.fieldRef is supported locally", where, v.Name)
+			}
+		}
+		s.Env = append(s.Env, v)
+	}
+	ann, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
+	if s.Idle, err = idleFrom(ann); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if s.MaxScale, err = intAnn(ann, annMaxScale, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if s.MaxScale == 0 {
+		s.MaxScale = UnlimitedScale
+	}
+	if s.MinScale, err = intAnn(ann, annMinScale, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if s.MinScale > s.MaxScale {
+		return nil, fmt.Errorf("%s: %s %d is above %s %d", where, annMinScale, s.MinScale, annMaxScale, s.MaxScale)
+	}
+	cc, _, _ := unstructured.NestedInt64(u.Object, "spec", "template", "spec", "containerConcurrency")
+	s.Concurrency = int(cc)
+	if s.Concurrency == 0 {
+		if s.Concurrency, err = intAnn(ann, annTarget, defaultTarget); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	return s, nil
+}
+
+// idleFrom is the scale-to-zero period: the pod retention period if set
+// and positive, else the autoscaling window, else DefaultIdle. (Knative
+// scales to zero after the window plus a grace period plus the retention
+// period; locally one number keeps the loop short and predictable.)
+func idleFrom(ann map[string]string) (time.Duration, error) {
+	for _, k := range []string{annRetention, annWindow} {
+		v, ok := ann[k]
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("annotation %s: %q is not a duration (e.g. 30s)", k, v)
+		}
+		if d > 0 {
+			return d, nil
+		}
+	}
+	return DefaultIdle, nil
+}
+
+func intAnn(ann map[string]string, k string, def int) (int, error) {
+	v, ok := ann[k]
+	if !ok {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64) // Knative accepts "2" and "2.0" for target
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("annotation %s: %q is not a non-negative number", k, v)
+	}
+	return int(f), nil
+}
+
+// clusterURLs are the addresses a Service has inside a cluster, longest
+// first, which opzero dev replaces with its local URL in args and env (so
+// e.g. --wakeup-sink reaches the activator).
+func (s *serviceSpec) clusterURLs() []string {
+	base := "http://" + s.Name + "." + s.NS
+	return []string{base + ".svc.cluster.local", base + ".svc"}
+}
+
+// rewrite replaces every Service's in-cluster URL in v with its local URL.
+func rewrite(v string, local map[string]string) string {
+	for from, to := range local {
+		v = strings.ReplaceAll(v, from, to)
+	}
+	return v
+}
+
+// serviceStatus is what Knative's controllers would write once the
+// Service's revision is ready, with the local URL as url and address.
+func serviceStatus(u *unstructured.Unstructured, localURL string) map[string]any {
+	now := time.Now().UTC().Format(time.RFC3339)
+	rev := u.GetName() + "-00001"
+	cond := func(t string) map[string]any {
+		return map[string]any{"type": t, "status": "True", "lastTransitionTime": now}
+	}
+	return map[string]any{
+		"observedGeneration":        u.GetGeneration(),
+		"url":                       localURL,
+		"address":                   map[string]any{"url": localURL},
+		"latestCreatedRevisionName": rev,
+		"latestReadyRevisionName":   rev,
+		"traffic":                   []any{map[string]any{"revisionName": rev, "latestRevision": true, "percent": int64(100)}},
+		"conditions":                []any{cond("ConfigurationsReady"), cond("Ready"), cond("RoutesReady")},
+	}
+}

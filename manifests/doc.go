@@ -1,0 +1,41 @@
+// Package manifests derives every object needed to deploy an opzero
+// operator from the operator's own description (package describe, printed by
+// the operator binary itself), so there is no second, hand-kept list:
+//
+//   - CRDs of the kinds it reconciles, generated from their Go types with
+//     controller-tools (and the Wakeup CRD when durable time is on);
+//   - the operator's ServiceAccount and least-privilege RBAC: the primary
+//     kind, owned and watched kinds, events, leases, wakeups, tokenreviews,
+//     plus the reconciler package's +kubebuilder:rbac markers;
+//   - serverless: a Knative Service (scale bounds, concurrency, timeout,
+//     autoscaling annotations), one ApiServerSource per kind each with its own
+//     ServiceAccount allowed only get/list/watch on that kind, PingSources for
+//     the sweeps, the wakeup source, optionally a Broker and Trigger;
+//   - classic: a Deployment with leader election instead.
+//
+// Start with Describe (build and run the operator binary), then Generate,
+// then Write or WriteDir.
+//
+// # Guarantees
+//
+//   - Deterministic: the same description and Options give byte-identical
+//     YAML (objects in a fixed order, map keys sorted, rules sorted).
+//   - Least privilege: every rule comes from a kind in the description, a
+//     feature that is on, or a marker in the reconciler's package.
+//
+// # Caveats
+//
+//   - The operator is cluster-wide: ClusterRoles, and sources with an empty
+//     namespaceSelector (all namespaces). Leases live in the operator's
+//     namespace.
+//   - One operator per binary (one Service, one endpoint).
+//   - CRDs are generated only for kinds whose Go types live in the
+//     operator's own module; kinds of other modules (Kubernetes, other
+//     projects) are installed by their owners.
+//   - Resource names of built-in kinds come from Kubernetes' guessing rule
+//     (describe.Kind.Resource); CRD kinds use the generated CRD's plural.
+//   - The operator accepts any sender authenticated for its audience:
+//     --allowed-senders is not set, because Knative's OIDC senders are
+//     identities Knative creates, not the sources' service accounts.
+//   - One wakeup source per operator, watching Wakeups in every namespace.
+package manifests

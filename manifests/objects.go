@@ -1,0 +1,142 @@
+package manifests
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Object is one generated manifest.
+type Object struct {
+	// File groups objects when written to a folder (crds.yaml, rbac.yaml, ...).
+	File string
+	// Obj is the object; Raw, if set, is its exact YAML (a generated CRD,
+	// kept byte for byte as controller-gen writes it).
+	Obj map[string]any
+	Raw []byte
+}
+
+// The files objects are grouped in, in the order they are applied.
+const (
+	FileCRDs     = "crds.yaml"
+	FileRBAC     = "rbac.yaml"
+	FileOperator = "operator.yaml"
+	FileSources  = "sources.yaml"
+	FileWakeup   = "wakeup-source.yaml"
+	FileBroker   = "broker.yaml"
+)
+
+var fileOrder = map[string]int{FileCRDs: 0, FileRBAC: 1, FileOperator: 2, FileSources: 3, FileWakeup: 4, FileBroker: 5}
+
+var kindOrder = map[string]int{"CustomResourceDefinition": 0, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 3,
+	"Role": 4, "RoleBinding": 5, "Deployment": 6, "Service": 7, "ApiServerSource": 8, "PingSource": 9, "Broker": 10, "Trigger": 11}
+
+// Kind, Name and Namespace of the object.
+func (o Object) Kind() string { s, _ := o.Obj["kind"].(string); return s }
+
+// Name of the object.
+func (o Object) Name() string { return o.meta("name") }
+
+// Namespace of the object ("" for cluster-scoped).
+func (o Object) Namespace() string { return o.meta("namespace") }
+
+func (o Object) meta(k string) string {
+	m, _ := o.Obj["metadata"].(map[string]any)
+	s, _ := m[k].(string)
+	return s
+}
+
+// sortObjects orders objects by file, kind, namespace, name.
+func sortObjects(objs []Object) {
+	sort.SliceStable(objs, func(i, j int) bool {
+		a, b := objs[i], objs[j]
+		if fileOrder[a.File] != fileOrder[b.File] {
+			return fileOrder[a.File] < fileOrder[b.File]
+		}
+		if kindOrder[a.Kind()] != kindOrder[b.Kind()] {
+			return kindOrder[a.Kind()] < kindOrder[b.Kind()]
+		}
+		if a.Namespace() != b.Namespace() {
+			return a.Namespace() < b.Namespace()
+		}
+		return a.Name() < b.Name()
+	})
+}
+
+// YAML is the object as one YAML document starting with "---".
+func (o Object) YAML() ([]byte, error) {
+	if o.Raw != nil {
+		return o.Raw, nil
+	}
+	b, err := yaml.Marshal(o.Obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", o.Kind(), o.Name(), err)
+	}
+	return append([]byte("---\n"), b...), nil
+}
+
+// Stream writes all objects as one multi-document YAML stream.
+func Stream(objs []Object) ([]byte, error) {
+	var buf bytes.Buffer
+	for _, o := range objs {
+		b, err := o.YAML()
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+// Files groups objects into their files.
+func Files(objs []Object) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, o := range objs {
+		b, err := o.YAML()
+		if err != nil {
+			return nil, err
+		}
+		out[o.File] = append(out[o.File], b...)
+	}
+	return out, nil
+}
+
+// WriteDir writes the objects into dir, one file per group; files of groups
+// that are empty now are removed, so a folder regenerated with other flags
+// holds no stale objects.
+func WriteDir(dir string, objs []Object) error {
+	files, err := Files(objs)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name := range fileOrder {
+		p := filepath.Join(dir, name)
+		if b, ok := files[name]; ok {
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				return err
+			}
+		} else if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// object starts an object with apiVersion, kind and metadata.
+func object(apiVersion, kind, namespace, name string, labels map[string]any) map[string]any {
+	meta := map[string]any{"name": name}
+	if namespace != "" {
+		meta["namespace"] = namespace
+	}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta}
+}

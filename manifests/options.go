@@ -1,0 +1,124 @@
+package manifests
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Modes of deployment.
+const (
+	Serverless = "serverless"
+	Classic    = "classic"
+)
+
+// DefaultWakeupImage is the image of `opzero wakeup-source`.
+const DefaultWakeupImage = "ko://github.com/opzero/opzero/cmd/opzero"
+
+// Options are the deploy choices the description does not make.
+type Options struct {
+	// Mode is serverless (Knative Service and sources, the default) or
+	// classic (a Deployment with leader election).
+	Mode string
+	// Namespace of the operator's objects (default "default").
+	Namespace string
+	// Image of the operator (default ko://<its import path>).
+	Image string
+	// Audience is the OIDC audience senders' tokens carry: the operator's
+	// --audience and every source's sink.audience (default
+	// opzero:<namespace>:<name>).
+	Audience string
+	// NoDurableTime leaves out durable time: no --wakeup-sink, no Wakeup CRD,
+	// no wakeup source.
+	NoDurableTime bool
+	// WakeupImage runs `opzero wakeup-source` (DefaultWakeupImage).
+	WakeupImage string
+	// TimeoutSeconds bounds one request to the Service (default 300).
+	TimeoutSeconds int
+	// Idle is how long an idle instance is kept before scaling to zero
+	// (autoscaling.knative.dev/scale-to-zero-pod-retention-period; 0 leaves
+	// Knative's default).
+	Idle time.Duration
+	// Broker, if set, adds a Broker of this name and a Trigger that
+	// subscribes the operator with Delivery.
+	Broker string
+	// TriggerType filters the Trigger to one CloudEvent type ("" = all).
+	TriggerType string
+	// Delivery is the Broker's and Trigger's delivery policy.
+	Delivery Delivery
+}
+
+// Delivery is Knative's delivery spec.
+type Delivery struct {
+	Retry int
+	// BackoffPolicy is linear or exponential.
+	BackoffPolicy string
+	// BackoffDelay is an ISO-8601 duration (e.g. PT0.5S).
+	BackoffDelay string
+	// DeadLetterSink is a URI ("" = none).
+	DeadLetterSink string
+}
+
+// withDefaults fills in defaults and checks the options.
+func (o Options) withDefaults(name, importPath string) (Options, error) {
+	if o.Mode == "" {
+		o.Mode = Serverless
+	}
+	if o.Mode != Serverless && o.Mode != Classic {
+		return o, fmt.Errorf("--mode=%q: want serverless or classic", o.Mode)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	for _, msg := range validation.IsDNS1123Label(o.Namespace) {
+		return o, fmt.Errorf("--namespace=%q: %s", o.Namespace, msg)
+	}
+	if o.Image == "" {
+		o.Image = "ko://" + importPath
+	}
+	if o.Audience == "" {
+		o.Audience = "opzero:" + o.Namespace + ":" + name
+	}
+	if o.WakeupImage == "" {
+		o.WakeupImage = DefaultWakeupImage
+	}
+	if o.TimeoutSeconds == 0 {
+		o.TimeoutSeconds = 300
+	}
+	if o.TimeoutSeconds < 0 {
+		return o, fmt.Errorf("--timeout=%ds: must be positive", o.TimeoutSeconds)
+	}
+	if o.Idle < 0 {
+		return o, fmt.Errorf("--idle=%s: must not be negative", o.Idle)
+	}
+	if o.Broker != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(o.Broker) {
+			return o, fmt.Errorf("--broker=%q: %s", o.Broker, msg)
+		}
+	}
+	d := &o.Delivery
+	if d.BackoffPolicy == "" {
+		d.BackoffPolicy = "exponential"
+	}
+	if d.BackoffPolicy != "exponential" && d.BackoffPolicy != "linear" {
+		return o, fmt.Errorf("--backoff-policy=%q: want exponential or linear", d.BackoffPolicy)
+	}
+	if d.BackoffDelay == "" {
+		d.BackoffDelay = "PT0.5S"
+	}
+	if !strings.HasPrefix(d.BackoffDelay, "PT") && !strings.HasPrefix(d.BackoffDelay, "P") {
+		return o, fmt.Errorf("--backoff-delay=%q: want an ISO-8601 duration such as PT0.5S", d.BackoffDelay)
+	}
+	if d.Retry == 0 {
+		d.Retry = 5
+	}
+	if d.Retry < 0 {
+		return o, fmt.Errorf("--retry=%d: must not be negative", d.Retry)
+	}
+	return o, nil
+}
+
+// durable says whether durable time is on.
+func (o Options) durable() bool { return o.Mode == Serverless && !o.NoDurableTime }

@@ -1,0 +1,101 @@
+package operator
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/describe"
+)
+
+// describeTarget is where a binary started with OPZERO_DESCRIBE writes its
+// description ("" = serve normally).
+func describeTarget() string { return os.Getenv(describe.Env) }
+
+// newDescriber returns a Runtime that connects to nothing: Register records
+// the operators, Start writes their description and returns nil, so the
+// user's main exits 0 without serving. `opzero manifests` runs binaries so.
+func newDescriber(opts Options, target string) *Runtime {
+	return &Runtime{opts: opts, describeTo: target}
+}
+
+// writeDescription is Start in describe mode.
+func (r *Runtime) writeDescription() error {
+	d := describe.Description{Mode: string(r.opts.Mode)}
+	for _, op := range r.ops {
+		d.Operators = append(d.Operators, Describe(op))
+	}
+	flag.CommandLine.VisitAll(func(f *flag.Flag) { d.Flags = append(d.Flags, f.Name) })
+	sort.Strings(d.Flags)
+	var w io.Writer = os.Stdout
+	if t := r.describeTo; t != "1" && t != "-" {
+		f, err := os.Create(t)
+		if err != nil {
+			return fmt.Errorf("%s=%s: %w", describe.Env, t, err)
+		}
+		defer f.Close()
+		w = f
+	}
+	return describe.Write(w, d)
+}
+
+// Describe turns an operator description into its wire form.
+func Describe(op *builder.Operator) describe.Operator {
+	out := describe.Operator{
+		Name:                   op.Name,
+		Primary:                describeKind(op.Primary),
+		AutoObservedGeneration: op.AutoObservedGeneration,
+		ReconcilerPackage:      pkgOf(op.Reconciler),
+		Deploy: describe.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
+			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
+	}
+	for _, k := range op.Owned {
+		out.Owned = append(out.Owned, describeKind(k))
+	}
+	for _, w := range op.Watched {
+		out.Watched = append(out.Watched, describeKind(w.Kind))
+	}
+	sortKinds(out.Owned)
+	sortKinds(out.Watched)
+	return out
+}
+
+func describeKind(k builder.Kind) describe.Kind {
+	plural, _ := meta.UnsafeGuessKindToResource(k.GVK)
+	d := describe.Kind{Group: k.GVK.Group, Version: k.GVK.Version, Kind: k.GVK.Kind, Resource: plural.Resource,
+		GoPackage: pkgOf(k.Object)}
+	if k.Selector != nil && !k.Selector.Empty() {
+		d.Selector = k.Selector.String()
+	}
+	return d
+}
+
+func pkgOf(v any) string {
+	if v == nil {
+		return ""
+	}
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.PkgPath()
+}
+
+func sortKinds(ks []describe.Kind) {
+	sort.Slice(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		if a.Version != b.Version {
+			return a.Version < b.Version
+		}
+		return a.Kind < b.Kind
+	})
+}
