@@ -54,7 +54,9 @@ func (g *gen) service() Object {
 		"args":  args,
 		"env": []any{
 			map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
-			map[string]any{"name": "POD_NAMESPACE", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}},
+			// a literal: Knative's webhook refuses fieldRef unless the
+			// kubernetes.podspec-fieldref feature is on
+			map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
 		},
 		"ports": []any{map[string]any{"containerPort": int64(8080)}},
 	}

@@ -15,7 +15,7 @@ var (
 	finalizerVerbs = []string{"update"}
 	readVerbs      = []string{"get", "list", "watch"}
 	eventVerbs     = []string{"create", "patch"}
-	leaseVerbs     = []string{"get", "create", "update", "delete"}
+	leaseVerbs     = []string{"get", "list", "create", "update", "delete"} // list: the sweep finds expired Leases
 	wakeupVerbs    = []string{"get", "list", "create", "update", "delete"}
 	// the wakeup source lists, watches and deletes Wakeups, and requests
 	// tokens of its own service account.

@@ -121,6 +121,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 					access{"update", "opzero.dev", "wakeups", elsewhere, "w"},
 					access{"delete", "opzero.dev", "wakeups", elsewhere, "w"},
 					access{"delete", "coordination.k8s.io", "leases", ns, "l"},
+					access{"list", "coordination.k8s.io", "leases", ns, ""}, // the sweep: expired Leases
 				)
 			} else {
 				// the manager's client reads pods through an informer
