@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +28,7 @@ import (
 	"github.com/opzero/opzero/cloudevent"
 	"github.com/opzero/opzero/devenv/balancer"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/testenv"
 	"github.com/opzero/opzero/wakeup"
 	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
@@ -139,68 +138,33 @@ func send(t *testing.T, url string, cw *v1.ConfigWatcher) (*http.Response, strin
 	}
 }
 
-// span is one reconcile in the shared span log.
-type span struct {
-	pid        int
-	start, end time.Time
-}
-
-// readSpans reads the span log: per key, its reconciles, a run with no end
-// lasting until its process died (or now).
-func readSpans(t *testing.T, file string, deaths map[int]time.Time) map[string][]*span {
-	f, err := os.Open(file)
+func readSpans(t *testing.T, file string, deaths map[int]time.Time) map[string][]*spanlog.Span {
+	runs, err := spanlog.Read(file, deaths)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	open := map[string]map[int]*span{}
-	runs := map[string][]*span{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		var what, key string
-		var pid int
-		var nanos int64
-		if _, err := fmt.Sscanf(s.Text(), "%s %s %d %d", &what, &key, &pid, &nanos); err != nil {
-			continue
-		}
-		at := time.Unix(0, nanos)
-		if open[key] == nil {
-			open[key] = map[int]*span{}
-		}
-		if what == "start" {
-			r := &span{pid: pid, start: at}
-			open[key][pid] = r
-			runs[key] = append(runs[key], r)
-		} else if r := open[key][pid]; r != nil {
-			r.end = at
-			delete(open[key], pid)
-		}
-	}
-	for _, rs := range runs {
-		for _, r := range rs {
-			if r.end.IsZero() {
-				if r.end = deaths[r.pid]; r.end.IsZero() {
-					r.end = time.Now()
-				}
-			}
-		}
-		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
 	}
 	return runs
 }
 
-func overlaps(t *testing.T, runs map[string][]*span) int {
-	bad := 0
-	for key, rs := range runs {
-		for i := 1; i < len(rs); i++ {
-			if rs[i].start.Before(rs[i-1].end) {
-				bad++
-				t.Logf("overlap on %s: pid %d [%s, %s] and pid %d from %s", key, rs[i-1].pid,
-					rs[i-1].start.Format(time.StampMicro), rs[i-1].end.Format(time.StampMicro), rs[i].pid, rs[i].start.Format(time.StampMicro))
+func overlaps(t *testing.T, runs map[string][]*spanlog.Span) int {
+	return spanlog.Overlaps(runs, t.Logf)
+}
+
+// hang has holder (started with TESTOP_HANG) take cw's Lease and hang in
+// its reconcile; the event is never answered.
+func hang(t *testing.T, holder *instance, ns string, cw *v1.ConfigWatcher) {
+	t.Helper()
+	go func() {
+		if req, err := event(t, holder.url, cw); err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
 			}
 		}
-	}
-	return bad
+	}()
+	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) {
+		ls := leases(t, ns)
+		return len(ls) == 1 && ls[0].Spec.HolderIdentity != nil, nil
+	})
 }
 
 func leases(t *testing.T, ns string) []coordinationv1.Lease {
@@ -294,9 +258,9 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 		rs := runs[ns+"/"+cw.Name]
 		total += len(rs)
 		for _, r := range rs {
-			pids[r.pid] = true
+			pids[r.PID] = true
 		}
-		if len(rs) == 0 || rs[len(rs)-1].start.Before(lastSent[i]) {
+		if len(rs) == 0 || rs[len(rs)-1].Start.Before(lastSent[i]) {
 			late++
 			t.Errorf("%s: last reconcile did not start after its last event (%s)", cw.Name, lastSent[i].Format(time.StampMicro))
 		}
@@ -324,17 +288,7 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
 
-	go func() { // never answered: the holder hangs until killed
-		if req, err := event(t, holder.url, cw); err == nil {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}
-	}()
-	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) {
-		ls := leases(t, ns)
-		return len(ls) == 1 && ls[0].Spec.HolderIdentity != nil, nil
-	})
+	hang(t, holder, ns, cw)
 	resp, _ := send(t, other.url, cw)
 	if resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
 		t.Fatalf("event to the other instance: %v, want 200 handed off", resp)
@@ -376,14 +330,7 @@ func TestSweepHealsAnAbandonedLease(t *testing.T) {
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
 	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
-	go func() {
-		if req, err := event(t, holder.url, cw); err == nil {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}
-	}()
-	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) { return len(leases(t, ns)) == 1, nil })
+	hang(t, holder, ns, cw)
 	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
 	_, _ = holder.cmd.Process.Wait()
 	time.Sleep(2500 * time.Millisecond) // past the expiry
@@ -458,14 +405,7 @@ func TestHandOffSurvivesBothInstances(t *testing.T) {
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
 	marker := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
-	go func() {
-		if req, err := event(t, holder.url, cw); err == nil {
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}
-	}()
-	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) { return len(leases(t, ns)) == 1, nil })
+	hang(t, holder, ns, cw)
 	if resp, body := send(t, marker.url, cw); resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
 		t.Fatalf("event to the marker: %v %s, want 200 handed off", resp, body)
 	}

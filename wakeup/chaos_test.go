@@ -1,7 +1,6 @@
 package wakeup_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +23,7 @@ import (
 	"github.com/opzero/opzero/cloudevent"
 	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -169,59 +168,11 @@ func waitUp(t *testing.T, port int) {
 	})
 }
 
-// overlaps reads the span log: a reconcile lasts from its start to its end,
-// or to its process's death if it never ended.
+// overlaps counts overlapping reconciles of one key in the span log.
 func overlaps(t *testing.T, file string, deaths map[int]time.Time) int {
-	f, err := os.Open(file)
+	runs, err := spanlog.Read(file, deaths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	type run struct {
-		pid        int
-		start, end time.Time
-	}
-	open := map[string]map[int]*run{}
-	runs := map[string][]*run{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		var what, key string
-		var pid int
-		var ns int64
-		if _, err := fmt.Sscanf(s.Text(), "%s %s %d %d", &what, &key, &pid, &ns); err != nil {
-			continue
-		}
-		at := time.Unix(0, ns)
-		if open[key] == nil {
-			open[key] = map[int]*run{}
-		}
-		if what == "start" {
-			r := &run{pid: pid, start: at}
-			open[key][pid] = r
-			runs[key] = append(runs[key], r)
-		} else if r := open[key][pid]; r != nil {
-			r.end = at
-			delete(open[key], pid)
-		}
-	}
-	bad := 0
-	for key, rs := range runs {
-		for _, r := range rs {
-			if r.end.IsZero() {
-				r.end = deaths[r.pid]
-				if r.end.IsZero() {
-					r.end = time.Now()
-				}
-			}
-		}
-		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
-		for i := 1; i < len(rs); i++ {
-			if rs[i].start.Before(rs[i-1].end) {
-				bad++
-				t.Logf("overlap on %s: pid %d [%s, %s] and pid %d from %s", key, rs[i-1].pid,
-					rs[i-1].start.Format(time.StampMicro), rs[i-1].end.Format(time.StampMicro), rs[i].pid, rs[i].start.Format(time.StampMicro))
-			}
-		}
-	}
-	return bad
+	return spanlog.Overlaps(runs, t.Logf)
 }

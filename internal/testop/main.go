@@ -35,22 +35,16 @@ import (
 
 	"github.com/opzero/opzero/builder"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/operator"
 )
 
 type scripted struct{ client.Client }
 
 func span(what string, req reconcile.Request) {
-	f := os.Getenv("TESTOP_SPANS")
-	if f == "" {
-		return
+	if f := os.Getenv("TESTOP_SPANS"); f != "" {
+		spanlog.Append(f, what, req.String())
 	}
-	fd, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
-	}
-	fmt.Fprintf(fd, "%s %s %d %d\n", what, req.String(), os.Getpid(), time.Now().UnixNano())
-	fd.Close()
 }
 
 func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
