@@ -34,8 +34,9 @@
 //     projects) are installed by their owners.
 //   - Resource names of built-in kinds come from Kubernetes' guessing rule
 //     (describe.Kind.Resource); CRD kinds use the generated CRD's plural.
-//   - The operator accepts any sender authenticated for its audience:
-//     --allowed-senders is not set, because Knative's OIDC senders are
-//     identities Knative creates, not the sources' service accounts.
+//   - The operator accepts only its own senders (--allowed-senders): the
+//     OIDC service accounts Knative creates for its ApiServerSources,
+//     PingSources and Trigger (named as Knative names them, internal/kmeta)
+//     and the wakeup source's service account.
 //   - One wakeup source per operator, watching Wakeups in every namespace.
 package manifests

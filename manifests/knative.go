@@ -2,12 +2,14 @@ package manifests
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opzero/opzero/describe"
+	"github.com/opzero/opzero/internal/kmeta"
 )
 
 // Knative Serving's autoscaling annotations (on spec.template.metadata).
@@ -23,6 +25,71 @@ const (
 func (g *gen) serviceURL() string {
 	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.op.Name, g.o.Namespace)
 }
+
+// senders are the identities whose tokens the operator accepts: the OIDC
+// service accounts Knative creates for the sources and the trigger that
+// deliver to it, and the wakeup source's own service account.
+func (g *gen) senders() []string {
+	sa := func(name string) string { return "system:serviceaccount:" + g.o.Namespace + ":" + name }
+	var out []string
+	for _, k := range g.sourceKinds() {
+		out = append(out, sa(kmeta.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
+	}
+	for _, p := range g.sweeps() {
+		out = append(out, sa(kmeta.OIDCServiceAccount(p.name, "sources.knative.dev", "PingSource")))
+	}
+	if g.o.Broker != "" {
+		out = append(out, sa(kmeta.OIDCServiceAccount(g.triggerName(), "eventing.knative.dev", "Trigger")))
+	}
+	if g.o.durable() {
+		out = append(out, sa(g.wakeupSourceName()))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sourceKind is a kind an ApiServerSource watches, and how.
+type sourceKind struct {
+	describe.Kind
+	mode  string
+	owned bool
+}
+
+// sourceKinds lists the ApiServerSources: Resource mode for the primary and
+// owned kinds (the engine needs the object, and the owner), Reference mode
+// for watched kinds (map functions take name and namespace).
+func (g *gen) sourceKinds() []sourceKind {
+	out := []sourceKind{{g.op.Primary, "Resource", false}}
+	for _, k := range g.op.Owned {
+		out = append(out, sourceKind{k, "Resource", true})
+	}
+	for _, k := range g.op.Watched {
+		out = append(out, sourceKind{k, "Reference", false})
+	}
+	return out
+}
+
+// sweep is one PingSource.
+type sweep struct{ name, schedule, data string }
+
+// sweeps are the PingSources that are scheduled: no data is the
+// anti-entropy sweep, {"sweep":"all"} the full one (see engine/serverless
+// route.go).
+func (g *gen) sweeps() []sweep {
+	var out []sweep
+	for _, s := range []sweep{
+		{g.op.Name + "-sweep", g.op.Deploy.Sweep, ""},
+		{g.op.Name + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
+	} {
+		if s.schedule != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (g *gen) triggerName() string      { return g.op.Name + "-" + g.o.Broker }
+func (g *gen) wakeupSourceName() string { return g.op.Name + "-wakeup-source" }
 
 // serviceRef is a sink reference to the operator's Knative Service.
 func (g *gen) sink() map[string]any {
@@ -44,7 +111,7 @@ func (g *gen) service() Object {
 	if g.o.Idle > 0 {
 		ann[annRetention] = g.o.Idle.String()
 	}
-	args := []any{"--mode=serverless", "--audience=" + g.o.Audience}
+	args := []any{"--mode=serverless", "--audience=" + g.o.Audience, "--allowed-senders=" + strings.Join(g.senders(), ",")}
 	if g.o.durable() {
 		args = append(args, "--wakeup-sink="+g.serviceURL())
 	}
@@ -82,20 +149,20 @@ func (g *gen) service() Object {
 // rest itself: smaller events, no object contents in flight).
 func (g *gen) apiServerSources() []Object {
 	var objs []Object
-	add := func(k describe.Kind, mode string, owner bool) {
-		name := g.sourceName(k)
-		res := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind}
+	for _, k := range g.sourceKinds() {
+		name := g.sourceName(k.Kind)
+		res := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind.Kind}
 		if sel := labelSelector(k.Selector); sel != nil {
 			res["selector"] = sel
 		}
 		spec := map[string]any{
-			"mode":               mode,
+			"mode":               k.mode,
 			"resources":          []any{res},
 			"serviceAccountName": name,
 			"namespaceSelector":  map[string]any{}, // all namespaces
 			"sink":               g.sink(),
 		}
-		if owner {
+		if k.owned {
 			spec["owner"] = map[string]any{"apiVersion": g.op.Primary.APIVersion(), "kind": g.op.Primary.Kind}
 		}
 		l := g.labels("source")
@@ -104,15 +171,8 @@ func (g *gen) apiServerSources() []Object {
 		objs = append(objs, Object{File: FileSources, Obj: src})
 		objs = append(objs, serviceAccount(g.o.Namespace, name, l))
 		var r rules
-		r.add(k.Group, g.resource(k), readVerbs...)
-		objs = append(objs, clusterRole(g.clusterName(strings.ToLower(k.Kind)+"-source"), g.o.Namespace, name, r.list(), l)...)
-	}
-	add(g.op.Primary, "Resource", false)
-	for _, k := range g.op.Owned {
-		add(k, "Resource", true)
-	}
-	for _, k := range g.op.Watched {
-		add(k, "Reference", false)
+		r.add(k.Group, g.resource(k.Kind), readVerbs...)
+		objs = append(objs, clusterRole(g.clusterName(strings.ToLower(k.Kind.Kind)+"-source"), g.o.Namespace, name, r.list(), l)...)
 	}
 	return objs
 }
@@ -152,28 +212,23 @@ func labelSelector(s string) map[string]any {
 	return out
 }
 
-// pingSources are the sweeps: no data is the anti-entropy sweep,
-// {"sweep":"all"} the full one (see engine/serverless route.go).
+// pingSources are the sweeps.
 func (g *gen) pingSources() []Object {
 	var objs []Object
-	add := func(name, schedule, data string) {
-		if schedule == "" {
-			return
-		}
+	for _, p := range g.sweeps() {
 		spec := map[string]any{"sink": g.sink()}
+		schedule := p.schedule
 		if tz, rest, ok := strings.Cut(schedule, " "); ok && strings.HasPrefix(tz, "CRON_TZ=") {
 			spec["timezone"], schedule = strings.TrimPrefix(tz, "CRON_TZ="), strings.TrimSpace(rest)
 		}
 		spec["schedule"] = schedule
-		if data != "" {
-			spec["contentType"], spec["data"] = "application/json", data
+		if p.data != "" {
+			spec["contentType"], spec["data"] = "application/json", p.data
 		}
-		ps := object("sources.knative.dev/v1", "PingSource", g.o.Namespace, name, g.labels("sweep"))
+		ps := object("sources.knative.dev/v1", "PingSource", g.o.Namespace, p.name, g.labels("sweep"))
 		ps["spec"] = spec
 		objs = append(objs, Object{File: FileSources, Obj: ps})
 	}
-	add(g.op.Name+"-sweep", g.op.Deploy.Sweep, "")
-	add(g.op.Name+"-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`)
 	return objs
 }
 
@@ -187,7 +242,7 @@ func (g *gen) broker() []Object {
 	l := g.labels("broker")
 	b := object("eventing.knative.dev/v1", "Broker", g.o.Namespace, g.o.Broker, l)
 	b["spec"] = map[string]any{"delivery": delivery}
-	t := object("eventing.knative.dev/v1", "Trigger", g.o.Namespace, g.op.Name+"-"+g.o.Broker, l)
+	t := object("eventing.knative.dev/v1", "Trigger", g.o.Namespace, g.triggerName(), l)
 	spec := map[string]any{"broker": g.o.Broker, "subscriber": g.sink(), "delivery": delivery}
 	if g.o.TriggerType != "" {
 		spec["filter"] = map[string]any{"attributes": map[string]any{"type": g.o.TriggerType}}
@@ -199,7 +254,7 @@ func (g *gen) broker() []Object {
 // wakeupSource is `opzero wakeup-source` as a Deployment with its own
 // ServiceAccount: list/watch/delete Wakeups, and tokens of itself only.
 func (g *gen) wakeupSource() []Object {
-	name := g.op.Name + "-wakeup-source"
+	name := g.wakeupSourceName()
 	l := g.labels("wakeup-source")
 	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "wakeup-source"}
 	dep := object("apps/v1", "Deployment", g.o.Namespace, name, l)

@@ -2,8 +2,6 @@ package dev
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/opzero/opzero/devenv/knative"
+	"github.com/opzero/opzero/internal/kmeta"
 )
 
 // sink is a resolved spec.sink.
@@ -66,40 +65,10 @@ func (p *Platform) resolveSink(ctx context.Context, u *unstructured.Unstructured
 	return s, nil
 }
 
-// oidcServiceAccount is the name Knative gives a source's OIDC identity
-// (knative.dev/eventing/pkg/auth.GetOIDCServiceAccountNameForResource, by
-// knative.dev/pkg/kmeta.ChildName).
+// oidcServiceAccount is the name Knative gives u's OIDC identity.
 func oidcServiceAccount(u *unstructured.Unstructured) string {
 	gvk := u.GroupVersionKind()
-	return strings.ToLower(childName(u.GetName(), fmt.Sprintf("-oidc-%s-%s", gvk.Group, gvk.Kind)))
-}
-
-// childName is knative.dev/pkg/kmeta.ChildName.
-func childName(parent, suffix string) string {
-	const longest, head = 63, 63 - 32
-	n := parent
-	if len(parent) > longest-len(suffix) {
-		if head-len(suffix) <= 0 {
-			h := md5.Sum([]byte(parent + suffix))
-			if head < len(parent) {
-				parent = parent[:head]
-			}
-			ret := parent + hex.EncodeToString(h[:])
-			if d := longest - len(ret); d > 0 {
-				ret += suffix[:d]
-			}
-			for len(ret) > 0 && !isAlnum(ret[len(ret)-1]) {
-				ret = ret[:len(ret)-1]
-			}
-			return ret
-		}
-		n = fmt.Sprintf("%s%x", parent[:head-len(suffix)], md5.Sum([]byte(parent)))
-	}
-	return n + suffix
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	return kmeta.OIDCServiceAccount(u.GetName(), gvk.Group, gvk.Kind)
 }
 
 // ensureOIDCIdentity creates the source's OIDC ServiceAccount, owned by the

@@ -1,13 +1,9 @@
-package dev
+package kmeta
 
-import (
-	"testing"
+import "testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-)
-
-// The names Knative v0.50.0 gives sources' OIDC service accounts
-// (kmeta.ChildName), short and hashed; the wants were printed by
+// The names Knative v0.50.0 gives sources' OIDC service accounts, short and
+// hashed; the wants were printed by
 // knative.dev/eventing/pkg/auth.GetOIDCServiceAccountNameForResource.
 func TestOIDCServiceAccount(t *testing.T) {
 	for _, tc := range []struct{ kind, name, want string }{
@@ -17,12 +13,7 @@ func TestOIDCServiceAccount(t *testing.T) {
 		{"ApiServerSource", "configwatcher-configmap", "configwatcher-configmapa066e9411a5b0801485afb8430d22f10-oidc-so"},
 		{"ApiServerSource", "configwatcher-configwatcher", "configwatcher-configwatcherfa1d03edd24c6709b69e550c3a58e835-oid"},
 	} {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("sources.knative.dev/v1")
-		u.SetKind(tc.kind)
-		u.SetName(tc.name)
-		got := oidcServiceAccount(u)
-		if got != tc.want {
+		if got := OIDCServiceAccount(tc.name, "sources.knative.dev", tc.kind); got != tc.want {
 			t.Errorf("%s %s: %q, want %q", tc.kind, tc.name, got, tc.want)
 		}
 	}
