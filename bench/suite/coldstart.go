@@ -91,13 +91,14 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	}
 	bin, args := name, []string{}
 	switch name {
-	case "opzero":
+	case "opzero", "opzero-slim":
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
 		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
 	}
 	cmd := exec.Command(filepath.Join(e.dir, bin), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd.Env = append(cmd.Env, profileEnv(name)...)
 	stdout, _ := cmd.StdoutPipe()
 	readyc := make(chan time.Time, 1)
 	t0 := time.Now()
@@ -113,7 +114,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 			}
 		}
 	}()
-	if name == "opzero" {
+	if name == "opzero" || name == "opzero-slim" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)

@@ -27,12 +27,13 @@ import (
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 )
 
-var operators = []string{"controller-runtime", "opzero", "opzero-classic"}
+var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic"}
 
 func main() {
 	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake or scaleout")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
+	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
 	flag.Parse()
 	if err := run(*only, *runs, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -52,6 +53,12 @@ func (r *report) add(title, body string) {
 
 func run(only string, runs int, out string) error {
 	ctx := context.Background()
+	if pprofDir != "" { // relative to where the suite was started, not the repo root
+		var err error
+		if pprofDir, err = filepath.Abs(pprofDir); err != nil {
+			return err
+		}
+	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err
@@ -65,9 +72,23 @@ func run(only string, runs int, out string) error {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Println("building the operators ...")
-	for name, pkg := range map[string]string{"opzero": "./examples/configwatcher", "controller-runtime": "./bench/crbaseline", "testop": "./internal/testop"} {
-		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	for _, b := range []struct{ name, pkg, tags string }{
+		{"opzero", "./examples/configwatcher", ""},
+		{"opzero-slim", "./examples/configwatcher", "opzero_serverless"}, // serverless only: no controller-runtime manager linked
+		{"controller-runtime", "./bench/crbaseline", ""},
+		{"testop", "./internal/testop", ""},
+	} {
+		tags := b.tags
+		if pprofDir != "" && strings.HasPrefix(b.name, "opzero") {
+			tags = strings.TrimPrefix(tags+",opzero_pprof", ",")
+		}
+		if out, err := exec.Command("go", "build", "-tags", tags, "-o", filepath.Join(dir, b.name), b.pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	if pprofDir != "" {
+		if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+			return err
 		}
 	}
 	fmt.Println("starting the control plane ...")
@@ -156,18 +177,19 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	if only != "coldstart" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "RSS once the first event is reconciled, MiB, median (min-max) of %d runs. Each operator watches ConfigWatchers and ConfigMaps (1 KiB each).\n\n", runs)
-		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero classic | serverless / controller-runtime |\n|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, serverless-only build | opzero classic | serverless / controller-runtime |\n|---|---|---|---|---|---|\n")
 		for _, n := range counts {
-			cr, sl, cl := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-classic"][n]
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %.2f |\n", n, fstats(cr), fstats(sl), fstats(cl), fmedian(sl)/fmedian(cr))
+			cr, sl, slim, cl := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-slim"][n], r.rss["opzero-classic"][n]
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.2f |\n", n, fstats(cr), fstats(sl), fstats(slim), fstats(cl), fmedian(sl)/fmedian(cr))
 		}
+		b.WriteString("\nThe serverless-only build is the same example built with `-tags opzero_serverless` (no controller-runtime manager linked; `--mode=classic` refused); the other opzero columns are the one binary that runs either mode.\n")
 		b.WriteString("\n![RSS against the number of ConfigMaps](bench-rss.svg)\n")
 		r.add("Memory", b.String())
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "2000 ConfigMaps present; exec of the operator binary to ready (controller-runtime: caches synced; opzero: accepting connections) and to its first event reconciled (observed in the API server). Median (min-max) of 10 runs.\n\n")
 	fmt.Fprintf(&b, "| operator | exec -> ready | exec -> first event reconciled |\n|---|---|---|\n")
-	for _, op := range []string{"controller-runtime", "opzero"} {
+	for _, op := range []string{"controller-runtime", "opzero", "opzero-slim"} {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", label(op), stats(cold[op][0]), stats(cold[op][1]))
 	}
 	fmt.Fprintf(&b, "\nexec -> first event reconciled: opzero serverless is **%.1fx** faster.\n", float64(median(cold["controller-runtime"][1]))/float64(median(cold["opzero"][1])))
@@ -179,6 +201,8 @@ func label(op string) string {
 	switch op {
 	case "opzero":
 		return "opzero serverless"
+	case "opzero-slim":
+		return "opzero serverless, serverless-only build"
 	case "opzero-classic":
 		return "opzero classic"
 	}
@@ -220,3 +244,20 @@ const analysis = `
   arrive than one reconcile (1000 goroutines decoding CloudEvents on 2 cores
   vs a 10 ms reconcile) needs one follow-up per reconcile it spans.
 `
+
+// pprofDir is -pprof: where profiled operator instances write their profiles.
+var pprofDir string
+
+var profileSeq int
+
+// profileEnv is the environment that makes an operator built with -tags
+// opzero_pprof write its profiles as <dir>/<name>-<n>.{cpu,heap}.pprof and
+// .trace; nothing without -pprof.
+func profileEnv(name string) []string {
+	if pprofDir == "" || !strings.HasPrefix(name, "opzero") {
+		return nil
+	}
+	profileSeq++
+	base := filepath.Join(pprofDir, fmt.Sprintf("%s-%d", name, profileSeq))
+	return []string{"OPZERO_CPUPROFILE=" + base + ".cpu.pprof", "OPZERO_MEMPROFILE=" + base + ".heap.pprof", "OPZERO_TRACE=" + base + ".trace"}
+}

@@ -168,6 +168,7 @@ func (e *env) startServerless(ctx context.Context, ns string) (func(), error) {
 	}
 	cmd := exec.Command(filepath.Join(e.dir, "opzero"), "--mode=serverless", "--insecure-no-auth")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd.Env = append(cmd.Env, profileEnv("opzero-throughput")...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
