@@ -97,8 +97,10 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer plane.Stop(false)
-	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
-		return err
+	for _, dir := range []string{"examples/configwatcher/config/crd", "config/crd"} { // config/crd: Wakeups, for --async
+		if _, err := controlplane.InstallCRDs(ctx, plane.Config, dir); err != nil {
+			return err
+		}
 	}
 	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config}
 	_ = clientgoscheme.AddToScheme(e.scheme)
