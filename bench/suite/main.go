@@ -58,6 +58,7 @@ func main() {
 type report struct {
 	sections []string
 	rss      map[string]map[int][]float64 // operator -> count -> runs
+	split    map[string][2][]float64      // operator -> file-backed, anonymous MiB at 0 ConfigMaps
 }
 
 func (r *report) add(title, body string) {
@@ -127,7 +128,7 @@ func run(only string, runs int, out string) error {
 	if err := e.setup(ctx); err != nil {
 		return err
 	}
-	r := &report{rss: map[string]map[int][]float64{}}
+	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}}
 	if only == "" || only == "memory" || only == "coldstart" {
 		if err := e.memoryAndColdStart(ctx, r, only, runs); err != nil {
 			return err
@@ -174,14 +175,19 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 				k = 10
 			}
 			for i := 0; i < k; i++ {
-				ready, first, rss, err := e.once(ctx, op)
+				ready, first, mem, err := e.once(ctx, op)
 				if err != nil {
 					return fmt.Errorf("%s with %d ConfigMaps: %w", op, n, err)
 				}
 				if r.rss[op] == nil {
 					r.rss[op] = map[int][]float64{}
 				}
-				r.rss[op][n] = append(r.rss[op][n], rss)
+				r.rss[op][n] = append(r.rss[op][n], mem.total)
+				if n == 0 {
+					sp := r.split[op]
+					sp[0], sp[1] = append(sp[0], mem.file), append(sp[1], mem.anon)
+					r.split[op] = sp
+				}
 				if n == 2000 {
 					c := cold[op]
 					c[0], c[1] = append(c[0], ready), append(c[1], first)
@@ -197,6 +203,13 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 		for _, n := range counts {
 			cr, sl, slim, cl := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-slim"][n], r.rss["opzero-classic"][n]
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.2f |\n", n, fstats(cr), fstats(sl), fstats(slim), fstats(cl), fmedian(sl)/fmedian(cr))
+		}
+		if counts[0] == 0 {
+			b.WriteString("\nAt 0 ConfigMaps, file-backed (the binary's code and data pages) + anonymous (heap, stacks, runtime) MiB, medians:")
+			for _, op := range operators {
+				fmt.Fprintf(&b, " %s %.1f + %.1f;", label(op), fmedian(r.split[op][0]), fmedian(r.split[op][1]))
+			}
+			b.WriteString("\n")
 		}
 		b.WriteString("\nThe serverless-only build is the same example built with `-tags opzero_serverless` (no controller-runtime manager linked; `--mode=classic` refused); the other opzero columns are the one binary that runs either mode.\n")
 		b.WriteString("\n![RSS against the number of ConfigMaps](bench-rss.svg)\n")
