@@ -284,9 +284,9 @@ other work shared it.
   cannot unlink them (it would save < 1 MB of heap). GOGC or GOMEMLIMIT
   would not move the floor either. What does: the serverless-only build
   (` + "`-tags opzero_serverless`" + `: no manager, cache, webhooks or leader
-  election linked) is 42.6 MB instead of 48.1 and ~2 MiB lower once it
-  has reconciled (~4 MiB idle). Reaching 20 MiB would take a client that
-  does not link client-go's whole scheme.
+  election linked) is 42.6 MB instead of 48.1 and 2-3 MiB lower once it
+  has reconciled (its file-backed part ~22 instead of ~25 MiB). Reaching
+  20 MiB would take a client that does not link client-go's whole scheme.
 - **Throughput with one real adapter is bounded by the sender, which
   delivers one event at a time.** With one ApiServerSource the operator's
   CPU profile shows 2.5 s of CPU in a 22 s run (11% of one core; 1.3 ms per
