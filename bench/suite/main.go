@@ -297,12 +297,18 @@ other work shared it.
   object, the reconcile (the ConfigMap GET and the status write; its own
   GET is served from the event) takes 8.5 ms of it and decode, routing and
   answer 0.65 ms, so the ceiling is 1 / (reconcile latency): ~110/s here.
-  The product can be fed concurrently: four ApiServerSources each
-  selecting a quarter of the objects by label raise it to 3.6 requests in
-  flight and ~2x the objects/s of one source (the table's row; 186 vs 94/s
-  in a profiled run, 0.89x controller-runtime), until the reconciles
-  themselves slow (18.8 ms each: the API server and etcd share the 2 cores
-  with the operator, the four adapters and the creating client).
+  controller-runtime is not sender-bound: its informer queues every object
+  and 4 workers reconcile at once. The engine cannot answer before the
+  reconcile without giving up "2xx means handled" (that is --async).
+  The product can be fed concurrently, but on this 2-core machine that
+  moves the bound rather than lifting it: four ApiServerSources each
+  selecting a quarter of the objects by label put 3.6 requests in flight
+  (trace of ` + "`opzero-4src-throughput-2`" + `), and each reconcile then takes
+  18.8 ms instead of 8.5, as the API server and etcd share the 2 cores
+  with the operator, the four adapters and the creating client. Across
+  three single runs here (one profiled) four sources gave 123-186/s
+  against 94-149/s for one: no reliable gain, which is what the table's
+  row measures; it needs an API server with headroom.
   ` + "`--async`" + ` is not a lever for this workload: its answer waits for a GET
   and a CREATE of the Accepted Wakeup (12.7 ms, longer than the 8.5 ms
   reconcile it replaces; still 0.86 in flight), and the success costs a
@@ -321,8 +327,9 @@ other work shared it.
   every request it answers arrived; a first reconcile is never held); the
   cost is latency for events that arrive during a reconcile: up to 2 ms
   more when the burst ends near the reconcile's end, never more than 20 ms
-  after it. In the burst, answer latency p50 ~20 -> ~23 ms, max ~32 -> ~28 ms
-  (the burst detail line).
+  after it. In two intake runs the burst's answer latency p50 went from
+  19.7-22.4 to 22.9-23.9 ms and its max from 32-33 to 28 ms (the burst
+  detail line measures both, held and not).
 `
 
 // pprofDir is -pprof: where profiled operator instances write their profiles.
