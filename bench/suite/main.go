@@ -329,7 +329,10 @@ other work shared it.
   more when the burst ends near the reconcile's end, never more than 20 ms
   after it. In two intake runs the burst's answer latency p50 went from
   19.7-22.4 to 22.9-23.9 ms and its max from 32-33 to 28 ms (the burst
-  detail line measures both, held and not). Throughput does not see the
+  detail line measures both, held and not). On a busier machine the burst
+  arrived over 27-33 ms: one burst in three then needed 3 reconciles (a
+  pause of 2 ms inside the burst, or arrivals past the 20 ms cap), and the
+  hold cost more (p50 18.6 -> 27.9 ms, max 25.2 -> 41.0 ms). Throughput does not see the
   hold (one sender never has two events of a key in flight): 97 (87-107)
   objects/s held against 92 (74-110) not held, in a 2-run comparison.
 `
