@@ -71,6 +71,7 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns}}); err != nil {
 		return 0, err
 	}
+	var exited <-chan struct{} // closed if the opzero operator dies
 	switch variant {
 	case "controller-runtime":
 		stop, err := e.startCR()
@@ -79,11 +80,12 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 		}
 		defer stop()
 	case "opzero", "opzero-4src", "opzero-async":
-		stop, err := e.startServerless(ctx, ns, variant)
+		stop, gone, err := e.startServerless(ctx, ns, variant)
 		if err != nil {
 			return 0, err
 		}
 		defer stop()
+		exited = gone
 	}
 	t0 := time.Now()
 	if err := e.createWatchers(ctx, ns, variant == "raw"); err != nil {
@@ -105,6 +107,11 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 		}
 		if time.Since(t0) > 5*time.Minute {
 			return 0, fmt.Errorf("%d of %d converged after 5 minutes", done, tpObjects)
+		}
+		select {
+		case <-exited:
+			return 0, fmt.Errorf("the operator exited with %d of %d converged", done, tpObjects)
+		default:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -171,10 +178,12 @@ func (e *env) startCR() (func(), error) {
 	return nil, fmt.Errorf("controller-runtime operator exited before READY")
 }
 
-func (e *env) startServerless(ctx context.Context, ns, variant string) (func(), error) {
+// startServerless starts the operator and its sources; exited is closed if
+// the operator process ends before stop.
+func (e *env) startServerless(ctx context.Context, ns, variant string) (stop func(), exited <-chan struct{}, err error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	args := []string{"--mode=serverless", "--insecure-no-auth"}
 	if variant == "opzero-async" {
@@ -184,19 +193,21 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (func(), 
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
 	cmd.Env = append(cmd.Env, profileEnv(variant+"-throughput")...)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	gone := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(gone) }()
 	selectors := []string{""}
 	if variant == "opzero-4src" {
 		selectors = []string{"shard=0", "shard=1", "shard=2", "shard=3"}
 	}
 	var adapters []*knative.Adapter
-	stop := func() {
+	stop = func() {
 		for _, a := range adapters {
 			a.Stop()
 		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		<-gone
 	}
 	for i, sel := range selectors {
 		a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
@@ -206,10 +217,10 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (func(), 
 		})
 		if err != nil {
 			stop()
-			return nil, err
+			return nil, nil, err
 		}
 		adapters = append(adapters, a)
 	}
 	time.Sleep(time.Second) // its reflector lists and watches before the first create
-	return stop, nil
+	return stop, gone, nil
 }
