@@ -306,9 +306,10 @@ other work shared it.
   (trace of ` + "`opzero-4src-throughput-2`" + `), and each reconcile then takes
   18.8 ms instead of 8.5, as the API server and etcd share the 2 cores
   with the operator, the four adapters and the creating client. Across
-  three single runs here (one profiled) four sources gave 123-186/s
-  against 94-149/s for one: no reliable gain, which is what the table's
-  row measures; it needs an API server with headroom.
+  four single runs here (one profiled) four sources gave 123-186/s
+  against 94-149/s for one, ahead in three of the four but still 0.45-0.89x
+  controller-runtime: a modest, unreliable gain on this machine, which is
+  what the table's row measures; it needs an API server with headroom.
   ` + "`--async`" + ` is not a lever for this workload: its answer waits for a GET
   and a CREATE of the Accepted Wakeup (12.7 ms, longer than the 8.5 ms
   reconcile it replaces; still 0.86 in flight), and the success costs a
