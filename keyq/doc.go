@@ -13,6 +13,11 @@
 //   - If a run of key is in progress, the submission joins the key's single
 //     pending follow-up run (created if absent). When the run in progress
 //     ends, the follow-up queues behind the keys already waiting for a slot.
+//   - With Options.Settle, a follow-up is held first, until the key's
+//     submissions have paused for Settle (at most Options.MaxSettle after
+//     the run before it ended); submissions meanwhile join it. A burst
+//     still arriving when a run ends then costs one follow-up, not one per
+//     run it spans.
 //
 // The RunFunc receives the payloads of every submission its run serves, and
 // each of those tickets completes with the run's error. Ticket.Wait lets a
@@ -26,7 +31,8 @@
 //
 //   - Never two runs of one key at once.
 //   - Any number of submissions during a run fold into exactly one
-//     follow-up run.
+//     follow-up run (with Settle, so do those until the key's submissions
+//     pause, up to MaxSettle after the run ends).
 //   - A ticket completes with the error of a run that started after its
 //     Submit (or with ErrShutdown if that run never starts).
 //   - Every payload reaches exactly one run, in arrival order per key.
@@ -51,4 +57,7 @@
 //     its context outlives that deadline: Shutdown returns, the run goes on.
 //   - A ticket whose waiter gave up is still served: abandoning a ticket
 //     does not cancel or skip a run.
+//   - Settle trades latency for fewer runs: a submission that arrives while
+//     its key runs waits up to Settle longer than it would have (never more
+//     than MaxSettle after that run ends); a first run is never held.
 package keyq

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // ErrShutdown completes the tickets of runs that will not happen because the
@@ -32,6 +33,16 @@ type Options struct {
 	// the queue; Shutdown cancels the runs' context only once its own
 	// context has ended.
 	Context context.Context
+	// Settle, if > 0, holds a follow-up run (one whose submissions arrived
+	// while its key was running) until no submission for the key has
+	// arrived for Settle, so that a burst still arriving when a run ends
+	// folds into one follow-up instead of one per run it spans. A first run
+	// (key idle) is never held.
+	Settle time.Duration
+	// MaxSettle bounds the hold: a follow-up is queued at most MaxSettle
+	// after the run before it ended, even if submissions keep arriving
+	// (10 x Settle if <= 0).
+	MaxSettle time.Duration
 }
 
 // PanicError is the error of a run whose RunFunc panicked.
@@ -57,14 +68,20 @@ func (e *PanicError) Unwrap() error {
 type Queue[K comparable, V any] struct {
 	run    RunFunc[K, V]
 	max    int
+	settle time.Duration   // Options.Settle; 0: follow-ups queue at once
+	maxSet time.Duration   // Options.MaxSettle
 	ctx    context.Context // the parent of every run's context
 	cancel context.CancelCauseFunc
 
 	mu sync.Mutex
 	// pending holds, per key, the batch its next run will take: every
 	// submission since the key's last run started. A key is in pending
-	// and not in running if and only if it is in ready.
+	// and not in running if and only if it is in ready or in settling.
 	pending map[K]*batch[V]
+	// settling holds the timers of follow-ups held until their key's
+	// submissions pause (Options.Settle); such a key is in neither running
+	// nor ready.
+	settling map[K]*time.Timer
 	// running is the set of keys whose run is in progress.
 	running map[K]struct{}
 	// ready lists, first come first served, the keys whose pending batch
@@ -79,6 +96,8 @@ type Queue[K comparable, V any] struct {
 type batch[V any] struct {
 	payloads []V
 	tickets  []*Ticket
+	last     time.Time // the latest submission (kept only when settling is on)
+	deadline time.Time // a held follow-up is queued by then at the latest
 }
 
 func (b *batch[V]) complete(err error) {
@@ -96,12 +115,18 @@ func New[K comparable, V any](opts Options, run RunFunc[K, V]) *Queue[K, V] {
 	if parent == nil {
 		parent = context.Background()
 	}
+	if opts.Settle > 0 && opts.MaxSettle <= 0 {
+		opts.MaxSettle = 10 * opts.Settle
+	}
 	q := &Queue[K, V]{
-		run:     run,
-		max:     opts.MaxConcurrent,
-		pending: map[K]*batch[V]{},
-		running: map[K]struct{}{},
-		drained: make(chan struct{}),
+		run:      run,
+		max:      opts.MaxConcurrent,
+		settle:   opts.Settle,
+		maxSet:   opts.MaxSettle,
+		pending:  map[K]*batch[V]{},
+		running:  map[K]struct{}{},
+		settling: map[K]*time.Timer{},
+		drained:  make(chan struct{}),
 	}
 	q.ctx, q.cancel = context.WithCancelCause(parent)
 	return q
@@ -128,6 +153,9 @@ func (q *Queue[K, V]) Submit(key K, payload V) *Ticket {
 	}
 	b.payloads = append(b.payloads, payload)
 	b.tickets = append(b.tickets, t)
+	if q.settle > 0 {
+		b.last = time.Now()
+	}
 	q.dispatchLocked()
 	return t
 }
@@ -170,13 +198,41 @@ func (q *Queue[K, V]) call(key K, payloads []V) (err error) {
 func (q *Queue[K, V]) finish(key K, b *batch[V], err error) {
 	q.mu.Lock()
 	delete(q.running, key)
-	if _, ok := q.pending[key]; ok {
-		q.ready = append(q.ready, key) // behind the keys already waiting
+	if next, ok := q.pending[key]; ok {
+		next.deadline = time.Now().Add(q.maxSet)
+		q.settleLocked(key, next)
 	}
 	q.dispatchLocked()
 	q.drainedLocked()
 	q.mu.Unlock()
 	b.complete(err)
+}
+
+// settleLocked queues key's follow-up behind the keys already waiting, once
+// its submissions have paused for Options.Settle or its deadline has
+// passed; until then a timer holds it.
+func (q *Queue[K, V]) settleLocked(key K, b *batch[V]) {
+	now := time.Now()
+	due := b.last.Add(q.settle)
+	if b.deadline.Before(due) {
+		due = b.deadline
+	}
+	if q.settle <= 0 || !now.Before(due) {
+		q.ready = append(q.ready, key)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(due.Sub(now), func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.closed || q.settling[key] != t {
+			return // Shutdown has completed its tickets
+		}
+		delete(q.settling, key)
+		q.settleLocked(key, q.pending[key])
+		q.dispatchLocked()
+	})
+	q.settling[key] = t
 }
 
 // drainedLocked closes drained once the queue is closed and idle.
@@ -203,6 +259,10 @@ func (q *Queue[K, V]) Shutdown(ctx context.Context) error {
 	for key, b := range q.pending {
 		b.complete(ErrShutdown)
 		delete(q.pending, key)
+	}
+	for key, t := range q.settling {
+		t.Stop()
+		delete(q.settling, key)
 	}
 	q.ready = nil
 	q.drainedLocked()
@@ -237,10 +297,10 @@ func (q *Queue[K, V]) Queued() int {
 	return len(q.ready)
 }
 
-// Len is the number of keys the queue holds state for: running, queued or
-// with a pending follow-up. It is 0 when the queue is idle.
+// Len is the number of keys the queue holds state for: running, queued,
+// settling or with a pending follow-up. It is 0 when the queue is idle.
 func (q *Queue[K, V]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.running) + len(q.ready) // pending and not running = ready
+	return len(q.running) + len(q.ready) + len(q.settling) // pending and not running = ready or settling
 }

@@ -22,5 +22,7 @@
 // # Caveats
 //
 // One operator per runtime in serverless mode (one HTTP endpoint, one
-// Knative Service).
+// Knative Service). A binary built with -tags opzero_serverless has no
+// classic mode (ClassicAvailable is false; New refuses Classic): the
+// controller-runtime manager is not linked, which lowers its size and RSS.
 package operator

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,12 @@ func TestManagerReconcilerRunsUnchangedInBothModes(t *testing.T) {
 			ns := env.Namespace(t)
 			addr := freeAddr(t)
 			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme, Config: env.Config, Addr: addr, LeaderElectionNamespace: ns, InsecureNoAuth: true})
+			if mode == operator.Classic && !operator.ClassicAvailable { // -tags opzero_serverless
+				if err == nil || !strings.Contains(err.Error(), "opzero_serverless") {
+					t.Fatalf("classic in a serverless-only build: %v, want an error naming the build tag", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,14 +15,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/opzero/opzero/auth"
 	"github.com/opzero/opzero/backoff"
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/engine/classic"
 	"github.com/opzero/opzero/engine/serverless"
 	"github.com/opzero/opzero/helpers"
 	"github.com/opzero/opzero/internal/recstate"
@@ -35,8 +32,8 @@ import (
 type Runtime struct {
 	opts   Options
 	cfg    *rest.Config
-	client client.Client // wrapped by recstate in both modes
-	mgr    manager.Manager
+	client client.Client  // wrapped by recstate in both modes
+	mgr    classicManager // nil in serverless mode (and always in an opzero_serverless build)
 	ops    []*builder.Operator
 	engine *serverless.Engine
 	// describeTo is set from OPZERO_DESCRIBE: describe, do not serve (describe.go).
@@ -44,6 +41,17 @@ type Runtime struct {
 }
 
 var _ builder.Runtime = (*Runtime)(nil)
+
+// classicManager is the controller-runtime manager behind classic mode
+// (classic.go). A build with -tags opzero_serverless leaves it, and the
+// manager's packages, out of the binary (serverless_only.go).
+type classicManager interface {
+	GetClient() client.Client
+	GetEventRecorder(name string) recorder.EventRecorder
+	GetEventRecorderFor(name string) record.EventRecorder
+	Start(ctx context.Context) error
+	setup(op *builder.Operator, maxConcurrentReconciles int) error
+}
 
 // New connects to the API server and prepares the mode's machinery; nothing
 // runs until Start.
@@ -80,9 +88,9 @@ func New(opts Options) (*Runtime, error) {
 		}
 		r.client = recstate.NewClient(c)
 	case Classic:
-		mgr, err := manager.New(cfg, r.managerOptions())
+		mgr, err := newManager(cfg, r.opts)
 		if err != nil {
-			return nil, fmt.Errorf("creating the controller manager: %w", err)
+			return nil, err
 		}
 		r.mgr, r.client = mgr, recstate.NewClient(mgr.GetClient())
 	default:
@@ -97,30 +105,6 @@ func withRate(cfg *rest.Config) *rest.Config {
 		c.QPS, c.Burst = 200, 400 // a serverless operator reads through, no cache
 	}
 	return c
-}
-
-func (r *Runtime) managerOptions() manager.Options {
-	o := r.opts
-	ns := o.LeaderElectionNamespace
-	if ns == "" {
-		ns = envOr("POD_NAMESPACE", "default")
-	}
-	metrics, probes := o.MetricsAddr, o.HealthProbeAddr
-	if metrics == "" {
-		metrics = "0"
-	}
-	if probes == "" {
-		probes = "0"
-	}
-	return manager.Options{
-		Scheme:                  o.Scheme,
-		LeaderElection:          !o.DisableLeaderElection,
-		LeaderElectionID:        "opzero-leader",
-		LeaderElectionNamespace: ns,
-		Metrics:                 metricsserver.Options{BindAddress: metrics},
-		HealthProbeBindAddress:  probes,
-		Logger:                  o.Logger,
-	}
 }
 
 // Mode is the mode the runtime runs in.
@@ -161,7 +145,7 @@ func (r *Runtime) Register(op *builder.Operator) error {
 	}
 	switch r.opts.Mode {
 	case Classic:
-		if err := classic.Setup(r.mgr, op, classic.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}); err != nil {
+		if err := r.mgr.setup(op, r.opts.MaxConcurrentReconciles); err != nil {
 			return err
 		}
 	default:

@@ -74,35 +74,36 @@ func (e *env) ensureConfigMaps(ctx context.Context, total int) error {
 
 // once bumps the target's generation, execs the operator and measures exec
 // -> ready and exec -> the target's status showing the new generation.
-func (e *env) once(ctx context.Context, name string) (ready, first time.Duration, rss float64, err error) {
+func (e *env) once(ctx context.Context, name string) (ready, first time.Duration, mem rss, err error) {
 	cw := &v1.ConfigWatcher{}
 	key := client.ObjectKey{Namespace: ns, Name: "target"}
 	if err := e.c.Get(ctx, key, cw); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, rss{}, err
 	}
 	cw.Spec.PodSelector = map[string]string{"app": "none", "run": fmt.Sprint(time.Now().UnixNano())}
 	if err := e.c.Update(ctx, cw); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, rss{}, err
 	}
 	want := cw.Generation
 	port, err := freePort()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, rss{}, err
 	}
 	bin, args := name, []string{}
 	switch name {
-	case "opzero":
+	case "opzero", "opzero-slim":
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
 		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
 	}
 	cmd := exec.Command(filepath.Join(e.dir, bin), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd.Env = append(cmd.Env, profileEnv(name)...)
 	stdout, _ := cmd.StdoutPipe()
 	readyc := make(chan time.Time, 1)
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, rss{}, err
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	go func() {
@@ -113,7 +114,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 			}
 		}
 	}()
-	if name == "opzero" {
+	if name == "opzero" || name == "opzero-slim" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)
@@ -131,7 +132,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	case t := <-done:
 		first = t.Sub(t0)
 	case <-time.After(60 * time.Second):
-		return 0, 0, 0, fmt.Errorf("not reconciled within 60s")
+		return 0, 0, rss{}, fmt.Errorf("not reconciled within 60s")
 	}
 	if name == "opzero-classic" { // it says nothing when its caches have synced
 		ready = first
@@ -140,23 +141,30 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 		case t := <-readyc:
 			ready = t.Sub(t0)
 		case <-time.After(5 * time.Second):
-			return 0, 0, 0, fmt.Errorf("never ready")
+			return 0, 0, rss{}, fmt.Errorf("never ready")
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // settled after the first reconcile
 	return ready, first, rssMiB(cmd.Process.Pid), nil
 }
 
-func rssMiB(pid int) float64 {
+// rss is a process's resident memory, MiB: total, file-backed (the
+// binary's code and data pages) and anonymous (heap, stacks, runtime).
+type rss struct{ total, file, anon float64 }
+
+func rssMiB(pid int) rss {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var r rss
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			var kb float64
-			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-			return kb / 1024
+		for prefix, dst := range map[string]*float64{"VmRSS:": &r.total, "RssFile:": &r.file, "RssAnon:": &r.anon} {
+			if v, ok := strings.CutPrefix(l, prefix); ok {
+				var kb float64
+				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+				*dst = kb / 1024
+			}
 		}
 	}
-	return 0
+	return r
 }
 
 // deliver plays the ApiServerSource: it POSTs the update event (Resource

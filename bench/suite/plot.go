@@ -53,7 +53,7 @@ func rssSVG(rss map[string]map[int][]float64) string {
 		v := maxY * float64(i) / 4
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end">%.0f</text><line x1="%d" y1="%.0f" x2="%d" y2="%.0f" stroke="#ddd"/>`+"\n", m-6, y(v)+4, v, m, y(v), w-m, y(v))
 	}
-	colors := map[string]string{"controller-runtime": "#d62728", "opzero": "#2ca02c", "opzero-classic": "#1f77b4"}
+	colors := map[string]string{"controller-runtime": "#d62728", "opzero": "#2ca02c", "opzero-slim": "#98df8a", "opzero-classic": "#1f77b4"}
 	ly := m
 	for _, op := range operators {
 		var pts []string
@@ -63,7 +63,7 @@ func rssSVG(rss map[string]map[int][]float64) string {
 			}
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colors[op], strings.Join(pts, " "))
-		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", w-m-150, ly, colors[op], label(op))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", w-m-250, ly, colors[op], label(op))
 		ly += 16
 	}
 	b.WriteString("</svg>\n")

@@ -23,6 +23,11 @@ import (
 
 const tpObjects = 2000
 
+// tpVariants: the baseline, opzero as the issue asks (one real adapter), two
+// ways the product offers to feed it more than one event at a time, and the
+// raw limit. Every object carries a shard label (0-3) in every variant.
+var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async", "raw"}
+
 // throughput: 2000 ConfigWatchers created, time until every one has
 // observedGeneration == generation: controller-runtime (MaxConcurrentReconciles
 // 4), opzero serverless fed by Knative's real ApiServerSource adapter, and the
@@ -31,7 +36,7 @@ const tpObjects = 2000
 func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	res := map[string][]float64{}
 	for i := 0; i < runs; i++ {
-		for _, v := range []string{"controller-runtime", "opzero", "raw"} {
+		for _, v := range tpVariants {
 			ns := fmt.Sprintf("tp-%s-%d", v, i)
 			fmt.Printf("  throughput %s run %d ...\n", v, i+1)
 			d, err := e.throughputOnce(ctx, v, ns)
@@ -45,8 +50,13 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs.\n\n", tpObjects, runs)
 	fmt.Fprintf(&b, "| variant | objects/s | vs controller-runtime | vs raw limit |\n|---|---|---|---|\n")
 	cr, raw := fmedian(res["controller-runtime"]), fmedian(res["raw"])
-	for _, v := range []string{"controller-runtime", "opzero", "raw"} {
-		name := map[string]string{"controller-runtime": "controller-runtime (MaxConcurrentReconciles 4)", "opzero": "opzero serverless (real ApiServerSource adapter, 8 concurrent keys)", "raw": "raw limit (bare client, create + status write, concurrency 16)"}[v]
+	for _, v := range tpVariants {
+		name := map[string]string{
+			"controller-runtime": "controller-runtime (MaxConcurrentReconciles 4)",
+			"opzero":             "opzero serverless (real ApiServerSource adapter, 8 concurrent keys)",
+			"opzero-4src":        "opzero serverless, 4 ApiServerSources each selecting a quarter of the objects by label",
+			"opzero-async":       "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
+			"raw":                "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
 	}
@@ -61,6 +71,7 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns}}); err != nil {
 		return 0, err
 	}
+	var exited <-chan struct{} // closed if the opzero operator dies
 	switch variant {
 	case "controller-runtime":
 		stop, err := e.startCR()
@@ -68,12 +79,13 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 			return 0, err
 		}
 		defer stop()
-	case "opzero":
-		stop, err := e.startServerless(ctx, ns)
+	case "opzero", "opzero-4src", "opzero-async":
+		stop, gone, err := e.startServerless(ctx, ns, variant)
 		if err != nil {
 			return 0, err
 		}
 		defer stop()
+		exited = gone
 	}
 	t0 := time.Now()
 	if err := e.createWatchers(ctx, ns, variant == "raw"); err != nil {
@@ -96,6 +108,11 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 		if time.Since(t0) > 5*time.Minute {
 			return 0, fmt.Errorf("%d of %d converged after 5 minutes", done, tpObjects)
 		}
+		select {
+		case <-exited:
+			return 0, fmt.Errorf("the operator exited with %d of %d converged", done, tpObjects)
+		default:
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -109,7 +126,7 @@ func (e *env) createWatchers(ctx context.Context, ns string, writeStatus bool) e
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i)},
+				cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i), Labels: map[string]string{"shard": fmt.Sprint(i % 4)}},
 					Spec: v1.ConfigWatcherSpec{ConfigMap: "cfg", PodSelector: map[string]string{"app": "x"}}}
 				if err := e.c.Create(ctx, cw); err != nil {
 					errc <- err
@@ -161,28 +178,49 @@ func (e *env) startCR() (func(), error) {
 	return nil, fmt.Errorf("controller-runtime operator exited before READY")
 }
 
-func (e *env) startServerless(ctx context.Context, ns string) (func(), error) {
+// startServerless starts the operator and its sources; exited is closed if
+// the operator process ends before stop.
+func (e *env) startServerless(ctx context.Context, ns, variant string) (stop func(), exited <-chan struct{}, err error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	cmd := exec.Command(filepath.Join(e.dir, "opzero"), "--mode=serverless", "--insecure-no-auth")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	args := []string{"--mode=serverless", "--insecure-no-auth"}
+	if variant == "opzero-async" {
+		args = append(args, "--async", fmt.Sprintf("--wakeup-sink=http://127.0.0.1:%d", port))
+	}
+	cmd := exec.Command(filepath.Join(e.dir, "opzero"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
+	cmd.Env = append(cmd.Env, profileEnv(variant+"-throughput")...)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
-		Name: "tp-" + ns, Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: e.kubeconfig,
-		Sink: fmt.Sprintf("http://127.0.0.1:%d", port), Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
-	})
-	if err != nil {
-		_ = cmd.Process.Kill()
-		return nil, err
+	gone := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(gone) }()
+	selectors := []string{""}
+	if variant == "opzero-4src" {
+		selectors = []string{"shard=0", "shard=1", "shard=2", "shard=3"}
+	}
+	var adapters []*knative.Adapter
+	stop = func() {
+		for _, a := range adapters {
+			a.Stop()
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-gone
+	}
+	for i, sel := range selectors {
+		a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
+			Name: fmt.Sprintf("tp-%s-%d", ns, i), Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: e.kubeconfig,
+			Sink:      fmt.Sprintf("http://127.0.0.1:%d", port),
+			Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers", LabelSelector: sel}},
+		})
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		adapters = append(adapters, a)
 	}
 	time.Sleep(time.Second) // its reflector lists and watches before the first create
-	return func() {
-		a.Stop()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}, nil
+	return stop, gone, nil
 }

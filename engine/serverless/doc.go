@@ -15,8 +15,12 @@
 // # Guarantees
 //
 //   - Never two reconciles of one key at once in this process; events that
-//     arrive while a key reconciles fold into one follow-up reconcile;
-//     distinct keys run in parallel up to Options.MaxConcurrentReconciles.
+//     arrive while a key reconciles fold into one follow-up reconcile, held
+//     until the key's events pause for Options.FollowUpSettle (2 ms; at most
+//     FollowUpMaxSettle, 20 ms, after the reconcile before it ended), so a
+//     burst that outlasts a reconcile costs one follow-up, not one per
+//     reconcile it spans; distinct keys run in parallel up to
+//     Options.MaxConcurrentReconciles.
 //   - Across instances (Options.Locker, set when --max-scale > 1): never two
 //     reconciles of one key at once anywhere. A run first takes the key's
 //     coordination.k8s.io Lease (package lease: a create, and a delete when

@@ -49,6 +49,15 @@ type Options struct {
 	// AsyncGrace is how long an accepted event may take before the wakeup
 	// source delivers it again (1 min).
 	AsyncGrace time.Duration
+	// FollowUpSettle holds a key's follow-up reconcile (for events that
+	// arrived while the key reconciled) until the key's events have paused
+	// that long, so a burst that outlasts one reconcile still costs only one
+	// follow-up (2 ms; negative: queue follow-ups at once). A first
+	// reconcile is never held. See keyq.Options.Settle.
+	FollowUpSettle time.Duration
+	// FollowUpMaxSettle bounds that hold: at most this long after the
+	// previous reconcile ended (20 ms).
+	FollowUpMaxSettle time.Duration
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
@@ -116,7 +125,8 @@ func New(op *builder.Operator, c client.Client, opts Options) (*Engine, error) {
 	}
 	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: gen.NewMemo[reconcile.Request](100_000),
 		inFlight: make(chan struct{}, opts.MaxInFlight)}
-	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles}, e.run)
+	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
+		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
 	e.retries = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
 		e.queue.Submit(key, &arrival{reason: "retry"})
 	})
@@ -151,6 +161,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1000
+	}
+	if o.FollowUpSettle == 0 {
+		o.FollowUpSettle = 2 * time.Millisecond
+	}
+	if o.FollowUpMaxSettle <= 0 {
+		o.FollowUpMaxSettle = 20 * time.Millisecond
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()

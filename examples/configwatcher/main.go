@@ -5,7 +5,9 @@
 //	go run ./examples/configwatcher --mode=serverless   # HTTP CloudEvents on $PORT (default 8080)
 //	go run ./examples/configwatcher --mode=classic      # controller-runtime manager, leader election
 //
-// Outside a cluster it uses KUBECONFIG.
+// Outside a cluster it uses KUBECONFIG. Built with -tags opzero_serverless it
+// is serverless only: the controller-runtime manager is left out of the
+// binary (smaller, lower RSS) and --mode=classic is refused.
 package main
 
 import (
@@ -29,8 +31,14 @@ import (
 	"github.com/opzero/opzero/operator"
 )
 
+// stopProfiles writes the profiles asked for when built with -tags
+// opzero_pprof (profile.go); a no-op otherwise.
+var stopProfiles = func() {}
+
 func main() {
-	if err := run(); err != nil {
+	err := run()
+	stopProfiles()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "configwatcher:", err)
 		os.Exit(1)
 	}

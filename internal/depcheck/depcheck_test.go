@@ -15,9 +15,9 @@ type pkg struct {
 	Standard   bool
 }
 
-func deps(t *testing.T, path string) []pkg {
+func deps(t *testing.T, path string, tags ...string) []pkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard", path).Output()
+	out, err := exec.Command("go", "list", "-tags", strings.Join(tags, ","), "-deps", "-json=ImportPath,Standard", path).Output()
 	if err != nil {
 		t.Fatalf("go list %s: %v", path, err)
 	}
@@ -72,5 +72,30 @@ func TestDependencyBudget(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServerlessOnlyBuild: -tags opzero_serverless keeps the controller-runtime
+// manager (and what only it needs) out of a serverless operator's binary;
+// without the tag the same operator runs either mode.
+func TestServerlessOnlyBuild(t *testing.T) {
+	const example = "github.com/opzero/opzero/examples/configwatcher"
+	managerOnly := []string{"sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/webhook", "github.com/opzero/opzero/engine/classic"}
+	has := func(ps []pkg, path string) bool {
+		for _, p := range ps {
+			if p.ImportPath == path {
+				return true
+			}
+		}
+		return false
+	}
+	slim, full := deps(t, example, "opzero_serverless"), deps(t, example)
+	for _, m := range managerOnly {
+		if has(slim, m) {
+			t.Errorf("-tags opzero_serverless: %s is still linked", m)
+		}
+		if !has(full, m) {
+			t.Errorf("without the tag %s should be linked (classic mode)", m)
+		}
 	}
 }
