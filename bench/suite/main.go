@@ -308,8 +308,10 @@ other work shared it.
   with the operator, the four adapters and the creating client. Across
   four single runs here (one profiled) four sources gave 123-186/s
   against 94-149/s for one, ahead in three of the four but still 0.45-0.89x
-  controller-runtime: a modest, unreliable gain on this machine, which is
-  what the table's row measures; it needs an API server with headroom.
+  controller-runtime while other work shared the machine: a gain that
+  depends on the API server's headroom. On a quiet machine (a full make
+  bench) the table's row is the figure to read; controller-runtime's own
+  rate varies widely between runs there, so compare within one run.
   ` + "`--async`" + ` is not a lever for this workload: its answer waits for a GET
   and a CREATE of the Accepted Wakeup (12.7 ms, longer than the 8.5 ms
   reconcile it replaces; still 0.86 in flight), and the success costs a
