@@ -48,6 +48,9 @@ type Options struct {
 	Idle time.Duration
 	// StartTimeout bounds a cold start (30 s).
 	StartTimeout time.Duration
+	// Timeout bounds one request once it reaches an instance (Knative's
+	// revision timeoutSeconds); past it the answer is 504. 0: no bound.
+	Timeout time.Duration
 	// MaxScale is the most instances that run at once; 0 means 1.
 	MaxScale int
 	// MinScale instances are kept running (started by Run, never stopped
@@ -152,7 +155,25 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer a.release(inst)
+	if a.opts.Timeout > 0 {
+		ctx, cancel := context.WithTimeoutCause(r.Context(), a.opts.Timeout, errTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	inst.proxy.ServeHTTP(w, r)
+}
+
+// errTimeout ends a request that outlived Options.Timeout.
+var errTimeout = errors.New("activator: request timeout")
+
+// proxyError answers a request the instance did not: 504 past the
+// timeout, as Knative's queue-proxy does, else 502.
+func (a *Activator) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(context.Cause(r.Context()), errTimeout) {
+		http.Error(w, fmt.Sprintf("activator: no answer within the revision timeout of %s (the Service's timeoutSeconds)", a.opts.Timeout), http.StatusGatewayTimeout)
+		return
+	}
+	http.Error(w, "activator: the instance did not answer: "+err.Error(), http.StatusBadGateway)
 }
 
 func (a *Activator) acquire(ctx context.Context) (*instance, error) {
@@ -257,7 +278,9 @@ func (a *Activator) startLocked() (*instance, string, error) {
 		event = "cold-start"
 	}
 	u, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
-	inst := &instance{cmd: cmd, proxy: httputil.NewSingleHostReverseProxy(u), ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now()}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ErrorHandler = a.proxyError
+	inst := &instance{cmd: cmd, proxy: proxy, ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now()}
 	a.insts = append(a.insts, inst)
 	go func() {
 		_ = cmd.Wait()

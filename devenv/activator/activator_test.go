@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,29 @@ func TestMinScale(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if a.Instances() != 1 || a.Starts.Load() != 1 {
 		t.Fatalf("instances %d, starts %d after 5 idle periods; want 1 and 1", a.Instances(), a.Starts.Load())
+	}
+}
+
+// TestTimeoutAnswers504: a request that outlives the revision timeout gets
+// 504 naming it, as from Knative; a quick one on the same instance is served.
+func TestTimeoutAnswers504(t *testing.T) {
+	a := New(Options{Command: backend("1"), Idle: time.Minute, Timeout: 300 * time.Millisecond})
+	url := serve(t, a)
+	resp, err := http.Get(url + "/?sleep=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "timeoutSeconds") {
+		t.Fatalf("slow request: %d %q, want 504 naming the timeout", resp.StatusCode, body)
+	}
+	resp, err = http.Get(url + "/?sleep=10ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("quick request: %d, want 200", resp.StatusCode)
 	}
 }

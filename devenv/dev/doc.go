@@ -76,8 +76,10 @@
 //     that no longer answer), and mtping is multi-tenant: a second opzero
 //     dev on the same cluster also pings the first one's PingSources (their
 //     sends fail and are logged). Use one opzero dev per control plane.
-//   - The Service's timeoutSeconds is not enforced, and readiness is the
-//     operator's GET /healthz answering 200 (not the container's probe).
+//   - Readiness is the operator's GET /healthz answering 200 (not the
+//     container's probe). The Service's timeoutSeconds (default 300) bounds
+//     each request once it reaches an instance: past it the answer is 504,
+//     as from Knative.
 //   - Knative's adapters bind :8080 for health probes (a clash between two is
 //     logged, not fatal): do not run anything else on 8080.
 package dev

@@ -42,7 +42,8 @@ func TestReadManifestsErrors(t *testing.T) {
 }
 
 // TestStartRefuses: problems found before anything is applied are clear
-// errors: an image that is not ko://, a port in use, a min-scale above max-scale.
+// errors: an image that is not ko://, a port in use, a min-scale above
+// max-scale, a timeoutSeconds that is not positive.
 func TestStartRefuses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane")
@@ -63,6 +64,7 @@ func TestStartRefuses(t *testing.T) {
 		{"registry image", func(_, _, c map[string]any) { c["image"] = "ghcr.io/you/op:v1" }, 0, `image "ghcr.io/you/op:v1" is not a ko:// image`},
 		{"port in use", func(_, _, _ map[string]any) {}, busy.Addr().(*net.TCPAddr).Port, "is in use"},
 		{"min-scale", func(_, ann, _ map[string]any) { ann["autoscaling.knative.dev/min-scale"] = "5" }, 0, "is above"},
+		{"timeoutSeconds", func(tmpl, _, _ map[string]any) { tmpl["spec"].(map[string]any)["timeoutSeconds"] = int64(-1) }, 0, "timeoutSeconds -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := fixture(t, ns)

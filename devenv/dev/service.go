@@ -23,6 +23,9 @@ const (
 	// DefaultIdle is the scale-to-zero period without a retention-period or
 	// window annotation: Knative's default scale-to-zero grace period.
 	DefaultIdle = 30 * time.Second
+	// DefaultTimeout is Knative's revision-timeout-seconds default, for a
+	// Service without timeoutSeconds.
+	DefaultTimeout = 300 * time.Second
 	// UnlimitedScale is the local cap for max-scale 0 (Knative: unlimited).
 	UnlimitedScale = 10
 	// defaultTarget is Knative's container-concurrency-target-default, used
@@ -40,7 +43,8 @@ type serviceSpec struct {
 	Idle        time.Duration
 	MinScale    int
 	MaxScale    int
-	Concurrency int // requests one instance takes before another starts
+	Concurrency int           // requests one instance takes before another starts
+	Timeout     time.Duration // timeoutSeconds: a request's bound (DefaultTimeout)
 }
 
 type envVar struct {
@@ -96,6 +100,13 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 	}
 	if s.MinScale > s.MaxScale {
 		return nil, fmt.Errorf("%s: %s %d is above %s %d", where, annMinScale, s.MinScale, annMaxScale, s.MaxScale)
+	}
+	s.Timeout = DefaultTimeout
+	if ts, ok, _ := unstructured.NestedInt64(u.Object, "spec", "template", "spec", "timeoutSeconds"); ok {
+		if ts <= 0 {
+			return nil, fmt.Errorf("%s: timeoutSeconds %d: want a positive number of seconds", where, ts)
+		}
+		s.Timeout = time.Duration(ts) * time.Second
 	}
 	cc, _, _ := unstructured.NestedInt64(u.Object, "spec", "template", "spec", "containerConcurrency")
 	s.Concurrency = int(cc)

@@ -160,7 +160,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	}
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
-		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency,
+		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
 		Command: func() *exec.Cmd {
 			cmd := exec.Command(exe, args...)
 			cmd.Env = env
