@@ -16,7 +16,7 @@ func newManifestsCmd() *cobra.Command {
 	var durable bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "manifests --operator <go package> [-o <dir>|-]",
+		Use:   "manifests [--operator] <go package> [-o <dir>|-]",
 		Short: "Generate everything needed to deploy an operator, from the operator's own description",
 		Long: `manifests builds the operator's main package and runs it with OPZERO_DESCRIBE=1:
 an opzero operator then prints what it reconciles, owns and watches (kinds,
@@ -43,15 +43,23 @@ that description; there is no second list to keep in sync:
                       Deployment with its ServiceAccount and RBAC
   broker.yaml         with --broker: a Broker and a Trigger with a delivery policy
 
-Sources send OIDC tokens for --audience, which the operator is started with.
+Sources send OIDC tokens for --audience, which the operator is started with;
+it accepts only its own senders (--allowed-senders: the OIDC service accounts
+Knative creates for its sources and trigger, and the wakeup source's).
 Output is deterministic: the same operator and flags give the same bytes.`,
-		Example: `  opzero manifests --operator ./examples/configwatcher -o deploy/
+		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if pkg != "" && pkg != args[0] {
+					return fmt.Errorf("two operators: --operator %s and %s; name one", pkg, args[0])
+				}
+				pkg = args[0]
+			}
 			if pkg == "" {
-				return fmt.Errorf("--operator is required: the Go package of the operator's main, e.g. --operator ./examples/configwatcher")
+				return fmt.Errorf("which operator? name the Go package of its main, e.g. opzero manifests ./examples/configwatcher")
 			}
 			o.NoDurableTime = !durable
 			o.TimeoutSeconds = int(timeout / time.Second)

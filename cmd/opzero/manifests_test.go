@@ -47,7 +47,7 @@ func TestManifestsCommand(t *testing.T) {
 	if len(entries) != 5 {
 		t.Errorf("golden has %d files, want 5", len(entries))
 	}
-	stream, err := runOpzero(t, "manifests", "--operator", "./examples/configwatcher")
+	stream, err := runOpzero(t, "manifests", "./examples/configwatcher") // the package as an argument
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,9 @@ func TestManifestsBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"manifests"}, "--operator is required"},
+		{[]string{"manifests"}, "which operator?"},
+		{[]string{"manifests", "--operator", "./examples/configwatcher", "./bench/crbaseline"}, "two operators"},
+		{[]string{"manifests", "./examples/configwatcher", "./bench/crbaseline"}, "accepts at most 1 arg"},
 		{[]string{"manifests", "--operator", "./examples/configwatcher", "--mode", "lambda"}, "want serverless or classic"},
 		{[]string{"manifests", "--operator", "./examples/configwatcher", "--timeout", "10ms"}, "at least 1s"},
 		{[]string{"manifests", "--operator", "./nosuch"}, "Go package path of the operator's main"},
