@@ -38,5 +38,6 @@
 //     OIDC service accounts Knative creates for its ApiServerSources,
 //     PingSources and Trigger (named as Knative names them, internal/kmeta)
 //     and the wakeup source's service account.
-//   - One wakeup source per operator, watching Wakeups in every namespace.
+//   - One wakeup source per operator (--operator), watching that operator's
+//     Wakeups in every namespace.
 package manifests

@@ -268,7 +268,7 @@ func (g *gen) wakeupSource() []Object {
 				"containers": []any{map[string]any{
 					"name":  "wakeup-source",
 					"image": g.o.WakeupImage,
-					"args": []any{"wakeup-source", "--audience=" + g.o.Audience,
+					"args": []any{"wakeup-source", "--operator=" + g.op.Name, "--audience=" + g.o.Audience,
 						"--service-account=" + g.o.Namespace + "/" + name},
 				}},
 			},

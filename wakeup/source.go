@@ -25,6 +25,10 @@ import (
 type SourceOptions struct {
 	// Namespace to watch; empty watches every namespace.
 	Namespace string
+	// Operator, if set, limits the Source to that operator's records (label
+	// opzero.dev/operator): one source per operator, several operators on a
+	// cluster, each record delivered once.
+	Operator string
 	// Concurrency bounds deliveries in flight (16).
 	Concurrency int
 	// Backoff after a failed delivery (1 s doubling to 1 min).
@@ -90,10 +94,10 @@ func (s *Source) Run(ctx context.Context) error {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			list := &v1alpha1.WakeupList{}
-			return list, s.c.List(ctx, list, &client.ListOptions{Raw: &o, Namespace: s.opts.Namespace})
+			return list, s.c.List(ctx, list, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Raw: &o, Namespace: s.opts.Namespace})
+			return s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
 		},
 	}
 	r := cache.NewNamedReflector("wakeups", lw, &v1alpha1.Wakeup{}, (*storeAdapter)(s), 0)
@@ -119,6 +123,14 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// selecting adds the operator's label selector to o (SourceOptions.Operator).
+func (s *Source) selecting(o metav1.ListOptions) *metav1.ListOptions {
+	if s.opts.Operator != "" {
+		o.LabelSelector = OperatorLabel + "=" + s.opts.Operator
+	}
+	return &o
 }
 
 // popDue takes the earliest entry if it is due, or says how long to wait.

@@ -15,9 +15,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/opzero/opzero/backoff"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/testenv"
+	"github.com/opzero/opzero/wakeup"
 	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
@@ -130,5 +135,51 @@ func TestSourceKilledWithPending(t *testing.T) {
 	t.Logf("%d delivered before the SIGKILL, the rest after the restart; 0 early", before)
 	if before == 0 || before == n {
 		t.Fatalf("the kill did not land mid-delivery (%d of %d delivered before it)", before, n)
+	}
+}
+
+// TestSourceDeliversOnlyItsOperator: with several operators on a cluster,
+// each one's source delivers its own Wakeups and leaves the others' alone.
+func TestSourceDeliversOnlyItsOperator(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	var mu sync.Mutex
+	got := map[string]int{}
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get("Ce-Operator")]++
+		mu.Unlock()
+	}))
+	defer sink.Close()
+	for _, op := range []string{"a", "b"} {
+		key := types.NamespacedName{Namespace: ns, Name: "x"}
+		s := wakeup.NewStore(env.Client, wakeup.StoreOptions{Operator: op, Target: v1.GroupVersion.WithKind("ConfigWatcher"),
+			Sink: sink.URL, Policy: backoff.DefaultPolicy()})
+		if err := s.Requeue(context.Background(), reconcile.Request{NamespacedName: key}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns, Operator: "a"}).Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "a's wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
+		list := &v1alpha1.WakeupList{}
+		err := env.Client.List(ctx, list, client.InNamespace(ns))
+		return err == nil && len(list.Items) == 1, err
+	})
+	time.Sleep(500 * time.Millisecond) // b's is due too: give a wrong source time to send it
+	list := &v1alpha1.WakeupList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 || list.Items[0].Spec.Operator != "b" {
+		t.Fatalf("left: %+v %v, want only b's Wakeup", list.Items, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got["a"] != 1 || got["b"] != 0 {
+		t.Fatalf("deliveries by operator %v, want a once and b never", got)
 	}
 }

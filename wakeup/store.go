@@ -20,6 +20,9 @@ import (
 	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
 )
 
+// OperatorLabel names the operator a Wakeup belongs to.
+const OperatorLabel = "opzero.dev/operator"
+
 // Store writes the Wakeup records of one operator.
 type Store struct {
 	c        client.Client
@@ -174,7 +177,7 @@ func (s *Store) upsert(ctx context.Context, key reconcile.Request, mutate func(w
 		}
 		if !exists {
 			w = &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: ok.Namespace, Name: ok.Name,
-				Labels: map[string]string{"opzero.dev/operator": s.operator}}}
+				Labels: map[string]string{OperatorLabel: s.operator}}}
 			w.Spec.Operator, w.Spec.Sink = s.operator, s.sink
 			w.Spec.Target = v1alpha1.Target{APIVersion: s.target.GroupVersion().String(), Kind: s.target.Kind, Namespace: key.Namespace, Name: key.Name}
 		}
@@ -229,7 +232,7 @@ func (s *Store) Overdue(ctx context.Context) ([]reconcile.Request, error) {
 	var keys []reconcile.Request
 	list := &v1alpha1.WakeupList{}
 	for cont := ""; ; {
-		if err := s.c.List(ctx, list, client.MatchingLabels{"opzero.dev/operator": s.operator}, client.Limit(500), client.Continue(cont)); err != nil {
+		if err := s.c.List(ctx, list, client.MatchingLabels{OperatorLabel: s.operator}, client.Limit(500), client.Continue(cont)); err != nil {
 			return nil, fmt.Errorf("listing wakeups: %w", err)
 		}
 		for _, w := range list.Items {

@@ -18,7 +18,7 @@ import (
 )
 
 func newWakeupSourceCmd() *cobra.Command {
-	var ns, audience, sa string
+	var ns, operator, audience, sa string
 	var concurrency int
 	cmd := &cobra.Command{
 		Use:   "wakeup-source",
@@ -33,7 +33,7 @@ starts and backs off when a sink fails.
 It needs get/list/watch/delete on wakeups.opzero.dev. With --audience it
 authenticates like Knative's OIDC senders: a TokenRequest token of
 --service-account for that audience.`,
-		Example: `  opzero wakeup-source --namespace default --audience configwatcher --service-account default/wakeup-source`,
+		Example: `  opzero wakeup-source --operator configwatcher --audience opzero:default:configwatcher --service-account default/configwatcher-wakeup-source`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.GetConfig()
@@ -48,7 +48,7 @@ authenticates like Knative's OIDC senders: a TokenRequest token of
 				return err
 			}
 			log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-			o := wakeup.SourceOptions{Namespace: ns, Concurrency: concurrency, Log: log}
+			o := wakeup.SourceOptions{Namespace: ns, Operator: operator, Concurrency: concurrency, Log: log}
 			if audience != "" {
 				sans, saname, ok := strings.Cut(sa, "/")
 				if !ok || sans == "" || saname == "" {
@@ -56,12 +56,13 @@ authenticates like Knative's OIDC senders: a TokenRequest token of
 				}
 				o.Token = wakeup.TokenRequester(c, sans, saname, audience)
 			}
-			log.Info("wakeup source running", "namespace", ns, "authenticated", audience != "")
+			log.Info("wakeup source running", "namespace", ns, "operator", operator, "authenticated", audience != "")
 			return wakeup.NewSource(c, o).Run(cmd.Context())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&ns, "namespace", "", "namespace to watch (default: all namespaces)")
+	f.StringVar(&operator, "operator", "", "deliver only this operator's Wakeups (label opzero.dev/operator; default: every operator's, for one source per cluster)")
 	f.StringVar(&audience, "audience", "", "send a bearer token for this audience (the operator's --audience)")
 	f.StringVar(&sa, "service-account", "", "<namespace>/<name> of the service account whose tokens are sent (with --audience)")
 	f.IntVar(&concurrency, "concurrency", 16, "deliveries in flight at once")

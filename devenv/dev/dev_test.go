@@ -408,7 +408,8 @@ func wakeupThroughDev(t *testing.T, c client.Client, p *dev.Platform, ns string)
 	cold := svc.Activator.ColdStarts.Load()
 	w := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "opzero.dev/v1alpha1", "kind": "Wakeup",
-		"metadata": map[string]any{"name": "configwatcher-test", "namespace": ns},
+		"metadata": map[string]any{"name": "configwatcher-test", "namespace": ns,
+			"labels": map[string]any{"opzero.dev/operator": "configwatcher"}}, // as wakeup.Store writes it
 		"spec": map[string]any{"operator": "configwatcher", "sink": svc.URL, "reason": "RequeueAfter",
 			"due":    time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00"),
 			"target": map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "namespace": ns, "name": "webapp-config-watcher"}},
