@@ -144,10 +144,6 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 			fmt.Fprintf(out, "using the control plane of `opzero controlplane up` at %s\n", p.Server)
 		}
 	}
-	crds, err := knative.CRDs(ctx)
-	if err != nil {
-		return "", nop, err
-	}
 	if kubeconfig == "" {
 		dir, err := os.MkdirTemp("", "opzero-dev-plane-")
 		if err != nil {
@@ -161,7 +157,7 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 			return "", nop, err
 		}
 		stop := func() { _ = p.Stop(false); os.RemoveAll(dir) }
-		if _, err := controlplane.InstallCRDs(ctx, p.Config, crds...); err != nil {
+		if err := installKnativeCRDs(ctx, p.Config); err != nil {
 			stop()
 			return "", nop, err
 		}
@@ -189,12 +185,24 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 		return "", nop, fmt.Errorf("reaching the API server at %s (kubeconfig %s): %w", cfg.Host, kubeconfig, err)
 	}
 	if !present {
-		if _, err := controlplane.InstallCRDs(ctx, cfg, crds...); err != nil {
+		if err := installKnativeCRDs(ctx, cfg); err != nil {
 			return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
 		}
 		fmt.Fprintf(out, "installed Knative's CRDs on %s\n", cfg.Host)
 	}
 	return kubeconfig, nop, nil
+}
+
+// installKnativeCRDs installs Knative's CRDs from the module download. It
+// needs the opzero checkout (its tools module pins Knative), so it runs only
+// where they are missing: a plane that has them needs neither.
+func installKnativeCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := knative.CRDs(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = controlplane.InstallCRDs(ctx, cfg, crds...)
+	return err
 }
 
 func crdPresent(ctx context.Context, cfg *rest.Config, name string) (bool, error) {
