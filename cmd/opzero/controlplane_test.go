@@ -2,17 +2,14 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 func run(t *testing.T, args ...string) string {
@@ -71,16 +68,8 @@ func TestControlPlaneUpKnativeApplyDown(t *testing.T) {
 // the components are its children: an exited one may be a zombie for a
 // moment until it is reaped (from a shell, init reaps it).
 func gone(pid int) bool {
-	for i := 0; i < 100; i++ {
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			return true
-		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-				return true
-			}
-		}
+	for i := 0; i < 100 && !proc.Dead(pid); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return false
+	return proc.Dead(pid)
 }

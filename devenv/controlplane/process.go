@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/opzero/opzero/internal/proc"
 )
 
 // Process is one component the plane started, as recorded in state.json.
@@ -75,12 +77,7 @@ func (p *Process) alive() bool {
 			return true
 		}
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name; Z and X are dead.
-	if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+	if proc.Dead(p.PID) {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))

@@ -3,13 +3,11 @@ package dev_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/opzero/opzero/devenv/controlplane"
 	"github.com/opzero/opzero/devenv/dev"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/proc"
 	"github.com/opzero/opzero/manifests"
 	"github.com/opzero/opzero/testenv"
 )
@@ -118,18 +117,10 @@ func tail(b []byte, n int) string {
 
 // gone reports whether pid has exited (or is a zombie about to be reaped).
 func gone(pid int) bool {
-	for i := 0; i < 200; i++ {
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			return true
-		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
-				return true
-			}
-		}
+	for i := 0; i < 200 && !proc.Dead(pid); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return false
+	return proc.Dead(pid)
 }
 
 // operatorProcesses counts live processes running the ConfigWatcher binary
