@@ -27,8 +27,8 @@ test: bins knative-bins ## build what the tests need, run every test with -race 
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for FUZZTIME (default 10s; e.g. FUZZTIME=1000000x for a million executions)
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./cloudevent
-	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./engine/serverless/fuzztest
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./internal/cloudevent
+	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/engine/serverless/fuzztest
 
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)

@@ -13,19 +13,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// Runtime is what Complete registers an Operator with: opzero's runtime, in
+// Runtime is what Complete registers an Controller with: opzero's runtime, in
 // either mode.
 type Runtime interface {
 	GetScheme() *runtime.Scheme
-	Register(*Operator) error
+	Register(*Controller) error
 }
 
-// Builder collects an Operator description. Its methods record misuse
+// Builder collects an Controller description. Its methods record misuse
 // instead of panicking; Build and Complete report it.
 type Builder struct {
 	scheme *runtime.Scheme
 	rt     Runtime
-	op     Operator
+	op     Controller
 	errs   []error
 	forSet bool
 	// sweepSet and scaleSet say WithSweep / WithScale were called (else Build
@@ -44,7 +44,7 @@ func ControllerManagedBy(rt Runtime) *Builder {
 	return b
 }
 
-// New starts a description that Build turns into an Operator without
+// New starts a description that Build turns into an Controller without
 // registering it (tests, manifest generation).
 func New(scheme *runtime.Scheme) *Builder { return &Builder{scheme: scheme} }
 
@@ -120,7 +120,7 @@ func (b *Builder) WithAutoObservedGeneration() *Builder { b.op.AutoObservedGener
 func (b *Builder) Named(name string) *Builder { b.op.Name = name; return b }
 
 // Build validates the description and returns it.
-func (b *Builder) Build(r reconcile.Reconciler) (*Operator, error) {
+func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 	errs := append([]error(nil), b.errs...)
 	if !b.forSet {
 		errs = append(errs, errors.New("For was not called: set the primary kind"))

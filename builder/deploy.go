@@ -5,11 +5,11 @@ import (
 	"strings"
 )
 
-// Deployment is how a serverless operator is deployed: what `opzero
+// DeploySettings is how a serverless operator is deployed: what `opzero
 // manifests` turns into PingSources and the Knative Service's bounds. The
 // engines ignore it; it lives in the description so that the deploy YAML is
 // derived from the operator itself.
-type Deployment struct {
+type DeploySettings struct {
 	// Sweep is the cron schedule of the anti-entropy sweep (a PingSource
 	// with no data: objects whose generation is not observed, deletions
 	// pending with finalizers, overdue wakeups); "" means none.

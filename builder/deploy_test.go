@@ -14,7 +14,7 @@ func TestDeploymentDefaultsAndOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := builder.Deployment{Sweep: builder.DefaultSweep, FullSweep: builder.DefaultFullSweep, MaxScale: builder.DefaultMaxScale}
+	want := builder.DeploySettings{Sweep: builder.DefaultSweep, FullSweep: builder.DefaultFullSweep, MaxScale: builder.DefaultMaxScale}
 	if op.Deploy != want {
 		t.Fatalf("defaults: got %+v, want %+v", op.Deploy, want)
 	}
@@ -23,7 +23,7 @@ func TestDeploymentDefaultsAndOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = builder.Deployment{Sweep: "@hourly", MinScale: 1, MaxScale: 10, Concurrency: 4}
+	want = builder.DeploySettings{Sweep: "@hourly", MinScale: 1, MaxScale: 10, Concurrency: 4}
 	if op.Deploy != want {
 		t.Fatalf("set: got %+v, want %+v", op.Deploy, want)
 	}

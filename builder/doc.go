@@ -16,7 +16,7 @@
 //     know, a nil map function or reconciler, an invalid name) is collected
 //     and returned by Complete or Build, all of it at once; the builder
 //     never panics.
-//   - The resulting Operator is plain data: the serverless engine, the
+//   - The resulting Controller is plain data: the serverless engine, the
 //     classic engine and the manifest generator read the same description,
 //     so there is no second list to keep in sync.
 package builder

@@ -10,7 +10,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/engine/classic"
+	"github.com/opzero/opzero/internal/engine/classic"
 )
 
 // ClassicAvailable reports whether this binary can run classic mode: false
@@ -20,7 +20,7 @@ const ClassicAvailable = true
 // managed is classic mode: a controller-runtime manager.
 type managed struct{ manager.Manager }
 
-func (m managed) setup(op *builder.Operator, maxConcurrentReconciles int) error {
+func (m managed) setup(op *builder.Controller, maxConcurrentReconciles int) error {
 	return classic.Setup(m.Manager, op, classic.Options{MaxConcurrentReconciles: maxConcurrentReconciles})
 }
 

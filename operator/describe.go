@@ -11,12 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/describe"
+	"github.com/opzero/opzero/internal/description"
 )
 
 // describeTarget is where a binary started with OPZERO_DESCRIBE writes its
 // description ("" = serve normally).
-func describeTarget() string { return os.Getenv(describe.Env) }
+func describeTarget() string { return os.Getenv(description.Env) }
 
 // newDescriber returns a Runtime that connects to nothing: Register records
 // the operators, Start writes their description and returns nil, so the
@@ -27,7 +27,7 @@ func newDescriber(opts Options, target string) *Runtime {
 
 // writeDescription is Start in describe mode.
 func (r *Runtime) writeDescription() error {
-	d := describe.Description{Mode: string(r.opts.Mode)}
+	d := description.Description{Mode: string(r.opts.Mode)}
 	for _, op := range r.ops {
 		d.Operators = append(d.Operators, Describe(op))
 	}
@@ -37,22 +37,22 @@ func (r *Runtime) writeDescription() error {
 	if t := r.describeTo; t != "1" && t != "-" {
 		f, err := os.Create(t)
 		if err != nil {
-			return fmt.Errorf("%s=%s: %w", describe.Env, t, err)
+			return fmt.Errorf("%s=%s: %w", description.Env, t, err)
 		}
 		defer f.Close()
 		w = f
 	}
-	return describe.Write(w, d)
+	return description.Write(w, d)
 }
 
 // Describe turns an operator description into its wire form.
-func Describe(op *builder.Operator) describe.Operator {
-	out := describe.Operator{
+func Describe(op *builder.Controller) description.Controller {
+	out := description.Controller{
 		Name:                   op.Name,
 		Primary:                describeKind(op.Primary),
 		AutoObservedGeneration: op.AutoObservedGeneration,
 		ReconcilerPackage:      pkgOf(op.Reconciler),
-		Deploy: describe.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
+		Deploy: description.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
 			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
 	}
 	for _, k := range op.Owned {
@@ -66,9 +66,9 @@ func Describe(op *builder.Operator) describe.Operator {
 	return out
 }
 
-func describeKind(k builder.Kind) describe.Kind {
+func describeKind(k builder.Kind) description.Kind {
 	plural, _ := meta.UnsafeGuessKindToResource(k.GVK)
-	d := describe.Kind{Group: k.GVK.Group, Version: k.GVK.Version, Kind: k.GVK.Kind, Resource: plural.Resource,
+	d := description.Kind{Group: k.GVK.Group, Version: k.GVK.Version, Kind: k.GVK.Kind, Resource: plural.Resource,
 		GoPackage: pkgOf(k.Object)}
 	if k.Selector != nil && !k.Selector.Empty() {
 		d.Selector = k.Selector.String()
@@ -87,7 +87,7 @@ func pkgOf(v any) string {
 	return t.PkgPath()
 }
 
-func sortKinds(ks []describe.Kind) {
+func sortKinds(ks []description.Kind) {
 	sort.Slice(ks, func(i, j int) bool {
 		a, b := ks[i], ks[j]
 		if a.Group != b.Group {

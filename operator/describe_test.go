@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/describe"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/operator"
 )
 
@@ -30,7 +30,7 @@ func TestDescribeInsteadOfServing(t *testing.T) {
 	for _, mode := range []operator.Mode{operator.Serverless, operator.Classic} {
 		t.Run(string(mode), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "d.json")
-			t.Setenv(describe.Env, out)
+			t.Setenv(description.Env, out)
 			t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
 			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme}) // no --audience: not checked when describing
 			if err != nil {
@@ -54,7 +54,7 @@ func TestDescribeInsteadOfServing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			d, err := describe.Read(f)
+			d, err := description.Read(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestDescribeInsteadOfServing(t *testing.T) {
 			if len(op.Watched) != 1 || op.Watched[0].Resource != "configmaps" {
 				t.Errorf("watched %+v", op.Watched)
 			}
-			if want := (describe.Deploy{Sweep: "@hourly", MaxScale: 7, Concurrency: 2}); op.Deploy != want {
+			if want := (description.Deploy{Sweep: "@hourly", MaxScale: 7, Concurrency: 2}); op.Deploy != want {
 				t.Errorf("deploy %+v, want %+v", op.Deploy, want)
 			}
 		})

@@ -16,7 +16,7 @@
 //     reconcile returns, hence before the HTTP answer.
 //   - Classic: the manager's cached client, informers and workqueue, leader
 //     election on by default.
-//   - Both: the same builder.Operator, the same generation-aware skipping
+//   - Both: the same builder.Controller, the same generation-aware skipping
 //     and automatic observedGeneration.
 //
 // # Caveats

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/devenv/knative"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/testenv"
 )

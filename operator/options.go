@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
-	"github.com/opzero/opzero/engine/serverless"
+	"github.com/opzero/opzero/internal/engine/serverless"
 )
 
 // Mode is how the operator runs.

@@ -17,15 +17,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	"github.com/opzero/opzero/auth"
-	"github.com/opzero/opzero/backoff"
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/engine/serverless"
-	"github.com/opzero/opzero/helpers"
-	"github.com/opzero/opzero/internal/recstate"
-	"github.com/opzero/opzero/lease"
-	"github.com/opzero/opzero/wakeup"
-	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
+	"github.com/opzero/opzero/internal/auth"
+	"github.com/opzero/opzero/internal/backoff"
+	"github.com/opzero/opzero/internal/engine/serverless"
+	"github.com/opzero/opzero/internal/lease"
+	"github.com/opzero/opzero/internal/standin"
+	"github.com/opzero/opzero/internal/wakeup"
+	"github.com/opzero/opzero/reconcileutil"
 )
 
 // Runtime runs registered operators in the configured mode.
@@ -34,7 +34,7 @@ type Runtime struct {
 	cfg    *rest.Config
 	client client.Client  // wrapped by recstate in both modes
 	mgr    classicManager // nil in serverless mode (and always in an opzero_serverless build)
-	ops    []*builder.Operator
+	ops    []*builder.Controller
 	engine *serverless.Engine
 	// describeTo is set from OPZERO_DESCRIBE: describe, do not serve (describe.go).
 	describeTo string
@@ -50,7 +50,7 @@ type classicManager interface {
 	GetEventRecorder(name string) recorder.EventRecorder
 	GetEventRecorderFor(name string) record.EventRecorder
 	Start(ctx context.Context) error
-	setup(op *builder.Operator, maxConcurrentReconciles int) error
+	setup(op *builder.Controller, maxConcurrentReconciles int) error
 }
 
 // New connects to the API server and prepares the mode's machinery; nothing
@@ -86,13 +86,13 @@ func New(opts Options) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.client = recstate.NewClient(c)
+		r.client = standin.NewClient(c)
 	case Classic:
 		mgr, err := newManager(cfg, r.opts)
 		if err != nil {
 			return nil, err
 		}
-		r.mgr, r.client = mgr, recstate.NewClient(mgr.GetClient())
+		r.mgr, r.client = mgr, standin.NewClient(mgr.GetClient())
 	default:
 		return nil, fmt.Errorf("unknown mode %q: want serverless or classic", opts.Mode)
 	}
@@ -126,7 +126,7 @@ func (r *Runtime) GetEventRecorder(name string) recorder.EventRecorder {
 	if r.mgr != nil {
 		return r.mgr.GetEventRecorder(name)
 	}
-	return helpers.NewEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+	return reconcileutil.NewEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
 }
 
 // GetEventRecorderFor returns a core/v1 Event recorder (the older API).
@@ -134,11 +134,11 @@ func (r *Runtime) GetEventRecorderFor(name string) record.EventRecorder {
 	if r.mgr != nil {
 		return r.mgr.GetEventRecorderFor(name) //nolint:staticcheck // offered for reconcilers that use it
 	}
-	return helpers.NewLegacyEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+	return reconcileutil.NewLegacyEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
 }
 
 // Register adds an operator description (builder.Complete calls it).
-func (r *Runtime) Register(op *builder.Operator) error {
+func (r *Runtime) Register(op *builder.Controller) error {
 	if r.describeTo != "" {
 		r.ops = append(r.ops, op)
 		return nil

@@ -45,8 +45,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/devenv/controlplane"
-	"github.com/opzero/opzero/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/knative"
 )
 
 // Options configures Main.

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/cloudevent"
-	"github.com/opzero/opzero/engine/serverless"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/engine/serverless"
 )
 
 // offline answers every read with an error: intake must need none.

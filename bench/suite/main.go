@@ -24,8 +24,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/devenv/controlplane"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
 var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic"}

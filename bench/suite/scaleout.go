@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/cloudevent"
-	"github.com/opzero/opzero/devenv/balancer"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/devenv/balancer"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/opzero/opzero/devenv/controlplane"
-	"github.com/opzero/opzero/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/knative"
 )
 
 func defaultStateDir() string {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/proc"
 )
 

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/opzero/opzero/devenv/controlplane"
-	"github.com/opzero/opzero/devenv/dev"
-	"github.com/opzero/opzero/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/knative"
 )
 
 func newDevCmd() *cobra.Command {

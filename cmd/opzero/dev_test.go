@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opzero/opzero/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
 // TestDevRefusesBadManifests: manifests that do not parse are reported

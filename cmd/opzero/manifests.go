@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/opzero/opzero/manifests"
+	"github.com/opzero/opzero/internal/manifests"
 )
 
 func newManifestsCmd() *cobra.Command {

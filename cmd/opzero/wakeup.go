@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
-	"github.com/opzero/opzero/wakeup"
-	v1alpha1 "github.com/opzero/opzero/wakeup/api/v1alpha1"
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/wakeup"
 )
 
 func newWakeupSourceCmd() *cobra.Command {

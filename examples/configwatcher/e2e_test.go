@@ -26,8 +26,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/devenv/knative"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/devenv/knative"
 	"github.com/opzero/opzero/testenv"
 )
 

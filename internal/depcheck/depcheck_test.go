@@ -34,29 +34,41 @@ func deps(t *testing.T, path string, tags ...string) []pkg {
 	}
 }
 
+const mod = "github.com/opzero/opzero/"
+
+// cliOnly is what only the opzero CLI may link: controller-tools and the
+// package loader (manifest generation), cobra, and the local platform.
+var cliOnly = []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages", "github.com/spf13/cobra",
+	mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/"}
+
 func TestDependencyBudget(t *testing.T) {
-	const mod = "github.com/opzero/opzero/"
 	rules := []struct {
 		pkg       string
 		forbidden []string // import path prefixes
 		stdlib    bool     // only the standard library (and the package itself)
 	}{
-		{pkg: mod + "keyq", stdlib: true},
-		{pkg: mod + "backoff", stdlib: true},
+		{pkg: mod + "internal/keyq", stdlib: true},
+		{pkg: mod + "internal/backoff", stdlib: true},
 		// outcome needs reconcile.Result; controller-runtime's pkg/reconcile
 		// itself pulls in client-go (informers, leader election), so only the
 		// event SDK is kept out here.
-		{pkg: mod + "outcome", forbidden: []string{"github.com/cloudevents"}},
-		{pkg: mod + "cloudevent", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go"}},
-		{pkg: mod + "devenv/controlplane", forbidden: []string{"sigs.k8s.io/controller-runtime"}},
-		{pkg: mod + "devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
-		{pkg: mod + "devenv/dev", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
-		{pkg: mod + "devenv/activator", stdlib: true},
+		{pkg: mod + "internal/outcome", forbidden: []string{"github.com/cloudevents"}},
+		{pkg: mod + "internal/cloudevent", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go"}},
+		{pkg: mod + "internal/devenv/controlplane", forbidden: []string{"sigs.k8s.io/controller-runtime"}},
+		{pkg: mod + "internal/devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
+		{pkg: mod + "internal/devenv/dev", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
+		{pkg: mod + "internal/devenv/activator", stdlib: true},
 		// the wire format of an operator's self-description
-		{pkg: mod + "describe", stdlib: true},
+		{pkg: mod + "internal/description", stdlib: true},
 		// controller-tools is for the CLI's manifest generator, never in an operator binary
-		{pkg: mod + "operator", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages"}},
-		{pkg: mod + "examples/configwatcher", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages"}},
+		// The public packages (what a user imports) and an operator binary
+		// link neither the CLI's tools nor the local platform.
+		{pkg: mod + "operator", forbidden: cliOnly},
+		{pkg: mod + "builder", forbidden: cliOnly},
+		{pkg: mod + "reconcileutil", forbidden: cliOnly},
+		{pkg: mod + "testenv", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages", "github.com/spf13/cobra", mod + "internal/manifests", mod + "cmd/"}},
+		{pkg: mod + "api/v1alpha1", forbidden: cliOnly},
+		{pkg: mod + "examples/configwatcher", forbidden: cliOnly},
 		{pkg: mod + "...", forbidden: []string{"k8s.io/kubernetes", "knative.dev", "go.etcd.io/etcd/server"}},
 	}
 	for _, r := range rules {
@@ -80,7 +92,7 @@ func TestDependencyBudget(t *testing.T) {
 // without the tag the same operator runs either mode.
 func TestServerlessOnlyBuild(t *testing.T) {
 	const example = "github.com/opzero/opzero/examples/configwatcher"
-	managerOnly := []string{"sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/webhook", "github.com/opzero/opzero/engine/classic"}
+	managerOnly := []string{"sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/webhook", "github.com/opzero/opzero/internal/engine/classic"}
 	has := func(ps []pkg, path string) bool {
 		for _, p := range ps {
 			if p.ImportPath == path {

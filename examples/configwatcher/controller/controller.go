@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
-	"github.com/opzero/opzero/helpers"
+	"github.com/opzero/opzero/reconcileutil"
 )
 
 // What the reconciler needs beyond the kinds it is built with, for `opzero
@@ -50,7 +50,7 @@ func (r *ConfigWatcherReconciler) Reconcile(ctx context.Context, req reconcile.R
 	if apierrors.IsNotFound(err) {
 		// Its add event will bring us back: no retry loop.
 		return reconcile.Result{}, r.writeStatus(ctx, cw, func(s *v1.ConfigWatcherStatus) {
-			helpers.SetReady(&s.Conditions, cw.Generation, metav1.ConditionFalse, "ConfigMapNotFound",
+			reconcileutil.SetReady(&s.Conditions, cw.Generation, metav1.ConditionFalse, "ConfigMapNotFound",
 				fmt.Sprintf("ConfigMap %s not found in %s", cw.Spec.ConfigMap, cw.Namespace))
 		})
 	}
@@ -74,7 +74,7 @@ func (r *ConfigWatcherReconciler) Reconcile(ctx context.Context, req reconcile.R
 			s.LastRestartTime = &now
 		}
 		s.ConfigMapVersion = cm.ResourceVersion
-		helpers.SetReady(&s.Conditions, cw.Generation, metav1.ConditionTrue, "Watching",
+		reconcileutil.SetReady(&s.Conditions, cw.Generation, metav1.ConditionTrue, "Watching",
 			fmt.Sprintf("watching ConfigMap %s", cm.Name))
 	})
 }
@@ -106,7 +106,7 @@ func (r *ConfigWatcherReconciler) writeStatus(ctx context.Context, cw *v1.Config
 	if equality.Semantic.DeepEqual(*next, cw.Status) {
 		return nil
 	}
-	return helpers.UpdateStatus(ctx, r.Client, cw, func() error {
+	return reconcileutil.UpdateStatus(ctx, r.Client, cw, func() error {
 		mutate(&cw.Status)
 		cw.Status.ObservedGeneration = cw.Generation
 		return nil

@@ -1,0 +1,90 @@
+package builder
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Controller is the mode-agnostic description Build returns.
+type Controller struct {
+	// Name names the operator: the controller name in classic mode, the
+	// prefix of generated resources, the reporting component of Events.
+	Name string
+	// Primary is the kind reconciled: a Request's key is one of its objects.
+	Primary Kind
+	// Owned kinds map to the key of their controller owner of the Primary kind.
+	Owned []Kind
+	// Watched kinds map to keys through their MapFunc.
+	Watched []Watch
+	// Filters drop events before they reach the queue; all must pass.
+	Filters []Filter
+	// Skip says which updates of the Primary kind are acknowledged without a
+	// reconcile (generation-aware skipping).
+	Skip SkipOptions
+	// AutoObservedGeneration makes the engine set status.observedGeneration
+	// to the reconciled generation after a successful reconcile.
+	AutoObservedGeneration bool
+	// Deploy is how it is deployed (sweeps, instance bounds); only the
+	// manifest generator reads it.
+	Deploy     DeploySettings
+	Reconciler reconcile.Reconciler
+}
+
+// Kind is one watched kind.
+type Kind struct {
+	GVK schema.GroupVersionKind
+	// Object is a prototype of the Go type (never mutated).
+	Object client.Object
+	// Selector limits events by labels; nil means everything.
+	Selector labels.Selector
+}
+
+// Watch is a watched kind and how its events map to primary keys.
+type Watch struct {
+	Kind
+	Map MapFunc
+}
+
+// MapFunc maps an object of a watched kind to the requests to reconcile.
+// There may be no cache: c reads from the API server. In Reference mode obj
+// carries only its name and namespace; Get it when more is needed. An error
+// (the API server could not be read) makes a serverless operator answer 503
+// so that the sender retries the event; a classic one logs it.
+type MapFunc func(ctx context.Context, c client.Reader, obj client.Object) ([]reconcile.Request, error)
+
+// EventType is what happened to an object.
+type EventType string
+
+// The event types filters see.
+const (
+	Added   EventType = "add"
+	Updated EventType = "update"
+	Deleted EventType = "delete"
+)
+
+// Event is what a Filter decides on. Object may be a prototype holding only
+// name and namespace (Reference mode). There is no old object: a serverless
+// operator only gets the new state.
+type Event struct {
+	Type   EventType
+	Object client.Object
+}
+
+// Filter keeps an event when it returns true.
+type Filter func(Event) bool
+
+// SkipOptions tunes generation-aware skipping of Primary updates. An update
+// whose metadata.generation <= status.observedGeneration, that is not a
+// deletion and changes no finalizer, is acknowledged with no reconcile.
+type SkipOptions struct {
+	// Disabled reconciles every update.
+	Disabled bool
+	// OnLabelChange and OnAnnotationChange also reconcile when labels or
+	// annotations changed.
+	OnLabelChange      bool
+	OnAnnotationChange bool
+}

@@ -1,0 +1,112 @@
+// Package describe is the wire format of an operator's self-description: what
+// an opzero operator binary prints when it runs with OPZERO_DESCRIBE set,
+// and what `opzero manifests` reads to derive every deploy object from the
+// operator itself instead of from a second, hand-kept list.
+//
+// # Guarantees
+//
+//   - Plain data, standard library only: the operator binary links nothing
+//     for it, and readers need not link the operator.
+//   - Versioned by APIVersion; Read rejects any other version with an error
+//     that says which binary and which reader disagree.
+//   - Lists are sorted (kinds by group, version, kind; flags by name), so the
+//     same operator always describes itself byte for byte the same way.
+//
+// # Caveats
+//
+// Resource is a guess from the kind (Kubernetes' own rule, e.g. Endpoints ->
+// endpoints, Policy -> policies); a reader that has the CRD should prefer
+// its spec.names.plural. Whether a kind is namespaced is not known to the
+// binary (a scheme has no scopes); readers decide it.
+package description
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// APIVersion is the version of this format.
+const APIVersion = "opzero.dev/describe/v1"
+
+// Env is the environment variable that makes an operator binary describe
+// itself instead of serving: "1" or "-" writes to stdout, anything else is a
+// file path.
+const Env = "OPZERO_DESCRIBE"
+
+// Description is what a binary prints.
+type Description struct {
+	APIVersion string `json:"apiVersion"`
+	// Mode is the mode the binary was started in (serverless or classic).
+	Mode      string     `json:"mode"`
+	Operators []Controller `json:"operators"`
+	// Flags are the command-line flags the binary accepts, by name.
+	Flags []string `json:"flags,omitempty"`
+}
+
+// Controller is one registered operator (builder.Controller as data).
+type Controller struct {
+	Name    string `json:"name"`
+	Primary Kind   `json:"primary"`
+	Owned   []Kind `json:"owned,omitempty"`
+	Watched []Kind `json:"watched,omitempty"`
+	// ReconcilerPackage is the Go import path of the reconciler's type,
+	// where `+kubebuilder:rbac` markers for what it reads and writes live.
+	ReconcilerPackage      string `json:"reconcilerPackage,omitempty"`
+	AutoObservedGeneration bool   `json:"autoObservedGeneration,omitempty"`
+	Deploy                 Deploy `json:"deploy"`
+}
+
+// Kind is one kind an operator reconciles or watches.
+type Kind struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Kind     string `json:"kind"`
+	Resource string `json:"resource"`
+	// GoPackage is the import path of the Go type (where its CRD markers are).
+	GoPackage string `json:"goPackage"`
+	// Selector is a label selector in its string form ("" = everything).
+	Selector string `json:"selector,omitempty"`
+}
+
+// APIVersion returns group/version (version alone for the core group).
+func (k Kind) APIVersion() string {
+	if k.Group == "" {
+		return k.Version
+	}
+	return k.Group + "/" + k.Version
+}
+
+// Deploy is builder.DeploySettings as data.
+type Deploy struct {
+	Sweep       string `json:"sweep,omitempty"`
+	FullSweep   string `json:"fullSweep,omitempty"`
+	MinScale    int    `json:"minScale"`
+	MaxScale    int    `json:"maxScale"`
+	Concurrency int    `json:"concurrency"`
+}
+
+// Write writes d as indented JSON.
+func Write(w io.Writer, d Description) error {
+	d.APIVersion = APIVersion
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Read decodes a description and checks its version.
+func Read(r io.Reader) (Description, error) {
+	var d Description
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return Description{}, fmt.Errorf("not an opzero operator description (%s JSON): %w", APIVersion, err)
+	}
+	if d.APIVersion != APIVersion {
+		return Description{}, fmt.Errorf("description version %q, this opzero reads %q: build the operator and the opzero CLI from the same opzero version", d.APIVersion, APIVersion)
+	}
+	return d, nil
+}

@@ -1,0 +1,24 @@
+package description_test
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/opzero/opzero/internal/description"
+)
+
+func ExampleRead() {
+	var buf bytes.Buffer
+	_ = description.Write(&buf, description.Description{Mode: "serverless", Operators: []description.Controller{{
+		Name:    "configwatcher",
+		Primary: description.Kind{Group: "k8spatterns.io", Version: "v1", Kind: "ConfigWatcher", Resource: "configwatchers"},
+	}}})
+	d, err := description.Read(&buf)
+	fmt.Println(d.Operators[0].Primary.APIVersion(), d.Operators[0].Primary.Resource, err)
+
+	_, err = description.Read(bytes.NewBufferString(`{"apiVersion":"opzero.dev/describe/v0"}`))
+	fmt.Println(err != nil)
+	// Output:
+	// k8spatterns.io/v1 configwatchers <nil>
+	// true
+}

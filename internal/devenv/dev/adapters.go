@@ -1,0 +1,127 @@
+package dev
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/internal/devenv/knative"
+)
+
+// PingNamespace is the SYSTEM_NAMESPACE opzero dev runs mtping with.
+const PingNamespace = "knative-eventing"
+
+// startApiServerSources runs Knative's adapter for each ApiServerSource and
+// writes its status.
+func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) error {
+	objs, err := p.readBack(ctx, "sources.knative.dev", "ApiServerSource")
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		c, err := p.apiServerSource(ctx, u)
+		if err != nil {
+			return err
+		}
+		if err := p.checkPermissions(ctx, u, c); err != nil {
+			return err
+		}
+		s, err := p.resolveSink(ctx, u)
+		if err != nil {
+			return err
+		}
+		c.Sink, c.Audience = s.URI, s.Audience
+		oidc := ""
+		if s.Audience != "" {
+			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
+				return err
+			}
+			c.OIDCServiceAccount = oidc
+		}
+		name := "apiserversource-" + u.GetNamespace() + "-" + u.GetName()
+		if c.Log, err = p.logFile(name); err != nil {
+			return err
+		}
+		c.Name = u.GetName()
+		t := time.Now()
+		a, err := knative.StartApiServerSource(ctx, c)
+		if err != nil {
+			return fmt.Errorf("ApiServerSource %s: %w", key(u), err)
+		}
+		p.adapters = append(p.adapters, a)
+		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")); err != nil {
+			return err
+		}
+		kinds := make([]string, len(c.Resources))
+		for i, r := range c.Resources {
+			kinds[i] = r.Resource
+		}
+		p.Sources = append(p.Sources, fmt.Sprintf("ApiServerSource %s (%s, %s mode) -> %s", key(u), strings.Join(kinds, ", "), orDefault(c.Mode, "Reference"), s.URI))
+		p.say("ApiServerSource %s: Knative's adapter pid %d started in %s, watching %s -> %s%s (log %s)",
+			key(u), a.PID(), since(t), strings.Join(kinds, ", "), s.URI, authNote(s, oidc), p.LogPath(name))
+	}
+	if len(objs) > 0 {
+		// Each resource has its own reflector; let them list and watch
+		// before the caller changes objects (the adapter sends nothing for
+		// what it lists).
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+func authNote(s sink, oidc string) string {
+	if s.Audience == "" {
+		return ""
+	}
+	return fmt.Sprintf(" with OIDC tokens of %s for audience %s", oidc, s.Audience)
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error {
+	objs, err := p.readBack(ctx, "sources.knative.dev", "PingSource")
+	if err != nil || len(objs) == 0 {
+		return err
+	}
+	// mtping schedules only Ready sources and sends to status.sinkUri:
+	// write the statuses first.
+	for _, u := range objs {
+		s, err := p.resolveSink(ctx, u)
+		if err != nil {
+			return err
+		}
+		oidc := ""
+		if s.Audience != "" {
+			if oidc, err = ensureOIDCIdentity(ctx, p.cs, u); err != nil {
+				return err
+			}
+		}
+		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "OIDCIdentityCreated")); err != nil {
+			return err
+		}
+		sched, _, _ := unstructured.NestedString(u.Object, "spec", "schedule")
+		p.Sources = append(p.Sources, fmt.Sprintf("PingSource %s (%s) -> %s", key(u), orDefault(sched, "* * * * *"), s.URI))
+		p.say("PingSource %s: schedule %q -> %s%s", key(u), orDefault(sched, "* * * * *"), s.URI, authNote(s, oidc))
+	}
+	logf, err := p.logFile("mtping")
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf})
+	if err != nil {
+		return err
+	}
+	p.adapters = append(p.adapters, a)
+	p.say("PingSources: Knative's mtping pid %d started in %s (log %s)", a.PID(), since(t), p.LogPath("mtping"))
+	return nil
+}

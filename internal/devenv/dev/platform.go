@@ -1,0 +1,294 @@
+package dev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opzero/opzero/internal/devenv/knative"
+)
+
+// Options configures Start.
+type Options struct {
+	// Kubeconfig of the API server (with Knative's CRDs installed); the
+	// operators, adapters and processes opzero dev starts use it too.
+	Kubeconfig string
+	// Objects are the manifests to apply (ReadManifests).
+	Objects []*unstructured.Unstructured
+	// Namespace is given to namespaced objects without one ("default").
+	Namespace string
+	// Dir receives one log file per process; required.
+	Dir string
+	// CacheDir holds the binaries built for ko:// images (DefaultCacheDir).
+	CacheDir string
+	// BuildDir is where `go build` resolves ko:// import paths: a folder of
+	// the module that holds them (default: the working directory).
+	BuildDir string
+	// Port is the local port of the first Knative Service's URL, the next
+	// Service gets Port+1, ...; 0 picks free ports.
+	Port int
+	// Idle, if set, overrides every Service's scale-to-zero period.
+	Idle time.Duration
+	// Out receives one line per step and per scaling event (nil discards).
+	Out io.Writer
+}
+
+// Platform is Knative's part, played locally for the applied manifests.
+type Platform struct {
+	opts       Options
+	kubeconfig string
+	cfg        *rest.Config
+	cs         kubernetes.Interface
+	apply      *applier
+	build      *builder
+	localURLs  map[string]string // in-cluster URL -> local URL
+
+	Services []*Service
+	Sources  []string // "ApiServerSource ns/name -> sink", ...
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	adapters []*knative.Adapter
+	procs    []*exec.Cmd
+	servers  []*http.Server
+	stopOnce sync.Once
+}
+
+func (p *Platform) say(format string, args ...any) {
+	if p.opts.Out != nil {
+		fmt.Fprintf(p.opts.Out, format+"\n", args...)
+	}
+}
+
+// Start applies the manifests and plays Knative's part for them: an
+// activator per Knative Service, Knative's real adapters for ApiServerSources
+// and PingSources, a process per Deployment with a ko:// image (the wakeup
+// source), and the statuses Knative's controllers would write. On error it
+// stops what it started. Stop (or the end of ctx) tears everything down.
+func Start(ctx context.Context, o Options) (_ *Platform, err error) {
+	if o.Dir == "" || o.Kubeconfig == "" {
+		return nil, errors.New("dev: Options.Dir and Options.Kubeconfig are required")
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = DefaultCacheDir()
+	}
+	if o.BuildDir == "" {
+		if o.BuildDir, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	p := &Platform{opts: o, kubeconfig: o.Kubeconfig, localURLs: map[string]string{},
+		build: &builder{dir: o.CacheDir, buildDir: o.BuildDir}}
+	if p.cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	if p.cs, err = kubernetes.NewForConfig(p.cfg); err != nil {
+		return nil, err
+	}
+	if p.apply, err = newApplier(p.cfg, o.Namespace); err != nil {
+		return nil, err
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			p.Stop()
+		}
+	}()
+	// Everything that can be checked before touching the cluster is.
+	listeners, err := p.plan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			closeAll(listeners) // some may not be served yet
+		}
+	}()
+	t := time.Now()
+	if err := p.apply.applyAll(ctx, o.Objects); err != nil {
+		return nil, err
+	}
+	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(o.Objects), FieldManager, since(t))
+	// mtping's namespace exists before any ApiServerSource adapter watches
+	// ConfigMaps, so its creation sends no event.
+	for _, u := range o.Objects {
+		if isKind(u, "sources.knative.dev", "PingSource") {
+			if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	for _, step := range []func(context.Context, []net.Listener) error{p.startServices, p.startApiServerSources, p.startPingSources, p.startDeployments} {
+		if err := step(ctx, listeners); err != nil {
+			return nil, err
+		}
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.Stop()
+		case <-p.ctx.Done():
+		}
+	}()
+	return p, nil
+}
+
+func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+
+// plan validates the Services and ko:// Deployments, reserves each
+// Service's port and builds every ko:// image, before anything is applied.
+func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
+	var listeners []net.Listener
+	var pkgs []string
+	n := 0
+	for _, u := range p.opts.Objects {
+		switch {
+		case isKind(u, "serving.knative.dev", "Service"):
+			if u.GetNamespace() == "" {
+				u.SetNamespace(p.opts.Namespace)
+			}
+			s, err := parseService(u)
+			if err != nil {
+				closeAll(listeners)
+				return nil, err
+			}
+			addr := "127.0.0.1:0"
+			if p.opts.Port != 0 {
+				addr = "127.0.0.1:" + strconv.Itoa(p.opts.Port+n)
+			}
+			n++
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				closeAll(listeners)
+				return nil, fmt.Errorf("Knative Service %s: its local URL's address %s is in use or not available (another opzero dev? `ss -ltnp` shows what listens; choose another --port, or 0 for free ports): %w", key(u), addr, err)
+			}
+			listeners = append(listeners, l)
+			local := "http://" + l.Addr().String()
+			for _, c := range s.clusterURLs() {
+				p.localURLs[c] = local
+			}
+			pkgs = append(pkgs, s.Pkg)
+		case isKind(u, "apps", "Deployment"):
+			if pkg, ok, err := deploymentImage(u); err != nil {
+				closeAll(listeners)
+				return nil, err
+			} else if ok {
+				pkgs = append(pkgs, pkg)
+			}
+		}
+	}
+	for _, pkg := range pkgs {
+		t := time.Now()
+		if _, err := p.build.build(ctx, pkg); err != nil {
+			closeAll(listeners)
+			return nil, err
+		}
+		p.say("built ko://%s in %s", pkg, since(t))
+	}
+	return listeners, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+func isKind(u *unstructured.Unstructured, group, kind string) bool {
+	gvk := u.GroupVersionKind()
+	return gvk.Group == group && gvk.Kind == kind
+}
+
+// deploymentImage reports the import path of a Deployment whose single
+// container has a ko:// image (opzero dev runs those as processes); other
+// Deployments are only applied.
+func deploymentImage(u *unstructured.Unstructured) (string, bool, error) {
+	cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		m, _ := c.(map[string]any)
+		if img, _ := m["image"].(string); strings.HasPrefix(img, KoPrefix) {
+			if len(cs) != 1 {
+				return "", false, fmt.Errorf("Deployment %s: a ko:// image in one of %d containers; opzero dev runs Deployments with one container", key(u), len(cs))
+			}
+			pkg, err := importPath(img, "Deployment "+key(u))
+			return pkg, err == nil, err
+		}
+	}
+	return "", false, nil
+}
+
+// Stop stops the sources first (no new events), then the operators (they
+// drain) and the other processes, and returns once all have exited.
+func (p *Platform) Stop() {
+	p.stopOnce.Do(func() {
+		for _, a := range p.adapters {
+			a.Stop()
+		}
+		p.cancel() // activators stop their instances
+		p.wg.Wait()
+		for _, s := range p.servers {
+			s.Close()
+		}
+		for _, c := range p.procs {
+			_ = c.Process.Signal(syscall.SIGTERM)
+		}
+		for _, c := range p.procs {
+			done := make(chan struct{})
+			go func() { _ = c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = c.Process.Kill()
+				<-done
+			}
+		}
+	})
+}
+
+// Done is closed once Stop has begun.
+func (p *Platform) Done() <-chan struct{} { return p.ctx.Done() }
+
+// logFile opens the log of one process in Options.Dir.
+func (p *Platform) logFile(name string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(p.opts.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+}
+
+// LogPath is the log file of the named process (see the names Start prints).
+func (p *Platform) LogPath(name string) string { return filepath.Join(p.opts.Dir, name+".log") }
+
+// PIDs of every process the platform runs now: adapters, always-on
+// processes and operator instances.
+func (p *Platform) PIDs() []int {
+	var out []int
+	for _, a := range p.adapters {
+		out = append(out, a.PID())
+	}
+	for _, c := range p.procs {
+		out = append(out, c.Process.Pid)
+	}
+	for _, s := range p.Services {
+		out = append(out, s.Activator.PIDs()...)
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package dev
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/internal/devenv/activator"
+)
+
+// Service is one Knative Service played locally.
+type Service struct {
+	Name, Namespace string
+	URL             string // local, also written to status.url and status.address.url
+	Spec            serviceSpec
+	Activator       *activator.Activator
+
+	Events     atomic.Int64 // requests answered
+	Reconciles atomic.Int64 // keys the operator reported reconciled
+	Failures   atomic.Int64 // non-2xx answers
+
+	mu         sync.Mutex
+	deliveries []Delivery
+}
+
+// Delivery is one request the Service answered.
+type Delivery struct {
+	At               time.Time
+	Type, Kind, Name string // CloudEvent type and the kind/name extensions
+	Code             int
+	Result           string // the operator's Opzero-Result header
+	Took             time.Duration
+}
+
+// Deliveries returns what the Service has answered so far (the last 10000).
+func (s *Service) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Delivery(nil), s.deliveries...)
+}
+
+var reconciledN = regexp.MustCompile(`^reconciled (\d+) key`)
+
+func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := time.Now()
+	rec := &recorder{ResponseWriter: w, code: 200}
+	s.Activator.ServeHTTP(rec, r)
+	s.Events.Add(1)
+	res := rec.Header().Get("Opzero-Result")
+	if rec.code < 200 || rec.code > 299 {
+		s.Failures.Add(1)
+	} else if m := reconciledN.FindStringSubmatch(res); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		s.Reconciles.Add(int64(n))
+	}
+	d := Delivery{At: t, Type: r.Header.Get("Ce-Type"), Kind: r.Header.Get("Ce-Kind"), Name: r.Header.Get("Ce-Name"), Code: rec.code, Result: res, Took: time.Since(t)}
+	s.mu.Lock()
+	if s.deliveries = append(s.deliveries, d); len(s.deliveries) > 10000 {
+		s.deliveries = s.deliveries[1:]
+	}
+	s.mu.Unlock()
+}
+
+type recorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *recorder) WriteHeader(code int)        { r.code = code; r.ResponseWriter.WriteHeader(code) }
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// readBack returns the objects of one kind from the API server, in
+// manifest order: opzero dev acts on what was applied, defaults included.
+func (p *Platform) readBack(ctx context.Context, group, kind string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, u := range p.opts.Objects {
+		if !isKind(u, group, kind) {
+			continue
+		}
+		got, err := p.apply.get(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got)
+	}
+	return out, nil
+}
+
+func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) error {
+	objs, err := p.readBack(ctx, "serving.knative.dev", "Service")
+	if err != nil {
+		return err
+	}
+	for i, u := range objs {
+		spec, err := parseService(u)
+		if err != nil {
+			return err
+		}
+		if p.opts.Idle > 0 {
+			spec.Idle = p.opts.Idle
+		}
+		s := &Service{Name: u.GetName(), Namespace: u.GetNamespace(), URL: "http://" + listeners[i].Addr().String(), Spec: *spec}
+		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
+		if err != nil {
+			return err
+		}
+		if err := p.startActivator(s, kc); err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+		p.servers = append(p.servers, srv)
+		go srv.Serve(listeners[i])
+		if err := p.apply.patchStatus(ctx, u, serviceStatus(u, s.URL)); err != nil {
+			return err
+		}
+		p.Services = append(p.Services, s)
+		p.say("Knative Service %s: %s (%d to %d instances, %d requests each; idle period %s; runs as %s; log %s)",
+			key(u), s.URL, spec.MinScale, spec.MaxScale, spec.Concurrency, spec.Idle, as, p.LogPath(s.logName()))
+	}
+	return nil
+}
+
+func (s *Service) logName() string { return "service-" + s.Namespace + "-" + s.Name }
+
+func (p *Platform) startActivator(s *Service, kubeconfig string) error {
+	exe, err := p.build.build(p.ctx, s.Spec.Pkg)
+	if err != nil {
+		return err
+	}
+	logf, err := p.logFile(s.logName())
+	if err != nil {
+		return err
+	}
+	args := make([]string, len(s.Spec.Args))
+	for i, a := range s.Spec.Args {
+		args[i] = rewrite(a, p.localURLs)
+	}
+	env := []string{"KUBECONFIG=" + kubeconfig, "K_SERVICE=" + s.Name, "K_REVISION=" + s.Name + "-00001", "K_CONFIGURATION=" + s.Name}
+	for _, e := range s.Spec.Env {
+		v := rewrite(e.Value, p.localURLs)
+		switch e.FieldPath {
+		case "":
+		case "metadata.namespace":
+			v = s.Namespace
+		case "metadata.name":
+			v = s.Name + "-00001-local"
+		default:
+			return fmt.Errorf("Knative Service %s/%s: env %s: fieldRef %s is not supported locally", s.Namespace, s.Name, e.Name, e.FieldPath)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	var coldAt atomic.Int64
+	s.Activator = activator.New(activator.Options{
+		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
+		Command: func() *exec.Cmd {
+			cmd := exec.Command(exe, args...)
+			cmd.Env = env
+			cmd.Stdout, cmd.Stderr = logf, logf
+			return cmd
+		},
+		OnEvent: func(what string, d time.Duration) {
+			name := s.Namespace + "/" + s.Name
+			switch what {
+			case "cold-start":
+				coldAt.Store(time.Now().UnixNano())
+				p.say("%s: a request, 0 instances -> starting the operator (cold start #%d)", name, s.Activator.ColdStarts.Load())
+			case "scale-up":
+				p.say("%s: every instance busy -> starting instance %d", name, s.Activator.Instances())
+			case "ready":
+				p.say("%s: instance ready %s after exec; buffered requests proxied", name, d.Round(time.Millisecond))
+			case "scale-down":
+				p.say("%s: an instance idle for %s -> stopped; %d left", name, s.Spec.Idle, s.Activator.Instances())
+			case "scaled-to-zero":
+				p.say("%s: idle for %s -> scaled to zero (SIGTERM, drained); 0 instances", name, s.Spec.Idle)
+			}
+		},
+	})
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); s.Activator.Run(p.ctx) }()
+	return nil
+}

@@ -1,0 +1,120 @@
+// Package classic runs an operator (builder.Controller) on a controller-runtime
+// manager: informers, a workqueue, leader election. It is the always-on
+// counterpart of package serverless, with the same description, the same
+// generation-aware skipping and the same automatic observedGeneration.
+package classic
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/internal/genskip"
+	"github.com/opzero/opzero/internal/standin"
+)
+
+// Options tunes the controller.
+type Options struct {
+	MaxConcurrentReconciles int
+}
+
+// Setup registers op with mgr. The reconciler should use a client wrapped by
+// standin.NewClient (the runtime does this) for automatic observedGeneration.
+func Setup(mgr manager.Manager, op *builder.Controller, opts Options) error {
+	b := ctrlbuilder.ControllerManagedBy(mgr).
+		Named(op.Name).
+		For(op.Primary.Object, ctrlbuilder.WithPredicates(primaryPredicates(op)...)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
+	filters := ctrlbuilder.WithPredicates(filterPredicate(op.Filters))
+	for _, k := range op.Owned {
+		b = b.Owns(k.Object, filters)
+	}
+	for _, w := range op.Watched {
+		w := w
+		c := mgr.GetClient()
+		b = b.Watches(w.Object, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+			keys, err := w.Map(ctx, c, obj)
+			if err != nil { // controller-runtime's map functions cannot fail: the cache rarely does
+				log.FromContext(ctx).Error(err, "mapping a watched object", "kind", w.GVK.Kind, "object", client.ObjectKeyFromObject(obj))
+			}
+			return keys
+		}), filters)
+	}
+	if err := b.Complete(&reconciler{op: op, c: mgr.GetClient()}); err != nil {
+		return fmt.Errorf("setting up controller %s: %w", op.Name, err)
+	}
+	return nil
+}
+
+// reconciler wraps the user's to carry per-reconcile state and write
+// observedGeneration after a success.
+type reconciler struct {
+	op *builder.Controller
+	c  client.Client
+}
+
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	st := standin.New(r.op.Primary.GVK, req.NamespacedName, nil)
+	res, err := r.op.Reconciler.Reconcile(standin.With(ctx, st), req)
+	if err == nil && r.op.AutoObservedGeneration {
+		if perr := standin.SetObservedGeneration(ctx, r.c, r.op.Primary.GVK, req.NamespacedName, st.Generation()); perr != nil {
+			return res, fmt.Errorf("writing status.observedGeneration of %s: %w", req, perr)
+		}
+	}
+	return res, err
+}
+
+func primaryPredicates(op *builder.Controller) []predicate.Predicate {
+	ps := []predicate.Predicate{filterPredicate(op.Filters)}
+	if sel := op.Primary.Selector; sel != nil {
+		ps = append(ps, predicate.NewPredicateFuncs(func(o client.Object) bool { return sel.Matches(labels.Set(o.GetLabels())) }))
+	}
+	if !op.Skip.Disabled {
+		ps = append(ps, skipPredicate(op.Skip))
+	}
+	return ps
+}
+
+// skipPredicate drops updates that the generation-aware rule skips; here the
+// old object is at hand, so the metadata comparison needs no memo.
+func skipPredicate(o builder.SkipOptions) predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		if e.ObjectOld == nil || e.ObjectNew == nil {
+			return true
+		}
+		n := e.ObjectNew
+		observed, has := genskip.ObservedGeneration(n)
+		skip := genskip.Observed(n.GetGeneration(), observed, has, n.GetDeletionTimestamp() != nil) &&
+			genskip.FingerprintOf(o, e.ObjectOld) == genskip.FingerprintOf(o, n)
+		return !skip
+	}}
+}
+
+// filterPredicate applies opzero filters to controller-runtime events.
+func filterPredicate(fs []builder.Filter) predicate.Predicate {
+	pass := func(t builder.EventType, o client.Object) bool {
+		for _, f := range fs {
+			if !f(builder.Event{Type: t, Object: o}) {
+				return false
+			}
+		}
+		return true
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return pass(builder.Added, e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return pass(builder.Updated, e.ObjectNew) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return pass(builder.Deleted, e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return pass(builder.Updated, e.Object) },
+	}
+}

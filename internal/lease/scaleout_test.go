@@ -1,0 +1,439 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/devenv/balancer"
+	"github.com/opzero/opzero/internal/spanlog"
+	"github.com/opzero/opzero/internal/wakeup"
+	"github.com/opzero/opzero/testenv"
+)
+
+// instance is one engine process of the scripted operator.
+type instance struct {
+	cmd  *exec.Cmd
+	url  string
+	logf string
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startInstance starts an instance whose Leases go to namespace ns.
+func startInstance(t *testing.T, ns, spans string, env []string, args ...string) *instance {
+	t.Helper()
+	port := freePort(t)
+	in := &instance{url: fmt.Sprintf("http://127.0.0.1:%d", port), logf: filepath.Join(t.TempDir(), "op.log")}
+	in.cmd = exec.Command(testop, append([]string{"--mode=serverless", "--insecure-no-auth"}, args...)...)
+	in.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans, "POD_NAMESPACE="+ns), env...)
+	f, _ := os.Create(in.logf)
+	in.cmd.Stdout, in.cmd.Stderr = f, f
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = in.cmd.Process.Kill()
+		_, _ = in.cmd.Process.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(in.logf)
+			t.Logf("instance %s log (tail):\n%s", in.url, tail(string(b), 3000))
+		}
+	})
+	eventually(t, 20*time.Second, "instance up", func(context.Context) (bool, error) {
+		resp, err := http.Get(in.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil, nil
+	})
+	return in
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func newCW(t *testing.T, ns, name, script string) *v1.ConfigWatcher {
+	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.ConfigWatcherSpec{ConfigMap: script, PodSelector: map[string]string{"a": "b"}}}
+	if err := testenv.Get(t).Client.Create(context.Background(), cw); err != nil {
+		t.Fatal(err)
+	}
+	return cw
+}
+
+// event is the Reference-mode update an ApiServerSource sends for cw.
+func event(t *testing.T, url string, cw *v1.ConfigWatcher) (*http.Request, error) {
+	obj := cw.DeepCopy()
+	obj.SetGroupVersionKind(v1.GroupVersion.WithKind("ConfigWatcher"))
+	b, _ := json.Marshal(obj)
+	ev, err := cloudevent.NewObjectEvent(cloudevent.Reference, cloudevent.Update, b, "configwatchers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cloudevent.NewRequest(context.Background(), url, ev, false)
+}
+
+// send delivers cw's event to url, retrying what a Knative sender retries.
+func send(t *testing.T, url string, cw *v1.ConfigWatcher) (*http.Response, string) {
+	for attempt := 0; ; attempt++ {
+		req, err := event(t, url, cw)
+		if err != nil {
+			t.Error(err)
+			return nil, ""
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests || attempt == 20 {
+				return resp, string(b)
+			}
+		} else if attempt == 20 {
+			t.Errorf("sending %s: %v", cw.Name, err)
+			return nil, ""
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readSpans(t *testing.T, file string, deaths map[int]time.Time) map[string][]*spanlog.Span {
+	runs, err := spanlog.Read(file, deaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+func overlaps(t *testing.T, runs map[string][]*spanlog.Span) int {
+	return spanlog.Overlaps(runs, t.Logf)
+}
+
+// hang has holder (started with TESTOP_HANG) take cw's Lease and hang in
+// its reconcile; the event is never answered.
+func hang(t *testing.T, holder *instance, ns string, cw *v1.ConfigWatcher) {
+	t.Helper()
+	go func() {
+		if req, err := event(t, holder.url, cw); err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) {
+		ls := leases(t, ns)
+		return len(ls) == 1 && ls[0].Spec.HolderIdentity != nil, nil
+	})
+}
+
+func leases(t *testing.T, ns string) []coordinationv1.Lease {
+	list := &coordinationv1.LeaseList{}
+	if err := testenv.Get(t).Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// TestFourInstancesNeverOverlap: 4 engine processes behind a round-robin
+// balancer, 200 objects, 20 events each in random order across instances.
+// No two reconciles of a key overlap (a span log shared by the processes),
+// every object's last reconcile started after its last event was sent, and
+// no Lease is left.
+func TestFourInstancesNeverOverlap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	const objects, perObject, senders = 200, 20, 32
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	var urls []string
+	for range 4 {
+		urls = append(urls, startInstance(t, ns, spans, nil, "--max-scale=4", "--lease-duration=5s").url)
+	}
+	lb := balancer.New(urls...)
+	front := httptest.NewServer(lb)
+	defer front.Close()
+
+	cws := make([]*v1.ConfigWatcher, objects)
+	var order []int
+	for i := range cws {
+		cws[i] = newCW(t, ns, fmt.Sprintf("c%03d", i), "converge")
+		for range perObject {
+			order = append(order, i)
+		}
+	}
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	var mu sync.Mutex
+	lastSent := make([]time.Time, objects)
+	codes := map[int]int{}
+	handedOff := 0
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				sent := time.Now()
+				resp, _ := send(t, front.URL, cws[i])
+				mu.Lock()
+				if sent.After(lastSent[i]) {
+					lastSent[i] = sent
+				}
+				if resp != nil {
+					codes[resp.StatusCode]++
+					if strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+						handedOff++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, i := range order {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	t.Logf("answers %v, %d handed off; served per instance: %d %d %d %d", codes, handedOff,
+		lb.Served(urls[0]), lb.Served(urls[1]), lb.Served(urls[2]), lb.Served(urls[3]))
+	if codes[200] != objects*perObject {
+		t.Fatalf("answers %v: want %d x 200", codes, objects*perObject)
+	}
+	if handedOff == 0 {
+		t.Fatal("no event was handed off: the instances never contended, the test proves nothing")
+	}
+	// Hand-offs are answered at once; the holders' follow-ups finish soon after.
+	eventually(t, 30*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
+
+	runs := readSpans(t, spans, nil)
+	if o := overlaps(t, runs); o != 0 {
+		t.Fatalf("%d overlapping reconciles of one key", o)
+	}
+	pids, total, late := map[int]bool{}, 0, 0
+	for i, cw := range cws {
+		rs := runs[ns+"/"+cw.Name]
+		total += len(rs)
+		for _, r := range rs {
+			pids[r.PID] = true
+		}
+		if len(rs) == 0 || rs[len(rs)-1].Start.Before(lastSent[i]) {
+			late++
+			t.Errorf("%s: last reconcile did not start after its last event (%s)", cw.Name, lastSent[i].Format(time.StampMicro))
+		}
+	}
+	t.Logf("%d events -> %d reconciles by %d processes", objects*perObject, total, len(pids))
+	if len(pids) != 4 {
+		t.Fatalf("reconciles ran in %d processes, want all 4", len(pids))
+	}
+}
+
+// TestKilledHolderIsTakenOver: an instance dies holding a key's Lease
+// mid-reconcile; the event another instance acknowledged meanwhile is
+// reconciled by that instance within the lease duration + 1 s of the kill,
+// and no Lease is left.
+func TestKilledHolderIsTakenOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	const duration = 3 * time.Second
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	args := []string{"--max-scale=2", "--lease-duration=" + duration.String()}
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	other := startInstance(t, ns, spans, nil, args...)
+	cw := newCW(t, ns, "x", "converge")
+
+	hang(t, holder, ns, cw)
+	resp, _ := send(t, other.url, cw)
+	if resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+		t.Fatalf("event to the other instance: %v, want 200 handed off", resp)
+	}
+	if ls := leases(t, ns); len(ls) != 1 || ls[0].Annotations["opzero.dev/dirty"] == "" {
+		t.Fatalf("lease not marked: %+v", ls)
+	}
+	killed := time.Now()
+	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = holder.cmd.Process.Wait()
+
+	got := &v1.ConfigWatcher{}
+	eventually(t, 2*duration+5*time.Second, "the other instance reconciles", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
+		return err == nil && got.Status.ObservedGeneration == got.Generation, err
+	})
+	took := time.Since(killed)
+	t.Logf("completed %s after the kill (lease %s)", took.Round(time.Millisecond), duration)
+	if took > duration+time.Second {
+		t.Fatalf("completed %s after the kill: want within the lease duration + 1 s (%s)", took, duration+time.Second)
+	}
+	eventually(t, 5*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
+	runs := readSpans(t, spans, map[int]time.Time{holder.cmd.Process.Pid: killed})
+	if o := overlaps(t, runs); o != 0 {
+		t.Fatalf("%d overlapping reconciles", o)
+	}
+}
+
+// TestSweepHealsAnAbandonedLease: the holder dies and nobody else heard of
+// the key; a sweep after the expiry reconciles it and removes the Lease.
+func TestSweepHealsAnAbandonedLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	args := []string{"--max-scale=2", "--lease-duration=2s"}
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	other := startInstance(t, ns, spans, nil, args...)
+	cw := newCW(t, ns, "x", "converge")
+	hang(t, holder, ns, cw)
+	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = holder.cmd.Process.Wait()
+	time.Sleep(2500 * time.Millisecond) // past the expiry
+
+	req, _ := cloudevent.NewRequest(context.Background(), other.url, cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "1 expired leases") {
+		t.Fatalf("sweep: %d %q, want 200 naming 1 expired lease", resp.StatusCode, resp.Header.Get("Opzero-Result"))
+	}
+	got := &v1.ConfigWatcher{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cw), got); err != nil || got.Status.ObservedGeneration != got.Generation {
+		t.Fatalf("after the sweep: observedGeneration %d, generation %d, %v", got.Status.ObservedGeneration, got.Generation, err)
+	}
+	if ls := leases(t, ns); len(ls) != 0 {
+		t.Fatalf("%d leases left after the sweep", len(ls))
+	}
+}
+
+// TestOneInstanceTakesNoLease: without --max-scale above 1, serialization
+// stays in memory: no Lease is ever created.
+func TestOneInstanceTakesNoLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &coordinationv1.LeaseList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	in := startInstance(t, ns, filepath.Join(t.TempDir(), "spans"), nil)
+	cw := newCW(t, ns, "x", "converge")
+	for range 3 {
+		if resp, body := send(t, in.url, cw); resp == nil || resp.StatusCode != 200 {
+			t.Fatalf("event: %v %s", resp, body)
+		}
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if ev.Type != watch.Error {
+			t.Fatalf("a Lease was written with one instance: %s %v", ev.Type, ev.Object)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestHandOffSurvivesBothInstances: with durable time, the instance that
+// acknowledged an event for a held key records a Wakeup for the Lease's
+// expiry. The holder and that instance are both killed (scale to zero);
+// the wakeup source delivers at the expiry to a fresh instance, which takes
+// the expired Lease over and reconciles. Nothing is left behind.
+func TestHandOffSurvivesBothInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	lb := balancer.New()
+	front := httptest.NewServer(lb)
+	defer front.Close()
+	args := []string{"--max-scale=2", "--lease-duration=3s", "--wakeup-sink=" + front.URL, "--wakeup-namespace=" + ns}
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
+	marker := startInstance(t, ns, spans, nil, args...)
+	cw := newCW(t, ns, "x", "converge")
+	hang(t, holder, ns, cw)
+	if resp, body := send(t, marker.url, cw); resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+		t.Fatalf("event to the marker: %v %s, want 200 handed off", resp, body)
+	}
+	wakeups := &v1alpha1.WakeupList{}
+	if err := env.Client.List(context.Background(), wakeups, client.InNamespace(ns)); err != nil || len(wakeups.Items) != 1 {
+		t.Fatalf("wakeups after the hand-off: %d %v, want 1 (the look at the expiry)", len(wakeups.Items), err)
+	}
+	for _, in := range []*instance{holder, marker} {
+		_ = in.cmd.Process.Signal(syscall.SIGKILL)
+		_, _ = in.cmd.Process.Wait()
+	}
+	lb.SetBackends(startInstance(t, ns, spans, nil, args...).url)
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns}).Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	got := &v1.ConfigWatcher{}
+	eventually(t, 15*time.Second, "a fresh instance reconciles", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
+		return err == nil && got.Status.ObservedGeneration == got.Generation, err
+	})
+	eventually(t, 5*time.Second, "nothing left", func(ctx context.Context) (bool, error) {
+		err := env.Client.List(ctx, wakeups, client.InNamespace(ns))
+		return err == nil && len(wakeups.Items) == 0 && len(leases(t, ns)) == 0, err
+	})
+}

@@ -1,0 +1,60 @@
+package manifests_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opzero/opzero/internal/manifests"
+)
+
+// TestBadInputSaysWhatToDo: each mistake gets an error that names it and
+// says what to do.
+func TestBadInputSaysWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	defer manifests.SetDescribeTimeout(5 * time.Second)()
+	for _, tc := range []struct {
+		name, pkg string
+		want      []string
+	}{
+		{"no package", "", []string{"pass --operator"}},
+		{"unknown package", "./examples/nosuchoperator", []string{"./examples/nosuchoperator", "Go package path of the operator's main"}},
+		{"not a command", "./builder", []string{"package builder, not a command"}},
+		{"not an opzero binary", "./manifests/testdata/notdescribing", []string{"exited without describing itself", "operator.New"}},
+		{"serves instead", "./manifests/testdata/serving", []string{"did not describe itself within 5s", "kept running"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := manifests.Describe(ctx, repoRoot(t), tc.pkg)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    manifests.Options
+		want string
+	}{
+		{manifests.Options{Mode: "lambda"}, `--mode="lambda": want serverless or classic`},
+		{manifests.Options{Namespace: "Ops"}, `--namespace="Ops"`},
+		{manifests.Options{Broker: "a_b"}, `--broker="a_b"`},
+		{manifests.Options{Delivery: manifests.Delivery{BackoffPolicy: "random"}}, "want exponential or linear"},
+		{manifests.Options{Delivery: manifests.Delivery{BackoffDelay: "500ms"}}, "ISO-8601"},
+	} {
+		if _, err := manifests.Generate(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", tc.o, err, tc.want)
+		}
+	}
+}

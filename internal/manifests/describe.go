@@ -1,0 +1,114 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opzero/opzero/internal/description"
+)
+
+// describeTimeout bounds the run of an operator binary that describes itself.
+var describeTimeout = 30 * time.Second
+
+// Target is the operator a description was read from.
+type Target struct {
+	// Dir is where its package was resolved (the go command's working dir).
+	Dir string
+	// ImportPath is the Go import path of its main package.
+	ImportPath string
+	Desc       description.Description
+}
+
+// Describe builds the operator's main package pkg (a go package path as
+// `go build` takes it, resolved in dir) and runs it with OPZERO_DESCRIBE, so
+// that it prints its own description instead of serving.
+func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
+	if pkg == "" {
+		return nil, errors.New("no operator package: pass --operator with the Go package of the operator's main, e.g. ./examples/configwatcher")
+	}
+	ip, err := goCmd(ctx, dir, "list", "-f", "{{.Name}} {{.ImportPath}}", pkg)
+	if err != nil {
+		return nil, fmt.Errorf("operator package %q: %w (pass the Go package path of the operator's main, e.g. ./examples/configwatcher)", pkg, err)
+	}
+	name, importPath, _ := strings.Cut(strings.TrimSpace(ip), " ")
+	if name != "main" {
+		return nil, fmt.Errorf("operator package %q is package %s, not a command: pass the package with the operator's func main", pkg, name)
+	}
+	tmp, err := os.MkdirTemp("", "opzero-describe-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "operator")
+	if _, err := goCmd(ctx, dir, "build", "-o", bin, pkg); err != nil {
+		return nil, fmt.Errorf("building %s: %w", importPath, err)
+	}
+	out := filepath.Join(tmp, "description.json")
+	d, err := runDescribe(ctx, bin, out)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", importPath, err)
+	}
+	return &Target{Dir: dir, ImportPath: importPath, Desc: d}, nil
+}
+
+// runDescribe runs bin with OPZERO_DESCRIBE=out and reads what it wrote.
+func runDescribe(ctx context.Context, bin, out string) (description.Description, error) {
+	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	// No API server is needed; a KUBECONFIG that points nowhere proves it.
+	cmd.Env = append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+filepath.Join(filepath.Dir(out), "no-kubeconfig"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	runErr := cmd.Run()
+	hint := "does its main build the operator with operator.New, register it with builder...Complete and call rt.Start? " +
+		"(a binary describes itself when " + description.Env + " is set; an opzero older than the CLI does not)"
+	if ctx.Err() != nil {
+		return description.Description{}, fmt.Errorf("did not describe itself within %s: it kept running (serving?); %s", describeTimeout, hint)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		if runErr != nil {
+			return description.Description{}, fmt.Errorf("exited with %v before describing itself: %s\n%s", runErr, hint, tail(stderr.String()))
+		}
+		return description.Description{}, fmt.Errorf("exited without describing itself: %s", hint)
+	}
+	defer f.Close()
+	d, err := description.Read(f)
+	if err != nil {
+		return description.Description{}, err
+	}
+	if runErr != nil {
+		return description.Description{}, fmt.Errorf("described itself but then failed (%v):\n%s", runErr, tail(stderr.String()))
+	}
+	if len(d.Operators) == 0 {
+		return description.Description{}, errors.New("registered no operator: call builder.ControllerManagedBy(rt)...Complete(reconciler) before rt.Start")
+	}
+	return d, nil
+}
+
+func goCmd(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}

@@ -1,0 +1,225 @@
+package manifests
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/opzero/opzero/internal/description"
+)
+
+// WakeupPackage holds the Wakeup type (its CRD ships with durable time).
+const WakeupPackage = "github.com/opzero/opzero/api/v1alpha1"
+
+// Input is everything Generate derives objects from.
+type Input struct {
+	// ImportPath of the operator's main package (the default ko:// image).
+	ImportPath string
+	Operator   description.Controller
+	// CRDs of kinds in the description (and the Wakeup CRD for durable time).
+	CRDs []GeneratedCRD
+	// MarkerRules are the reconciler package's +kubebuilder:rbac rules.
+	MarkerRules []rbacv1.PolicyRule
+}
+
+// Build describes the operator in Go package pkg (resolved in dir),
+// generates the CRDs of its kinds whose Go types live in the operator's own
+// module, reads its reconciler's RBAC markers, and returns the objects.
+func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
+	t, err := Describe(ctx, dir, pkg)
+	if err != nil {
+		return nil, err
+	}
+	in, err := Prepare(ctx, t, o)
+	if err != nil {
+		return nil, err
+	}
+	return Generate(in, o)
+}
+
+// Prepare runs controller-tools for a description: CRDs and marker rules.
+func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
+	if n := len(t.Desc.Operators); n != 1 {
+		return Input{}, fmt.Errorf("%s registers %d operators; opzero manifests deploys one operator per binary (one Service, one endpoint)", t.ImportPath, n)
+	}
+	op := t.Desc.Operators[0]
+	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
+	if err != nil {
+		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)
+	}
+	mod = strings.TrimSpace(mod)
+	want := map[[2]string]bool{} // group, kind
+	pkgs := map[string]bool{}
+	for _, k := range allKinds(op) {
+		if k.GoPackage == mod || strings.HasPrefix(k.GoPackage, mod+"/") {
+			pkgs[k.GoPackage] = true
+			want[[2]string{k.Group, k.Kind}] = true
+		}
+	}
+	if o.Mode != Classic && !o.NoDurableTime {
+		pkgs[WakeupPackage] = true
+		want[[2]string{"opzero.dev", "Wakeup"}] = true
+	}
+	crds, err := GenerateCRDs(t.Dir, sortedKeys(pkgs)...)
+	if err != nil {
+		return Input{}, err
+	}
+	in := Input{ImportPath: t.ImportPath, Operator: op}
+	for _, c := range crds {
+		if want[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] {
+			in.CRDs = append(in.CRDs, c)
+		}
+	}
+	if op.ReconcilerPackage != "" && op.ReconcilerPackage != "main" {
+		if in.MarkerRules, err = MarkerRules(t.Dir, op.ReconcilerPackage); err != nil {
+			return Input{}, err
+		}
+	}
+	return in, nil
+}
+
+// Generate derives the objects from in; see the package doc.
+func Generate(in Input, o Options) ([]Object, error) {
+	op := in.Operator
+	o, err := o.withDefaults(op.Name, in.ImportPath)
+	if err != nil {
+		return nil, err
+	}
+	g := &gen{in: in, o: o, op: op, plural: map[[2]string]string{}}
+	for _, c := range in.CRDs {
+		g.plural[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = c.CRD.Spec.Names.Plural
+	}
+	if err := g.checkNames(); err != nil {
+		return nil, err
+	}
+	var objs []Object
+	for _, c := range in.CRDs {
+		objs = append(objs, Object{File: FileCRDs, Raw: c.YAML,
+			Obj: object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", c.CRD.Name, nil)})
+	}
+	objs = append(objs, g.operatorRBAC()...)
+	if o.Mode == Classic {
+		objs = append(objs, g.deployment())
+	} else {
+		objs = append(objs, g.service())
+		objs = append(objs, g.apiServerSources()...)
+		objs = append(objs, g.pingSources()...)
+		if o.durable() {
+			objs = append(objs, g.wakeupSource()...)
+		}
+		if o.Broker != "" {
+			objs = append(objs, g.broker()...)
+		}
+	}
+	sortObjects(objs)
+	return objs, nil
+}
+
+type gen struct {
+	in     Input
+	o      Options
+	op     description.Controller
+	plural map[[2]string]string
+}
+
+func (g *gen) resource(k description.Kind) string {
+	if p := g.plural[[2]string{k.Group, k.Kind}]; p != "" {
+		return p
+	}
+	return k.Resource
+}
+
+func (g *gen) labels(component string) map[string]any {
+	return map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": component,
+		"app.kubernetes.io/managed-by": "opzero"}
+}
+
+// clusterName names a cluster-scoped object: unique per namespace and operator.
+func (g *gen) clusterName(suffix string) string {
+	n := "opzero:" + g.o.Namespace + ":" + g.op.Name
+	if suffix != "" {
+		n += "-" + suffix
+	}
+	return n
+}
+
+// sourceName names the ApiServerSource of kind k (also its ServiceAccount).
+func (g *gen) sourceName(k description.Kind) string { return g.op.Name + "-" + strings.ToLower(k.Kind) }
+
+// checkNames rejects two kinds that would get the same source name.
+func (g *gen) checkNames() error {
+	seen := map[string]description.Kind{}
+	for _, k := range allKinds(g.op) {
+		n := g.sourceName(k)
+		if prev, ok := seen[n]; ok {
+			return fmt.Errorf("kinds %s/%s and %s/%s would both be watched by a source named %s; opzero manifests needs distinct kind names",
+				prev.APIVersion(), prev.Kind, k.APIVersion(), k.Kind, n)
+		}
+		seen[n] = k
+	}
+	return nil
+}
+
+func allKinds(op description.Controller) []description.Kind {
+	out := append([]description.Kind{op.Primary}, op.Owned...)
+	return append(out, op.Watched...)
+}
+
+// operatorRBAC is the operator's ServiceAccount, ClusterRole (kinds,
+// events, wakeups, tokenreviews, markers) and Role (leases).
+func (g *gen) operatorRBAC() []Object {
+	var r rules
+	p := g.op.Primary
+	res := g.resource(p)
+	r.add(p.Group, res, primaryVerbs...)
+	r.add(p.Group, res+"/status", statusVerbs...)
+	r.add(p.Group, res+"/finalizers", finalizerVerbs...)
+	for _, k := range append(append([]description.Kind(nil), g.op.Owned...), g.op.Watched...) {
+		r.add(k.Group, g.resource(k), readVerbs...)
+	}
+	r.add("", "events", eventVerbs...)
+	r.add("events.k8s.io", "events", eventVerbs...)
+	if g.o.durable() {
+		r.add("opzero.dev", "wakeups", wakeupVerbs...)
+	}
+	if g.o.Mode == Serverless {
+		r.add("authentication.k8s.io", "tokenreviews", "create")
+	}
+	r.addRules(g.markerRules())
+	var leases rules
+	leases.add("coordination.k8s.io", "leases", leaseVerbs...)
+	l := g.labels("operator")
+	objs := []Object{serviceAccount(g.o.Namespace, g.op.Name, l)}
+	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.op.Name, r.list(), l)...)
+	return append(objs, role(g.op.Name+"-leases", g.o.Namespace, g.op.Name, leases.list(), l)...)
+}
+
+func sortedStrings(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return out
+}
+
+// markerRules are the reconciler's marker rules; in classic mode a get or
+// list also needs list and watch, because the manager's client reads
+// through an informer cache.
+func (g *gen) markerRules() []rbacv1.PolicyRule {
+	if g.o.Mode != Classic {
+		return g.in.MarkerRules
+	}
+	out := make([]rbacv1.PolicyRule, 0, len(g.in.MarkerRules))
+	for _, r := range g.in.MarkerRules {
+		r = *r.DeepCopy()
+		for _, v := range r.Verbs {
+			if v == "get" || v == "list" {
+				r.Verbs = append(r.Verbs, "list", "watch")
+				break
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opzero/opzero/internal/manifests"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden from the generator's output")
+
+// goldenCases are the ConfigWatcher example deployed each way.
+var goldenCases = map[string]manifests.Options{
+	"serverless": {Mode: manifests.Serverless},
+	"classic":    {Mode: manifests.Classic},
+	"serverless-broker": {Mode: manifests.Serverless, Namespace: "ops", Idle: 3 * time.Second, Broker: "default",
+		TriggerType: "com.example.config.changed", Delivery: manifests.Delivery{DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
+	"serverless-no-durable-time": {Mode: manifests.Serverless, NoDurableTime: true},
+}
+
+var (
+	cwOnce   sync.Once
+	cwTarget *manifests.Target
+	cwErr    error
+)
+
+// configWatcher describes the example once per test binary (a go build).
+func configWatcher(t *testing.T) *manifests.Target {
+	t.Helper()
+	cwOnce.Do(func() {
+		cwTarget, cwErr = manifests.Describe(context.Background(), repoRoot(t), "./examples/configwatcher")
+	})
+	if cwErr != nil {
+		t.Fatal(cwErr)
+	}
+	return cwTarget
+}
+
+func generate(t *testing.T, o manifests.Options) []manifests.Object {
+	t.Helper()
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Generate(in, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestGolden compares the manifests of the ConfigWatcher example with
+// testdata/golden/<case>/; `go test ./manifests -run TestGolden -update`
+// rewrites them.
+func TestGolden(t *testing.T) {
+	for name, o := range goldenCases {
+		t.Run(name, func(t *testing.T) {
+			files, err := manifests.Files(generate(t, o))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join("testdata", "golden", name)
+			if *update {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for f, b := range files {
+					if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create the golden files)", err)
+			}
+			var have []string
+			for _, e := range entries {
+				have = append(have, e.Name())
+				want, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := files[e.Name()]; !bytes.Equal(got, want) {
+					t.Errorf("%s/%s differs from the generated one (run with -update if the change is intended):\n%s", dir, e.Name(), diffLines(string(want), string(got)))
+				}
+			}
+			var gen []string
+			for f := range files {
+				gen = append(gen, f)
+			}
+			sort.Strings(gen)
+			if strings.Join(gen, ",") != strings.Join(have, ",") {
+				t.Errorf("generated files %v, golden files %v", gen, have)
+			}
+		})
+	}
+}
+
+// TestDeterministic: generating twice gives the same bytes.
+func TestDeterministic(t *testing.T) {
+	o := goldenCases["serverless-broker"]
+	a, err := manifests.Stream(generate(t, o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b, _ := manifests.Stream(generate(t, o))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("two runs differ:\n%s", diffLines(string(a), string(b)))
+		}
+	}
+}
+
+// diffLines shows the first lines that differ.
+func diffLines(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			return "line " + strconv.Itoa(i+1) + ":\n  golden:    " + a + "\n  generated: " + b
+		}
+	}
+	return "(same lines)"
+}

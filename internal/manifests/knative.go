@@ -1,0 +1,316 @@
+package manifests
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/internal/knativenames"
+)
+
+// Knative Serving's autoscaling annotations (on spec.template.metadata).
+const (
+	annMinScale  = "autoscaling.knative.dev/min-scale"
+	annMaxScale  = "autoscaling.knative.dev/max-scale"
+	annRetention = "autoscaling.knative.dev/scale-to-zero-pod-retention-period"
+	annClass     = "autoscaling.knative.dev/class"
+	annMetric    = "autoscaling.knative.dev/metric"
+)
+
+// serviceURL is the operator's cluster-local address (the wakeup sink).
+func (g *gen) serviceURL() string {
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.op.Name, g.o.Namespace)
+}
+
+// senders are the identities whose tokens the operator accepts: the OIDC
+// service accounts Knative creates for the sources and the trigger that
+// deliver to it, and the wakeup source's own service account.
+func (g *gen) senders() []string {
+	sa := func(name string) string { return "system:serviceaccount:" + g.o.Namespace + ":" + name }
+	var out []string
+	for _, k := range g.sourceKinds() {
+		out = append(out, sa(knativenames.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
+	}
+	for _, p := range g.sweeps() {
+		out = append(out, sa(knativenames.OIDCServiceAccount(p.name, "sources.knative.dev", "PingSource")))
+	}
+	if g.o.Broker != "" {
+		out = append(out, sa(knativenames.OIDCServiceAccount(g.triggerName(), "eventing.knative.dev", "Trigger")))
+	}
+	if g.o.durable() {
+		out = append(out, sa(g.wakeupSourceName()))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sourceKind is a kind an ApiServerSource watches, and how.
+type sourceKind struct {
+	description.Kind
+	mode  string
+	owned bool
+}
+
+// sourceKinds lists the ApiServerSources: Resource mode for the primary and
+// owned kinds (the engine needs the object, and the owner), Reference mode
+// for watched kinds (map functions take name and namespace).
+func (g *gen) sourceKinds() []sourceKind {
+	out := []sourceKind{{g.op.Primary, "Resource", false}}
+	for _, k := range g.op.Owned {
+		out = append(out, sourceKind{k, "Resource", true})
+	}
+	for _, k := range g.op.Watched {
+		out = append(out, sourceKind{k, "Reference", false})
+	}
+	return out
+}
+
+// sweep is one PingSource.
+type sweep struct{ name, schedule, data string }
+
+// sweeps are the PingSources that are scheduled: no data is the
+// anti-entropy sweep, {"sweep":"all"} the full one (see engine/serverless
+// route.go).
+func (g *gen) sweeps() []sweep {
+	var out []sweep
+	for _, s := range []sweep{
+		{g.op.Name + "-sweep", g.op.Deploy.Sweep, ""},
+		{g.op.Name + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
+	} {
+		if s.schedule != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (g *gen) triggerName() string      { return g.op.Name + "-" + g.o.Broker }
+func (g *gen) wakeupSourceName() string { return g.op.Name + "-wakeup-source" }
+
+// serviceRef is a sink reference to the operator's Knative Service.
+func (g *gen) sink() map[string]any {
+	return map[string]any{
+		"ref":      map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.op.Name},
+		"audience": g.o.Audience,
+	}
+}
+
+// service is the operator as a Knative Service that scales to zero.
+func (g *gen) service() Object {
+	d := g.op.Deploy
+	ann := map[string]any{
+		annClass:    "kpa.autoscaling.knative.dev",
+		annMetric:   "concurrency",
+		annMinScale: strconv.Itoa(d.MinScale),
+		annMaxScale: strconv.Itoa(d.MaxScale),
+	}
+	if g.o.Idle > 0 {
+		ann[annRetention] = g.o.Idle.String()
+	}
+	args := []any{"--mode=serverless", "--audience=" + g.o.Audience, "--allowed-senders=" + strings.Join(g.senders(), ",")}
+	if g.o.durable() {
+		args = append(args, "--wakeup-sink="+g.serviceURL())
+	}
+	container := map[string]any{
+		"name":  "operator",
+		"image": g.o.Image,
+		"args":  args,
+		"env": []any{
+			map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
+			// a literal: Knative's webhook refuses fieldRef unless the
+			// kubernetes.podspec-fieldref feature is on
+			map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
+		},
+		"ports": []any{map[string]any{"containerPort": int64(8080)}},
+	}
+	l := g.labels("operator")
+	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)
+	svc["spec"] = map[string]any{"template": map[string]any{
+		"metadata": map[string]any{"labels": l, "annotations": ann},
+		"spec": map[string]any{
+			"serviceAccountName":   g.op.Name,
+			"containerConcurrency": int64(d.Concurrency),
+			"timeoutSeconds":       int64(g.o.TimeoutSeconds),
+			"containers":           []any{container},
+		},
+	}}
+	return Object{File: FileOperator, Obj: svc}
+}
+
+// apiServerSources is one ApiServerSource per kind, each with its own
+// ServiceAccount allowed only get/list/watch on that kind. The primary kind
+// and owned kinds are sent in Resource mode (the engine reads the object's
+// generation, and the controller owner of a dependent); watched kinds in
+// Reference mode (the map function gets name and namespace and reads the
+// rest itself: smaller events, no object contents in flight).
+func (g *gen) apiServerSources() []Object {
+	var objs []Object
+	for _, k := range g.sourceKinds() {
+		name := g.sourceName(k.Kind)
+		res := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind.Kind}
+		if sel := labelSelector(k.Selector); sel != nil {
+			res["selector"] = sel
+		}
+		spec := map[string]any{
+			"mode":               k.mode,
+			"resources":          []any{res},
+			"serviceAccountName": name,
+			"namespaceSelector":  map[string]any{}, // all namespaces
+			"sink":               g.sink(),
+		}
+		if k.owned {
+			spec["owner"] = map[string]any{"apiVersion": g.op.Primary.APIVersion(), "kind": g.op.Primary.Kind}
+		}
+		l := g.labels("source")
+		src := object("sources.knative.dev/v1", "ApiServerSource", g.o.Namespace, name, l)
+		src["spec"] = spec
+		objs = append(objs, Object{File: FileSources, Obj: src})
+		objs = append(objs, serviceAccount(g.o.Namespace, name, l))
+		var r rules
+		r.add(k.Group, g.resource(k.Kind), readVerbs...)
+		objs = append(objs, clusterRole(g.clusterName(strings.ToLower(k.Kind.Kind)+"-source"), g.o.Namespace, name, r.list(), l)...)
+	}
+	return objs
+}
+
+// labelSelector turns a selector's string form into a LabelSelector map.
+func labelSelector(s string) map[string]any {
+	if s == "" {
+		return nil
+	}
+	ls, err := metav1.ParseToLabelSelector(s)
+	if err != nil {
+		return nil // the binary printed it from a parsed selector: cannot happen
+	}
+	out := map[string]any{}
+	if len(ls.MatchLabels) > 0 {
+		ml := map[string]any{}
+		for k, v := range ls.MatchLabels {
+			ml[k] = v
+		}
+		out["matchLabels"] = ml
+	}
+	var exprs []any
+	for _, e := range ls.MatchExpressions {
+		m := map[string]any{"key": e.Key, "operator": string(e.Operator)}
+		if len(e.Values) > 0 {
+			vals := make([]any, 0, len(e.Values))
+			for _, v := range sortedStrings(e.Values) {
+				vals = append(vals, v)
+			}
+			m["values"] = vals
+		}
+		exprs = append(exprs, m)
+	}
+	if len(exprs) > 0 {
+		out["matchExpressions"] = exprs
+	}
+	return out
+}
+
+// pingSources are the sweeps.
+func (g *gen) pingSources() []Object {
+	var objs []Object
+	for _, p := range g.sweeps() {
+		spec := map[string]any{"sink": g.sink()}
+		schedule := p.schedule
+		if tz, rest, ok := strings.Cut(schedule, " "); ok && strings.HasPrefix(tz, "CRON_TZ=") {
+			spec["timezone"], schedule = strings.TrimPrefix(tz, "CRON_TZ="), strings.TrimSpace(rest)
+		}
+		spec["schedule"] = schedule
+		if p.data != "" {
+			spec["contentType"], spec["data"] = "application/json", p.data
+		}
+		ps := object("sources.knative.dev/v1", "PingSource", g.o.Namespace, p.name, g.labels("sweep"))
+		ps["spec"] = spec
+		objs = append(objs, Object{File: FileSources, Obj: ps})
+	}
+	return objs
+}
+
+// broker is a Broker and a Trigger that subscribes the operator.
+func (g *gen) broker() []Object {
+	d := g.o.Delivery
+	delivery := map[string]any{"retry": int64(d.Retry), "backoffPolicy": d.BackoffPolicy, "backoffDelay": d.BackoffDelay}
+	if d.DeadLetterSink != "" {
+		delivery["deadLetterSink"] = map[string]any{"uri": d.DeadLetterSink}
+	}
+	l := g.labels("broker")
+	b := object("eventing.knative.dev/v1", "Broker", g.o.Namespace, g.o.Broker, l)
+	b["spec"] = map[string]any{"delivery": delivery}
+	t := object("eventing.knative.dev/v1", "Trigger", g.o.Namespace, g.triggerName(), l)
+	spec := map[string]any{"broker": g.o.Broker, "subscriber": g.sink(), "delivery": delivery}
+	if g.o.TriggerType != "" {
+		spec["filter"] = map[string]any{"attributes": map[string]any{"type": g.o.TriggerType}}
+	}
+	t["spec"] = spec
+	return []Object{{File: FileBroker, Obj: b}, {File: FileBroker, Obj: t}}
+}
+
+// wakeupSource is `opzero wakeup-source` as a Deployment with its own
+// ServiceAccount: list/watch/delete Wakeups, and tokens of itself only.
+func (g *gen) wakeupSource() []Object {
+	name := g.wakeupSourceName()
+	l := g.labels("wakeup-source")
+	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "wakeup-source"}
+	dep := object("apps/v1", "Deployment", g.o.Namespace, name, l)
+	dep["spec"] = map[string]any{
+		"replicas": int64(1),
+		"selector": map[string]any{"matchLabels": sel},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": l},
+			"spec": map[string]any{
+				"serviceAccountName": name,
+				"containers": []any{map[string]any{
+					"name":  "wakeup-source",
+					"image": g.o.WakeupImage,
+					"args": []any{"wakeup-source", "--operator=" + g.op.Name, "--audience=" + g.o.Audience,
+						"--service-account=" + g.o.Namespace + "/" + name},
+				}},
+			},
+		},
+	}
+	var cluster, own rules
+	cluster.add("opzero.dev", "wakeups", wakeupSourceVerbs...)
+	own.addNamed("", "serviceaccounts/token", name, "create")
+	objs := []Object{{File: FileWakeup, Obj: dep}, inFile(FileWakeup, serviceAccount(g.o.Namespace, name, l))}
+	for _, o := range clusterRole(g.clusterName("wakeup-source"), g.o.Namespace, name, cluster.list(), l) {
+		objs = append(objs, inFile(FileWakeup, o))
+	}
+	for _, o := range role(name, g.o.Namespace, name, own.list(), l) {
+		objs = append(objs, inFile(FileWakeup, o))
+	}
+	return objs
+}
+
+func inFile(f string, o Object) Object { o.File = f; return o }
+
+// deployment is the operator in classic mode: a controller-runtime manager
+// with leader election (its Lease Role comes with operatorRBAC).
+func (g *gen) deployment() Object {
+	l := g.labels("operator")
+	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
+	dep := object("apps/v1", "Deployment", g.o.Namespace, g.op.Name, l)
+	dep["spec"] = map[string]any{
+		"replicas": int64(1),
+		"selector": map[string]any{"matchLabels": sel},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": l},
+			"spec": map[string]any{
+				"serviceAccountName": g.op.Name,
+				"containers": []any{map[string]any{
+					"name":  "operator",
+					"image": g.o.Image,
+					"args":  []any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace},
+					"env": []any{map[string]any{"name": "POD_NAMESPACE",
+						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}},
+				}},
+			},
+		},
+	}
+	return Object{File: FileOperator, Obj: dep}
+}

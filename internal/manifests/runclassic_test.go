@@ -1,0 +1,80 @@
+package manifests_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/builder"
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/examples/configwatcher/controller"
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/operator"
+	"github.com/opzero/opzero/testenv"
+)
+
+// TestClassicRunsOnTheGeneratedRBAC runs the ConfigWatcher operator in
+// classic mode (controller-runtime manager: informers, leader election) as
+// the generated service account, as its main does, and waits for a
+// ConfigMap change to restart the selected pods.
+func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	applyRBAC(t, env, generate(t, manifests.Options{Mode: manifests.Classic, Namespace: ns}))
+	appNS := env.Namespace(t)
+
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":configwatcher",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	rt, err := operator.New(operator.Options{Mode: operator.Classic, Config: cfg, Scheme: env.Scheme, LeaderElectionNamespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &controller.ConfigWatcherReconciler{Client: rt.GetClient(), Recorder: rt.GetEventRecorder("configwatcher")}
+	if err := builder.ControllerManagedBy(rt).Named("configwatcher").For(&v1.ConfigWatcher{}).
+		Watches(&corev1.ConfigMap{}, controller.ConfigMapToConfigWatchers).Complete(r); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: appNS}, Data: map[string]string{"k": "1"}}
+	mustCreate(t, env, cm)
+	mustCreate(t, env, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: appNS, Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}})
+	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "cw", Namespace: appNS},
+		Spec: v1.ConfigWatcherSpec{ConfigMap: "app-config", PodSelector: map[string]string{"app": "web"}}}
+	mustCreate(t, env, cw)
+	waitFor(t, "the first reconcile records the ConfigMap", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), cw)
+		return err == nil && cw.Status.ConfigMapVersion != "", err
+	})
+	cm.Data["k"] = "2"
+	if err := env.Client.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change restarts the pod", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), cw)
+		return err == nil && cw.Status.Restarts == 1, err
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}

@@ -1,0 +1,178 @@
+package wakeup_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/spanlog"
+	"github.com/opzero/opzero/testenv"
+)
+
+// TestChaos: 500 objects are created while the event sender drops 10% of
+// events and the operator is SIGKILLed every ~2 s and restarted. One sweep
+// then makes every object converge (observedGeneration == generation), and no
+// two reconciles of a key ever overlapped, across all the processes.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos")
+	}
+	const n = 500
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	port := freePort(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	var mu sync.Mutex
+	deaths := map[int]time.Time{} // pid -> when it was killed
+	var cur *exec.Cmd
+	start := func() {
+		cmd := exec.Command(testop, "--mode=serverless", "--insecure-no-auth")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans)
+		if err := cmd.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		cur = cmd
+		mu.Unlock()
+	}
+	kill := func() {
+		mu.Lock()
+		c := cur
+		mu.Unlock()
+		_ = c.Process.Signal(syscall.SIGKILL)
+		_, _ = c.Process.Wait()
+		mu.Lock()
+		deaths[c.Process.Pid] = time.Now()
+		mu.Unlock()
+	}
+	start()
+	t.Cleanup(kill)
+
+	// The sender: Knative's real adapter, through a proxy that drops 10%.
+	var dropped, forwarded atomic.Int64
+	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rand.IntN(10) == 0 {
+			dropped.Add(1)
+			io.Copy(io.Discard, r.Body)
+			return // "delivered": the event is lost
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, target, r.Body)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		resp.Body.Close()
+		forwarded.Add(1)
+		w.WriteHeader(resp.StatusCode)
+	}))
+	defer proxy.Close()
+	a, err := knative.StartApiServerSource(context.Background(), knative.ApiServerSourceConfig{
+		Name: "chaos", Namespaces: []string{ns}, Mode: "Resource", Sink: proxy.URL, Kubeconfig: env.Kubeconfig,
+		Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	time.Sleep(time.Second) // the adapter's watch
+
+	stop := make(chan struct{})
+	killerDone := make(chan struct{})
+	kills := 0
+	go func() {
+		defer close(killerDone)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(1500+rand.IntN(1000)) * time.Millisecond):
+			}
+			kill()
+			kills++
+			start()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%03d", i)},
+			Spec: v1.ConfigWatcherSpec{ConfigMap: "converge", PodSelector: map[string]string{"a": "b"}}}
+		if err := env.Client.Create(context.Background(), cw); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // spread the creations over the kills
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	<-killerDone
+
+	// One sweep: a PingSource tick without data.
+	waitUp(t, port)
+	req, _ := cloudevent.NewRequest(context.Background(), target, cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("sweep: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	list := &v1.ConfigWatcherList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	behind := 0
+	for _, cw := range list.Items {
+		if cw.Status.ObservedGeneration != cw.Generation {
+			behind++
+		}
+	}
+	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded; sweep: %s", len(list.Items), kills, dropped.Load(), forwarded.Load(), resp.Header.Get("Opzero-Result"))
+	if len(list.Items) != n || behind != 0 {
+		t.Fatalf("%d of %d objects not converged after one sweep", behind, len(list.Items))
+	}
+	if kills < 2 || dropped.Load() == 0 {
+		t.Fatalf("no chaos: %d kills, %d drops", kills, dropped.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if o := overlaps(t, spans, deaths); o != 0 {
+		t.Fatalf("%d overlapping reconciles of one key", o)
+	}
+}
+
+func waitUp(t *testing.T, port int) {
+	eventually(t, 10*time.Second, "operator up", func(context.Context) (bool, error) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil, nil
+	})
+}
+
+// overlaps counts overlapping reconciles of one key in the span log.
+func overlaps(t *testing.T, file string, deaths map[int]time.Time) int {
+	runs, err := spanlog.Read(file, deaths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spanlog.Overlaps(runs, t.Logf)
+}

@@ -1,0 +1,210 @@
+package wakeup
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/backoff"
+	"github.com/opzero/opzero/internal/cloudevent"
+)
+
+// SourceOptions configures a Source.
+type SourceOptions struct {
+	// Namespace to watch; empty watches every namespace.
+	Namespace string
+	// Operator, if set, limits the Source to that operator's records (label
+	// opzero.dev/operator): one source per operator, several operators on a
+	// cluster, each record delivered once.
+	Operator string
+	// Concurrency bounds deliveries in flight (16).
+	Concurrency int
+	// Backoff after a failed delivery (1 s doubling to 1 min).
+	Backoff backoff.Policy
+	// Token, if set, returns the bearer token to send (Knative OIDC style).
+	Token func(ctx context.Context) (string, error)
+	// HTTP delivers the events (a client with a 30 s timeout).
+	HTTP *http.Client
+	Log  logr.Logger
+	// Delivered, if set, is told of each successful delivery (tests, metrics).
+	Delivered func(ns, name string, due, at time.Time)
+}
+
+// Source delivers due Wakeups: see the package documentation.
+type Source struct {
+	c    client.WithWatch
+	opts SourceOptions
+
+	mu      sync.Mutex
+	entries map[string]*entry // by namespace/name
+	due     dueHeap
+	kick    chan struct{}
+}
+
+// entry is what the Source keeps of a record: a few strings, no object.
+type entry struct {
+	ns, name, rv string
+	due          time.Time
+	sink         string
+	target       v1alpha1.Target
+	operator     string
+	reason       string
+	failures     int
+	index        int // in the heap; -1 when not queued (being delivered)
+}
+
+// NewSource returns a Source reading and deleting Wakeups through c.
+func NewSource(c client.WithWatch, o SourceOptions) *Source {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Backoff.Base == 0 {
+		o.Backoff = backoff.Policy{Base: time.Second, Cap: time.Minute}
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 30 * time.Second}
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	return &Source{c: c, opts: o, entries: map[string]*entry{}, kick: make(chan struct{}, 1)}
+}
+
+// Pending is the number of records waiting.
+func (s *Source) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// Run watches Wakeups and delivers them when due until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			list := &v1alpha1.WakeupList{}
+			return list, s.c.List(ctx, list, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
+		},
+	}
+	r := cache.NewNamedReflector("wakeups", lw, &v1alpha1.Wakeup{}, (*storeAdapter)(s), 0)
+	go r.RunWithContext(ctx)
+	sem := make(chan struct{}, s.opts.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next, wait := s.popDue(time.Now())
+		if next != nil {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() { defer wg.Done(); defer func() { <-sem }(); s.deliver(ctx, next) }()
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// selecting adds the operator's label selector to o (SourceOptions.Operator).
+func (s *Source) selecting(o metav1.ListOptions) *metav1.ListOptions {
+	if s.opts.Operator != "" {
+		o.LabelSelector = OperatorLabel + "=" + s.opts.Operator
+	}
+	return &o
+}
+
+// popDue takes the earliest entry if it is due, or says how long to wait.
+func (s *Source) popDue(now time.Time) (*entry, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.due) == 0 {
+		return nil, time.Hour
+	}
+	e := s.due[0]
+	if wait := e.due.Sub(now); wait > 0 {
+		return nil, wait
+	}
+	heap.Pop(&s.due)
+	cp := *e
+	return &cp, 0
+}
+
+func (s *Source) deliver(ctx context.Context, e *entry) {
+	err := s.send(ctx, e)
+	if err == nil {
+		if s.opts.Delivered != nil {
+			s.opts.Delivered(e.ns, e.name, e.due, time.Now())
+		}
+		w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: e.name}}
+		// Only the record as delivered: a new due time written meanwhile stays.
+		derr := s.c.Delete(ctx, w, client.Preconditions{ResourceVersion: &e.rv})
+		if derr == nil || apierrors.IsNotFound(derr) || apierrors.IsConflict(derr) {
+			return
+		}
+		err = fmt.Errorf("delivered, but deleting the record failed: %w", derr)
+	}
+	s.opts.Log.Error(err, "wakeup delivery failed; backing off", "wakeup", e.ns+"/"+e.name, "sink", e.sink)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.entries[e.ns+"/"+e.name]; ok && cur.rv == e.rv && cur.index < 0 {
+		cur.failures++
+		cur.due = time.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
+		heap.Push(&s.due, cur)
+		s.poke()
+	}
+}
+
+func (s *Source) send(ctx context.Context, e *entry) error {
+	ev := cloudevent.NewWakeup(cloudevent.Wakeup{
+		Source:   "/apis/opzero.dev/v1alpha1/namespaces/" + e.ns + "/wakeups/" + e.name,
+		Operator: e.operator, APIVersion: e.target.APIVersion, Kind: e.target.Kind,
+		Namespace: e.target.Namespace, Name: e.target.Name, Reason: e.reason,
+	})
+	req, err := cloudevent.NewRequest(ctx, e.sink, ev, false)
+	if err != nil {
+		return fmt.Errorf("building the request to %s: %w", e.sink, err)
+	}
+	if s.opts.Token != nil {
+		tok, err := s.opts.Token(ctx)
+		if err != nil {
+			return fmt.Errorf("getting a token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := s.opts.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s answered %s", e.sink, resp.Status)
+	}
+	return nil
+}
+
+func (s *Source) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
