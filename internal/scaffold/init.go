@@ -40,7 +40,7 @@ type InitOptions struct {
 
 // projectData is what the project templates see.
 type projectData struct {
-	Domain, Repo, ProjectName, Owner, Year string
+	Domain, Repo, ProjectName, Owner, Year  string
 	GoVersion, OpzeroVersion, OpzeroReplace string
 	Boilerplate                             string
 }
