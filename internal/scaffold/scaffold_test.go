@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -200,6 +201,11 @@ func TestCreateAPIWritesTheKind(t *testing.T) {
 		if !strings.Contains(string(ctrl), m) {
 			t.Errorf("memcached_controller.go lacks %s", m)
 		}
+	}
+	// controller-tools reads a marker after any spaces: only the three
+	// markers meant are there.
+	if n := len(regexp.MustCompile(`(?m)^//\s*\+kubebuilder:rbac`).FindAll(ctrl, -1)); n != 3 {
+		t.Errorf("memcached_controller.go has %d +kubebuilder:rbac markers, want 3", n)
 	}
 	// A second kind of the same version, without a controller: the
 	// version is registered once; a kind of a new version is registered.
