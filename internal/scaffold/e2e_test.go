@@ -149,6 +149,33 @@ func TestStartAProjectOutsideTheCheckout(t *testing.T) {
 	}
 	eventually(t, time.Minute, "the Memcached Ready with generation 1 observed, classic", reconciled(c, m, 1))
 	classic.stop(t)
+
+	// Nothing the sessions started outlives them: no process but the
+	// control plane's runs from or in the temporary folder.
+	for _, p := range processesUnder(tmp) {
+		if !strings.Contains(p, filepath.Join(tmp, "plane")) {
+			t.Errorf("still running after Ctrl-C: %s", p)
+		}
+	}
+}
+
+// processesUnder lists the processes that run in dir or whose command line
+// mentions it, from /proc.
+func processesUnder(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue // gone, or a zombie
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		cwd, _ := os.Readlink(filepath.Join(p, "cwd"))
+		if strings.Contains(cmd, dir) || strings.HasPrefix(cwd, dir) {
+			out = append(out, fmt.Sprintf("%s (in %s): %s", p, cwd, cmd))
+		}
+	}
+	return out
 }
 
 // session is a running `make dev` or `make run` and its output.
