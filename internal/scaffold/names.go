@@ -44,6 +44,15 @@ func checkProjectName(name string) error {
 }
 
 func checkGVK(group, version, kind, domain string) error {
+	var missing []string
+	for _, f := range []struct{ flag, value, example string }{{"--group", group, "cache"}, {"--version", version, "v1alpha1"}, {"--kind", kind, "Memcached"}} {
+		if f.value == "" {
+			missing = append(missing, f.flag+" "+f.example)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("name the kind: %s are required, e.g. %s", "--group, --version and --kind", strings.Join(missing, " "))
+	}
 	var errs []string
 	if !groupRe.MatchString(group) {
 		errs = append(errs, fmt.Sprintf("--group %q: want lower case letters and digits starting with a letter, e.g. cache (the API group becomes <group>.%s)", group, domain))

@@ -258,6 +258,7 @@ func TestCreateAPIRefusesAndWritesNothing(t *testing.T) {
 		{"bad version", dir, "cache", "1", "Other", true, false, "--version \"1\""},
 		{"bad kind", dir, "cache", "v1alpha1", "other", true, false, "--kind \"other\""},
 		{"controller for no kind", dir, "cache", "v1alpha1", "Nothing", false, true, "has no kind Nothing"},
+		{"no kind", dir, "cache", "v1alpha1", "", true, true, "--group, --version and --kind are required, e.g. --kind Memcached"},
 		{"nothing to do", dir, "cache", "v1alpha1", "Other", false, false, "nothing to create"},
 		{"not a project", t.TempDir(), "cache", "v1alpha1", "Other", true, true, "has no PROJECT file"},
 		{"marker gone", noMarker, "cache", "v1alpha1", "Memcached", true, true, "+kubebuilder:scaffold:builder"},
