@@ -18,8 +18,8 @@
 // # Caveats
 //
 // One project is one operator: in serverless mode one binary serves one
-// controller (one Knative Service), so CreateAPI adds a second controller
-// only for a kind of another project; a second kind without a controller
-// (for example one the controller owns) is fine. Only one group per project
-// (kubebuilder's default single-group layout).
+// controller (one Knative Service), so CreateAPI refuses a second
+// controller; a second kind without one (for example a kind the controller
+// owns) is fine. One API group per project (kubebuilder's default
+// single-group layout); kinds are namespaced.
 package scaffold
