@@ -59,7 +59,7 @@ func generate(t *testing.T, o manifests.Options) []manifests.Object {
 }
 
 // TestGolden compares the manifests of the ConfigWatcher example with
-// testdata/golden/<case>/; `go test ./manifests -run TestGolden -update`
+// testdata/golden/<case>/; `go test ./internal/manifests -run TestGolden -update`
 // rewrites them.
 func TestGolden(t *testing.T) {
 	for name, o := range goldenCases {
