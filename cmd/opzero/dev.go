@@ -59,7 +59,7 @@ started.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server to use (default $KUBECONFIG, else the plane that opzero controlplane up started, else a new one)")
 	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
 	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
 	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")

@@ -36,7 +36,7 @@ func ParseEnv(s string) (description.EnvVar, error) {
 func ParseSecretEnv(s string) (description.EnvVar, error) {
 	name, ref, ok := strings.Cut(s, "=")
 	secret, key, ok2 := strings.Cut(ref, ":")
-	if !ok || !ok2 {
+	if !ok || !ok2 || key == "" {
 		return description.EnvVar{}, fmt.Errorf("--env-secret %q: want NAME=SECRET:KEY, e.g. GITHUB_TOKEN=github:token", s)
 	}
 	v := description.EnvVar{Name: name, Secret: &description.KeyRef{Name: secret, Key: key}}
@@ -78,6 +78,9 @@ func userEnv(declared, flags []description.EnvVar) ([]description.EnvVar, error)
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		if v.Secret != nil {
+			if v.Secret.Key == "" {
+				return fmt.Errorf("%s: env %s: no key of Secret %s", where, v.Name, v.Secret.Name)
+			}
 			if err := envvar.CheckRef("Secret", v.Secret.Name, v.Secret.Key); err != nil {
 				return fmt.Errorf("%s: env %s: %w", where, v.Name, err)
 			}
