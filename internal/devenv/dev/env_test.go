@@ -111,7 +111,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 	t.Setenv("OPZERO_DEV_ONLY", "x")
 	mustCreate(t, env, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "envop", Namespace: ns}, StringData: map[string]string{"token": "s3cret"}})
 	mustCreate(t, env, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "envop-settings", Namespace: ns},
-		Data: map[string]string{"COLOR": "blue", "not a name": "skipped, as kubelet does"}})
+		Data: map[string]string{"COLOR": "blue", "1NOT_A_NAME": "skipped, as kubelet does"}})
 	settings := []manifests.EnvFrom{{Kind: "ConfigMap", Name: "envop-settings"}}
 	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "PORT": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
 		"K_REVISION": "envop-00001", "OPZERO_MAX_SCALE": "3", "POD_NAMESPACE": ns, "API_TOKEN": "s3cret", "COLOR": "blue"}
