@@ -47,6 +47,13 @@ then plays Knative's part for the objects it reads back:
   Deployment        one always-on process if its image is ko:// (the wakeup
                     source); other Deployments are only applied
 
+Each process gets exactly its container's environment, as kubelet builds it
+(env and envFrom, Secrets and ConfigMaps read from the cluster), plus what
+Knative injects (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION), KUBECONFIG
+(its service account's token, standing in for in-cluster config) and PATH;
+nothing of dev's own environment, so a variable missing from the manifests
+is missing here as on a cluster (add it with opzero manifests --env).
+
 Without --kubeconfig or $KUBECONFIG it uses the control plane of
 'opzero controlplane up' if one runs, else starts one for this session
 (stopped on exit). Knative's CRDs are installed where they are missing; a

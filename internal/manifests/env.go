@@ -151,8 +151,8 @@ func checkArgs(args, flags []string) error {
 		if a == "--" {
 			return nil // what follows is not flags
 		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			continue
+		if !strings.HasPrefix(a, "-") || a == "-" || strings.IndexAny(a[1:2], "0123456789.") == 0 {
+			continue // a value (a negative number or duration), not a flag
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
 		if how, ok := generatedFlags[name]; ok {

@@ -127,3 +127,20 @@ func TestParseEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsValuesAreNotFlags: a negative value after a flag is not taken
+// for a flag.
+func TestArgsValuesAreNotFlags(t *testing.T) {
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Generate(in, manifests.Options{Args: []string{"--follow-up-settle", "-1ns", "-max-in-flight", "10", "positional"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := operatorContainer(t, objs)["args"].([]any)
+	if got := args[len(args)-5:]; got[0] != "--follow-up-settle" || got[4] != "positional" {
+		t.Errorf("args end with %v", got)
+	}
+}
