@@ -44,6 +44,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
+		argv = expandArgs(argv, env)
 		name := "deployment-" + u.GetNamespace() + "-" + u.GetName()
 		logf, err := p.logFile(name)
 		if err != nil {

@@ -52,7 +52,8 @@
 // configMapKeyRef read from the cluster; fieldRef metadata.namespace,
 // metadata.name, spec.serviceAccountName, status.podIP). A missing Secret,
 // ConfigMap or key that is not optional is an error from Start, where a
-// cluster would leave the pod in CreateContainerConfigError. Then dev adds:
+// cluster would leave the pod in CreateContainerConfigError. $(NAME) in
+// args is expanded with the result. Then dev adds:
 //
 //   - for a Knative Service, what Knative injects: PORT (per instance),
 //     K_SERVICE, K_CONFIGURATION, K_REVISION (<name>-00001); a Service that

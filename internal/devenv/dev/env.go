@@ -196,6 +196,22 @@ func sourceKind(secret bool) string {
 	return "ConfigMap"
 }
 
+// expandArgs expands $(NAME) in a container's args with its env, as
+// kubelet does.
+func expandArgs(args, env []string) []string {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = expand(a, lookup)
+	}
+	return out
+}
+
 // expand replaces $(NAME) with the value of a variable defined before it
 // and $$ with $, leaving other references as they are (Kubernetes'
 // dependent environment variables).

@@ -139,9 +139,11 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 	}
 
 	t.Run("classic Deployment", func(t *testing.T) {
-		report := filepath.Join(t.TempDir(), "env.json")
+		reportDir := t.TempDir()
+		report := filepath.Join(reportDir, "env.json")
 		objs := envopManifests(t, manifests.Options{Mode: manifests.Classic, Namespace: ns, EnvFrom: settings,
-			Env: []description.EnvVar{{Name: "GREETING", Value: "hi"}}, Args: []string{"--report=" + report}})
+			Env:  []description.EnvVar{{Name: "GREETING", Value: "hi"}, {Name: "REPORT_DIR", Value: reportDir}},
+			Args: []string{"--report=$(REPORT_DIR)/env.json"}}) // expanded from the env, as kubelet does
 		start(t, env, objs, 0)
 		var b []byte
 		eventually(t, 30*time.Second, "envop's report", func(context.Context) (bool, error) {
@@ -150,7 +152,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 			return err == nil, nil
 		})
 		checkEnv(t, envMap(t, b), map[string]string{"PATH": "*", "KUBECONFIG": "*", "POD_NAMESPACE": ns, // fieldRef metadata.namespace
-			"API_TOKEN": "s3cret", "COLOR": "blue", "GREETING": "hi"})
+			"API_TOKEN": "s3cret", "COLOR": "blue", "GREETING": "hi", "REPORT_DIR": reportDir})
 	})
 
 	t.Run("missing Secret", func(t *testing.T) {

@@ -150,6 +150,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	if err != nil {
 		return err
 	}
+	args = expandArgs(args, env)
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
