@@ -30,7 +30,11 @@ type Controller struct {
 	AutoObservedGeneration bool
 	// Deploy is how it is deployed (sweeps, instance bounds); only the
 	// manifest generator reads it.
-	Deploy     DeploySettings
+	Deploy DeploySettings
+	// Env are the environment variables the operator needs (WithEnv,
+	// WithSecretEnv), in the order declared; only the manifest generator
+	// reads them.
+	Env        []EnvVar
 	Reconciler reconcile.Reconciler
 }
 

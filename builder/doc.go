@@ -3,7 +3,9 @@
 // owns (Owns: an event maps to the dependent's controller owner), other
 // kinds it watches (Watches, with a map function that may read from the API
 // server, because a serverless operator has no cache), event filters, a
-// name, and the reconcile.Reconciler.
+// name, and the reconcile.Reconciler; and how it is deployed (WithSweep,
+// WithScale, WithConcurrency, and the environment it needs: WithEnv,
+// WithSecretEnv), which `opzero manifests` turns into deploy objects.
 //
 //	err := builder.ControllerManagedBy(rt).
 //		For(&v1.ConfigWatcher{}).

@@ -52,6 +52,7 @@ func Describe(op *builder.Controller) description.Controller {
 		Primary:                describeKind(op.Primary),
 		AutoObservedGeneration: op.AutoObservedGeneration,
 		ReconcilerPackage:      pkgOf(op.Reconciler),
+		Env:                    describeEnv(op.Env),
 		Deploy: description.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
 			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
 	}

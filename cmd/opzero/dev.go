@@ -47,19 +47,26 @@ then plays Knative's part for the objects it reads back:
   Deployment        one always-on process if its image is ko:// (the wakeup
                     source); other Deployments are only applied
 
+Each process gets exactly its container's environment, as kubelet builds it
+(env and envFrom, Secrets and ConfigMaps read from the cluster), plus what
+Knative injects (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION), KUBECONFIG
+(its service account's token, standing in for in-cluster config) and PATH;
+nothing of dev's own environment, so a variable missing from the manifests
+is missing here as on a cluster (add it with opzero manifests --env).
+
 Without --kubeconfig or $KUBECONFIG it uses the control plane of
 'opzero controlplane up' if one runs, else starts one for this session
 (stopped on exit). Knative's CRDs are installed where they are missing; a
 cluster that runs Knative itself is refused. Ctrl-C stops every process it
 started.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
-  opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
+  opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
 	fs := cmd.Flags()
 	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "API server to use (default $KUBECONFIG, else the plane of `opzero controlplane up`, else a new one)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server to use (default $KUBECONFIG, else the plane that opzero controlplane up started, else a new one)")
 	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
 	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
 	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")

@@ -15,8 +15,9 @@ func newManifestsCmd() *cobra.Command {
 	var pkg, out string
 	var durable bool
 	var timeout time.Duration
+	var env envFlags
 	cmd := &cobra.Command{
-		Use:   "manifests [--operator] <go package> [-o <dir>|-]",
+		Use:   "manifests [--operator] <go package> [-o <dir>|-] [--env NAME=VALUE ...] [-- <operator args>]",
 		Short: "Generate everything needed to deploy an operator, from the operator's own description",
 		Long: `manifests builds the operator's main package and runs it with OPZERO_DESCRIBE=1:
 an opzero operator then prints what it reconciles, owns and watches (kinds,
@@ -46,12 +47,34 @@ that description; there is no second list to keep in sync:
 Sources send OIDC tokens for --audience, which the operator is started with;
 it accepts only its own senders (--allowed-senders: the OIDC service accounts
 Knative creates for its sources and trigger, and the wakeup source's).
+The operator's environment is declared once and goes into the Knative Service
+and the classic Deployment alike: what the operator declares itself
+(builder.WithEnv, WithSecretEnv), then --env, --env-secret, --env-from-secret and
+--env-from-configmap. Arguments after -- are added to the operator's own.
+Regenerating keeps them: they come from the operator and the command line,
+never from an edit of the output. A bad name, a name Knative or opzero sets
+itself (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION, POD_NAMESPACE,
+OPZERO_MAX_SCALE), the same name with two values, or an argument that sets a
+flag the operator does not have is refused and nothing is written.
+
 Output is deterministic: the same operator and flags give the same bytes.`,
 		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
-  opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc`,
-		Args: cobra.MaximumNArgs(1),
+  opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
+  opzero manifests ./cmd/myoperator -o deploy/ --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token \
+      --env-from-configmap myoperator-settings -- --max-concurrent-reconciles=4`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if n := positional(cmd, args); len(n) > 1 {
+				return fmt.Errorf("one operator package, got %d: %v (operator arguments go after --)", len(n), n)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Args = operatorArgs(cmd, args)
+			args = positional(cmd, args)
+			if err := parseEnvFlags(&o, env); err != nil {
+				return err
+			}
 			if len(args) == 1 {
 				if pkg != "" && pkg != args[0] {
 					return fmt.Errorf("two operators: --operator %s and %s; name one", pkg, args[0])
@@ -106,5 +129,51 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "with --broker: exponential or linear")
 	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "with --broker: ISO-8601 delay before the first retry")
 	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "with --broker: URI that gets events whose retries are exhausted")
+	f.StringArrayVar(&env.env, "env", nil, "NAME=VALUE: an environment variable of the operator (repeatable)")
+	f.StringArrayVar(&env.secret, "env-secret", nil, "NAME=SECRET:KEY: an environment variable of the operator set from a key of a Secret in --namespace (repeatable)")
+	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")
+	f.StringArrayVar(&env.fromConfigMap, "env-from-configmap", nil, "a ConfigMap in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	return cmd
+}
+
+// envFlags are the raw --env* flags.
+type envFlags struct{ env, secret, fromSecret, fromConfigMap []string }
+
+func parseEnvFlags(o *manifests.Options, f envFlags) error {
+	for _, s := range f.env {
+		v, err := manifests.ParseEnv(s)
+		if err != nil {
+			return err
+		}
+		o.Env = append(o.Env, v)
+	}
+	for _, s := range f.secret {
+		v, err := manifests.ParseSecretEnv(s)
+		if err != nil {
+			return err
+		}
+		o.Env = append(o.Env, v)
+	}
+	for _, n := range f.fromConfigMap {
+		o.EnvFrom = append(o.EnvFrom, manifests.EnvFrom{Kind: "ConfigMap", Name: n})
+	}
+	for _, n := range f.fromSecret {
+		o.EnvFrom = append(o.EnvFrom, manifests.EnvFrom{Kind: "Secret", Name: n})
+	}
+	return nil
+}
+
+// positional are the arguments before --; operatorArgs those after it.
+func positional(cmd *cobra.Command, args []string) []string {
+	if i := cmd.ArgsLenAtDash(); i >= 0 {
+		return args[:i]
+	}
+	return args
+}
+
+func operatorArgs(cmd *cobra.Command, args []string) []string {
+	if i := cmd.ArgsLenAtDash(); i >= 0 {
+		return args[i:]
+	}
+	return nil
 }

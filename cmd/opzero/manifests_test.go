@@ -27,7 +27,7 @@ func TestManifestsCommand(t *testing.T) {
 	if out, err := runOpzero(t, "manifests", "--operator", "./examples/configwatcher", "-o", dir); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden := filepath.Join("manifests", "testdata", "golden", "serverless")
+	golden := filepath.Join("internal", "manifests", "testdata", "golden", "serverless")
 	entries, err := os.ReadDir(golden)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestManifestsBadFlags(t *testing.T) {
 	}{
 		{[]string{"manifests"}, "which operator?"},
 		{[]string{"manifests", "--operator", "./examples/configwatcher", "./bench/crbaseline"}, "two operators"},
-		{[]string{"manifests", "./examples/configwatcher", "./bench/crbaseline"}, "accepts at most 1 arg"},
+		{[]string{"manifests", "./examples/configwatcher", "./bench/crbaseline"}, "one operator package, got 2"},
 		{[]string{"manifests", "--operator", "./examples/configwatcher", "--mode", "lambda"}, "want serverless or classic"},
 		{[]string{"manifests", "--operator", "./examples/configwatcher", "--timeout", "10ms"}, "at least 1s"},
 		{[]string{"manifests", "--operator", "./nosuch"}, "Go package path of the operator's main"},
@@ -84,6 +84,53 @@ func TestManifestsBadFlags(t *testing.T) {
 	for _, w := range []string{"OPZERO_DESCRIBE", "ApiServerSource", "least-privilege", "--mode", "deterministic"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("help does not mention %q", w)
+		}
+	}
+}
+
+// TestManifestsEnvFlags: --env, --env-secret, --env-from-* and the
+// arguments after -- give the golden serverless-env and classic-env
+// operators; bad ones are refused and nothing is written.
+func TestManifestsEnvFlags(t *testing.T) {
+	t.Chdir("../..")
+	flags := []string{"--env", "LOG_LEVEL=debug", "--env-secret", "GITHUB_TOKEN=github:token",
+		"--env-from-configmap", "cw-settings", "--env-from-secret", "cw-credentials", "--", "--max-concurrent-reconciles=4"}
+	for _, mode := range []string{"serverless", "classic"} {
+		dir := filepath.Join(t.TempDir(), "deploy")
+		args := append([]string{"manifests", "./examples/configwatcher", "--mode", mode, "-o", dir}, flags...)
+		if out, err := runOpzero(t, args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, "operator.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := os.ReadFile(filepath.Join("internal", "manifests", "testdata", "golden", mode+"-env", "operator.yaml"))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: operator.yaml differs from the golden %s-env one:\n%s", mode, mode, got)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--env", "PORT=9090"}, "Knative sets"},
+		{[]string{"--env", "LOG LEVEL=debug"}, "not a valid environment variable name"},
+		{[]string{"--env", "NOEQUALS"}, "want NAME=VALUE"},
+		{[]string{"--env", "A=1", "--env", "A=2"}, "env A is given twice with different values"},
+		{[]string{"--env-secret", "TOKEN=github"}, "want NAME=SECRET:KEY"},
+		{[]string{"--env-from-secret", "Not_A_Name"}, `--env-from-secret "Not_A_Name"`},
+		{[]string{"--", "--no-such-flag"}, "the operator has no flag --no-such-flag"},
+		{[]string{"--", "--mode=classic"}, "sets --mode itself"},
+	} {
+		dir := filepath.Join(t.TempDir(), "deploy")
+		args := append([]string{"manifests", "./examples/configwatcher", "-o", dir}, tc.args...)
+		out, err := runOpzero(t, args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("opzero %s: got %v (%s), want an error containing %q", strings.Join(args, " "), err, out, tc.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("opzero %s: %s was written (%v)", strings.Join(args, " "), dir, err)
 		}
 	}
 }

@@ -9,8 +9,10 @@
 //     for it, and readers need not link the operator.
 //   - Versioned by APIVersion; Read rejects any other version with an error
 //     that says which binary and which reader disagree.
-//   - Lists are sorted (kinds by group, version, kind; flags by name), so the
-//     same operator always describes itself byte for byte the same way.
+//   - Lists are sorted (kinds by group, version, kind; flags by name) or
+//     kept in the order the operator declared them (env: a later value may
+//     refer to an earlier variable as $(NAME)), so the same operator always
+//     describes itself byte for byte the same way.
 //
 // # Caveats
 //
@@ -38,7 +40,7 @@ const Env = "OPZERO_DESCRIBE"
 type Description struct {
 	APIVersion string `json:"apiVersion"`
 	// Mode is the mode the binary was started in (serverless or classic).
-	Mode      string     `json:"mode"`
+	Mode      string       `json:"mode"`
 	Operators []Controller `json:"operators"`
 	// Flags are the command-line flags the binary accepts, by name.
 	Flags []string `json:"flags,omitempty"`
@@ -55,6 +57,23 @@ type Controller struct {
 	ReconcilerPackage      string `json:"reconcilerPackage,omitempty"`
 	AutoObservedGeneration bool   `json:"autoObservedGeneration,omitempty"`
 	Deploy                 Deploy `json:"deploy"`
+	// Env are the environment variables the operator declared it needs
+	// (builder.WithEnv, WithSecretEnv), in the order declared.
+	Env []EnvVar `json:"env,omitempty"`
+}
+
+// EnvVar is one environment variable of the operator's container: a
+// literal Value, or the key of a Secret in the operator's namespace.
+type EnvVar struct {
+	Name   string  `json:"name"`
+	Value  string  `json:"value,omitempty"`
+	Secret *KeyRef `json:"secret,omitempty"`
+}
+
+// KeyRef names one key of a Secret (or ConfigMap).
+type KeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
 }
 
 // Kind is one kind an operator reconciles or watches.

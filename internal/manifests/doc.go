@@ -13,6 +13,12 @@
 //     the sweeps, the wakeup source, optionally a Broker and Trigger;
 //   - classic: a Deployment with leader election instead.
 //
+// The operator's container gets the same environment and extra arguments in
+// either mode: the generated variables (POD_NAMESPACE, OPZERO_MAX_SCALE),
+// those the operator declares (builder.WithEnv, WithSecretEnv), then
+// Options.Env, Options.EnvFrom and Options.Args (the command line's --env,
+// --env-secret, --env-from-secret, --env-from-configmap and what follows --).
+//
 // Start with Describe (build and run the operator binary), then Generate,
 // then Write or WriteDir.
 //
@@ -22,6 +28,9 @@
 //     YAML (objects in a fixed order, map keys sorted, rules sorted).
 //   - Least privilege: every rule comes from a kind in the description, a
 //     feature that is on, or a marker in the reconciler's package.
+//   - Bad env or arguments are refused before anything is generated: an
+//     invalid name, one Knative or opzero sets itself, one name with two
+//     values, an argument for a flag opzero sets or the operator lacks.
 //
 // # Caveats
 //

@@ -23,6 +23,9 @@ type Input struct {
 	CRDs []GeneratedCRD
 	// MarkerRules are the reconciler package's +kubebuilder:rbac rules.
 	MarkerRules []rbacv1.PolicyRule
+	// Flags are the operator binary's flags (extra arguments are checked
+	// against them; none: not checked).
+	Flags []string
 }
 
 // Build describes the operator in Go package pkg (resolved in dir),
@@ -67,7 +70,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if err != nil {
 		return Input{}, err
 	}
-	in := Input{ImportPath: t.ImportPath, Operator: op}
+	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags}
 	for _, c := range crds {
 		if want[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] {
 			in.CRDs = append(in.CRDs, c)
@@ -88,7 +91,14 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gen{in: in, o: o, op: op, plural: map[[2]string]string{}}
+	env, err := userEnv(op.Env, o.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkArgs(o.Args, in.Flags); err != nil {
+		return nil, err
+	}
+	g := &gen{in: in, o: o, op: op, env: env, plural: map[[2]string]string{}}
 	for _, c := range in.CRDs {
 		g.plural[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = c.CRD.Spec.Names.Plural
 	}
@@ -119,9 +129,11 @@ func Generate(in Input, o Options) ([]Object, error) {
 }
 
 type gen struct {
-	in     Input
-	o      Options
-	op     description.Controller
+	in Input
+	o  Options
+	op description.Controller
+	// env is the operator's own env: declared, then from the command line.
+	env    []description.EnvVar
 	plural map[[2]string]string
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/manifests"
 )
 
@@ -25,6 +26,20 @@ var goldenCases = map[string]manifests.Options{
 	"serverless-broker": {Mode: manifests.Serverless, Namespace: "ops", Idle: 3 * time.Second, Broker: "default",
 		TriggerType: "com.example.config.changed", Delivery: manifests.Delivery{DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
 	"serverless-no-durable-time": {Mode: manifests.Serverless, NoDurableTime: true},
+	"serverless-env":             envOptions(manifests.Serverless),
+	"classic-env":                envOptions(manifests.Classic),
+}
+
+// envOptions are the environment and extra arguments of
+// `opzero manifests --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token
+// --env-from-configmap cw-settings --env-from-secret cw-credentials -- --max-concurrent-reconciles=4`.
+func envOptions(mode string) manifests.Options {
+	return manifests.Options{Mode: mode,
+		Env: []description.EnvVar{{Name: "LOG_LEVEL", Value: "debug"},
+			{Name: "GITHUB_TOKEN", Secret: &description.KeyRef{Name: "github", Key: "token"}}},
+		EnvFrom: []manifests.EnvFrom{{Kind: "Secret", Name: "cw-credentials"}, {Kind: "ConfigMap", Name: "cw-settings"}},
+		Args:    []string{"--max-concurrent-reconciles=4"},
+	}
 }
 
 var (
@@ -59,7 +74,7 @@ func generate(t *testing.T, o manifests.Options) []manifests.Object {
 }
 
 // TestGolden compares the manifests of the ConfigWatcher example with
-// testdata/golden/<case>/; `go test ./manifests -run TestGolden -update`
+// testdata/golden/<case>/; `go test ./internal/manifests -run TestGolden -update`
 // rewrites them.
 func TestGolden(t *testing.T) {
 	for name, o := range goldenCases {

@@ -115,18 +115,16 @@ func (g *gen) service() Object {
 	if g.o.durable() {
 		args = append(args, "--wakeup-sink="+g.serviceURL())
 	}
-	container := map[string]any{
+	container := g.container(map[string]any{
 		"name":  "operator",
 		"image": g.o.Image,
-		"args":  args,
-		"env": []any{
-			map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
-			// a literal: Knative's webhook refuses fieldRef unless the
-			// kubernetes.podspec-fieldref feature is on
-			map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
-		},
 		"ports": []any{map[string]any{"containerPort": int64(8080)}},
-	}
+	}, args, []any{
+		map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
+		// a literal: Knative's webhook refuses fieldRef unless the
+		// kubernetes.podspec-fieldref feature is on
+		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
+	})
 	l := g.labels("operator")
 	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)
 	svc["spec"] = map[string]any{"template": map[string]any{
@@ -302,13 +300,10 @@ func (g *gen) deployment() Object {
 			"metadata": map[string]any{"labels": l},
 			"spec": map[string]any{
 				"serviceAccountName": g.op.Name,
-				"containers": []any{map[string]any{
-					"name":  "operator",
-					"image": g.o.Image,
-					"args":  []any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace},
-					"env": []any{map[string]any{"name": "POD_NAMESPACE",
-						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}},
-				}},
+				"containers": []any{g.container(map[string]any{"name": "operator", "image": g.o.Image},
+					[]any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace},
+					[]any{map[string]any{"name": "POD_NAMESPACE",
+						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})},
 			},
 		},
 	}

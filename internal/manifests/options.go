@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/opzero/opzero/internal/description"
 )
 
 // Modes of deployment.
@@ -48,6 +50,16 @@ type Options struct {
 	TriggerType string
 	// Delivery is the Broker's and Trigger's delivery policy.
 	Delivery Delivery
+	// Env are environment variables of the operator's container (--env,
+	// --env-secret), after those the operator declares (builder.WithEnv);
+	// the same name twice must have the same value.
+	Env []description.EnvVar
+	// EnvFrom are Secrets and ConfigMaps whose every key becomes a variable
+	// of the operator's container (--env-from-secret, --env-from-configmap).
+	EnvFrom []EnvFrom
+	// Args are extra arguments of the operator, after the generated ones
+	// (what follows -- on the command line).
+	Args []string
 }
 
 // Delivery is Knative's delivery spec.
@@ -116,6 +128,9 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	}
 	if d.Retry < 0 {
 		return o, fmt.Errorf("--retry=%d: must not be negative", d.Retry)
+	}
+	if err := checkEnvFrom(o.EnvFrom); err != nil {
+		return o, err
 	}
 	return o, nil
 }

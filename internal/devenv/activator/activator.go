@@ -42,7 +42,8 @@ import (
 
 // Options configures an Activator.
 type Options struct {
-	// Command starts one instance; the activator sets PORT in its env.
+	// Command starts one instance with the cmd.Env it sets (nil: the
+	// activator's own environment), to which the activator adds PORT.
 	Command func() *exec.Cmd
 	// Idle is how long an instance may serve nothing before it is stopped.
 	Idle time.Duration
@@ -265,7 +266,10 @@ func (a *Activator) startLocked() (*instance, string, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cmd := a.opts.Command()
-	cmd.Env = append(append(os.Environ(), cmd.Env...), fmt.Sprintf("PORT=%d", port))
+	if cmd.Env == nil { // as exec.Cmd: nil inherits the activator's environment
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, fmt.Sprintf("PORT=%d", port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

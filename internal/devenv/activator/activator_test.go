@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 func backend(mode string) func() *exec.Cmd {
 	return func() *exec.Cmd {
 		c := exec.Command(os.Args[0])
-		c.Env = []string{"ACTIVATOR_BACKEND=" + mode}
+		c.Env = append(os.Environ(), "ACTIVATOR_BACKEND="+mode)
 		return c
 	}
 }
@@ -128,7 +128,7 @@ func TestFailedStart(t *testing.T) {
 func TestScaleFromAndToZero(t *testing.T) {
 	a := New(Options{Idle: 300 * time.Millisecond, Command: func() *exec.Cmd {
 		c := exec.Command(os.Args[0])
-		c.Env = []string{"ACTIVATOR_BACKEND=1"}
+		c.Env = append(os.Environ(), "ACTIVATOR_BACKEND=1")
 		return c
 	}})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -40,19 +40,11 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		env := []string{"KUBECONFIG=" + kc, "POD_NAMESPACE=" + u.GetNamespace()}
-		envs, _, _ := unstructured.NestedSlice(c, "env")
-		for _, e := range envs {
-			m, _ := e.(map[string]any)
-			n, _, _ := unstructured.NestedString(m, "name")
-			v, ok, _ := unstructured.NestedString(m, "value")
-			if fp, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); fp == "metadata.namespace" {
-				v, ok = u.GetNamespace(), true
-			}
-			if ok {
-				env = append(env, n+"="+rewrite(v, p.localURLs))
-			}
+		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c, "KUBECONFIG="+kc)
+		if err != nil {
+			return err
 		}
+		argv = expandArgs(argv, env)
 		name := "deployment-" + u.GetNamespace() + "-" + u.GetName()
 		logf, err := p.logFile(name)
 		if err != nil {

@@ -14,8 +14,8 @@
 //
 //   - Knative Service (serving.knative.dev/v1): an activator (package
 //     activator) at a local URL. The first request starts the operator
-//     process (the built binary with the container's args and env, PORT set,
-//     KUBECONFIG for its service account) and is buffered until /healthz answers;
+//     process (the built binary with the container's args and env, see
+//     Environment) and is buffered until /healthz answers;
 //     more instances start while every one is busy at containerConcurrency
 //     (or the autoscaling target, 100 by default), up to max-scale (0: 10
 //     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
@@ -39,6 +39,35 @@
 // In-cluster URLs of the Services (http://<name>.<ns>.svc[.cluster.local])
 // in args and env are replaced by the local URLs, so --wakeup-sink and
 // similar flags reach the activator.
+//
+// # Environment
+//
+// A process gets exactly the environment its container would get on a
+// cluster, never opzero dev's own: a variable that is missing from the
+// manifests is missing locally too, so it fails here as it would there.
+// Like kubelet, dev builds it from the pod template when the process
+// starts: envFrom first (every key of each ConfigMap and Secret, with its
+// prefix; keys that are not variable names are skipped), then env (values
+// with $(NAME) of earlier variables expanded; valueFrom.secretKeyRef and
+// configMapKeyRef read from the cluster; fieldRef metadata.namespace,
+// metadata.name, spec.serviceAccountName, status.podIP). A missing Secret,
+// ConfigMap or key that is not optional is an error from Start, where a
+// cluster would leave the pod in CreateContainerConfigError. $(NAME) in
+// args is expanded with the result. Then dev adds:
+//
+//   - for a Knative Service, what Knative injects: PORT (per instance),
+//     K_SERVICE, K_CONFIGURATION, K_REVISION (<name>-00001); a Service that
+//     sets one of them itself is refused, as Knative's webhook does;
+//   - KUBECONFIG, a kubeconfig with a token of the template's
+//     serviceAccountName. It stands in for in-cluster config: in a pod,
+//     client-go finds the API server from KUBERNETES_SERVICE_HOST/PORT and
+//     the token kubelet mounts; a local process has neither, so dev gives it
+//     the same identity through KUBECONFIG (it overrides a KUBECONFIG of the
+//     template, which would name a path inside the container).
+//
+// The only other variable is BaseEnv: PATH, as container images set it. A
+// Go program needs nothing else (HOME, TMPDIR and the rest are not passed:
+// os.TempDir falls back to /tmp as in a container).
 //
 // # Guarantees
 //
@@ -68,10 +97,11 @@
 //     their watches are open before the caller changes objects.
 //   - It acts on the objects as they are at start: changes applied while it
 //     runs (a new Service, a new source, other annotations) are not picked
-//     up; restart opzero dev. namespaceSelector is resolved once, at start. Sinks other than Knative
-//     Services and plain URIs (Brokers, Channels) are refused. Only
-//     valueFrom.fieldRef (metadata.namespace, metadata.name) is supported in
-//     env.
+//     up; restart opzero dev. namespaceSelector is resolved once, at start,
+//     and so are the Secrets and ConfigMaps of the env: a change is seen
+//     after a restart of opzero dev (a cluster sees it at the next pod).
+//     Sinks other than Knative Services and plain URIs (Brokers, Channels)
+//     are refused. valueFrom.resourceFieldRef is not supported.
 //   - The statuses it writes stay after it exits (Ready, with local URLs
 //     that no longer answer), and mtping is multi-tenant: a second opzero
 //     dev on the same cluster also pings the first one's PingSources (their

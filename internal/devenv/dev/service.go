@@ -39,17 +39,12 @@ type serviceSpec struct {
 	Name, NS    string
 	Pkg         string // Go import path of the ko:// image
 	Args        []string
-	Env         []envVar
+	Container   map[string]any // its one container (env is resolved when it starts)
 	Idle        time.Duration
 	MinScale    int
 	MaxScale    int
 	Concurrency int           // requests one instance takes before another starts
 	Timeout     time.Duration // timeoutSeconds: a request's bound (DefaultTimeout)
-}
-
-type envVar struct {
-	Name, Value string
-	FieldPath   string // valueFrom.fieldRef
 }
 
 // parseService reads a serving.knative.dev/v1 Service. Only what a local
@@ -72,19 +67,10 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 		return nil, fmt.Errorf("%s: container command %v: a ko:// image runs its own binary; pass flags in args", where, cmd)
 	}
 	s.Args, _, _ = unstructured.NestedStringSlice(c, "args")
-	envs, _, _ := unstructured.NestedSlice(c, "env")
-	for _, e := range envs {
-		m, _ := e.(map[string]any)
-		v := envVar{}
-		v.Name, _, _ = unstructured.NestedString(m, "name")
-		v.Value, _, _ = unstructured.NestedString(m, "value")
-		if _, ok := m["valueFrom"]; ok {
-			if v.FieldPath, _, _ = unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); v.FieldPath == "" {
-				return nil, fmt.Errorf("%s: env %s: only valueFrom.fieldRef is supported locally", where, v.Name)
-			}
-		}
-		s.Env = append(s.Env, v)
+	if err := checkKnativeEnv(where, c); err != nil {
+		return nil, err
 	}
+	s.Container = c
 	ann, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
 	if s.Idle, err = idleFrom(ann); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)

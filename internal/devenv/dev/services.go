@@ -2,7 +2,6 @@ package dev
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -144,20 +143,14 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	for i, a := range s.Spec.Args {
 		args[i] = rewrite(a, p.localURLs)
 	}
-	env := []string{"KUBECONFIG=" + kubeconfig, "K_SERVICE=" + s.Name, "K_REVISION=" + s.Name + "-00001", "K_CONFIGURATION=" + s.Name}
-	for _, e := range s.Spec.Env {
-		v := rewrite(e.Value, p.localURLs)
-		switch e.FieldPath {
-		case "":
-		case "metadata.namespace":
-			v = s.Namespace
-		case "metadata.name":
-			v = s.Name + "-00001-local"
-		default:
-			return fmt.Errorf("Knative Service %s/%s: env %s: fieldRef %s is not supported locally", s.Namespace, s.Name, e.Name, e.FieldPath)
-		}
-		env = append(env, e.Name+"="+v)
+	// PORT is added by the activator, per instance.
+	env, err := p.containerEnv(p.ctx, "Knative Service "+s.Namespace+"/"+s.Name,
+		pod{u: s.Spec.obj, namespace: s.Namespace, name: s.Name + "-00001-local"}, s.Spec.Container,
+		"KUBECONFIG="+kubeconfig, "K_SERVICE="+s.Name, "K_CONFIGURATION="+s.Name, "K_REVISION="+s.Name+"-00001")
+	if err != nil {
+		return err
 	}
+	args = expandArgs(args, env)
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
