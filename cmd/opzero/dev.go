@@ -53,7 +53,7 @@ Without --kubeconfig or $KUBECONFIG it uses the control plane of
 cluster that runs Knative itself is refused. Ctrl-C stops every process it
 started.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
-  opzero dev -f devenv/dev/testdata/configwatcher.yaml --idle 3s`,
+  opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
