@@ -38,7 +38,7 @@ const Env = "OPZERO_DESCRIBE"
 type Description struct {
 	APIVersion string `json:"apiVersion"`
 	// Mode is the mode the binary was started in (serverless or classic).
-	Mode      string     `json:"mode"`
+	Mode      string       `json:"mode"`
 	Operators []Controller `json:"operators"`
 	// Flags are the command-line flags the binary accepts, by name.
 	Flags []string `json:"flags,omitempty"`
