@@ -29,7 +29,7 @@ func newDescriber(opts Options, target string) *Runtime {
 func (r *Runtime) writeDescription() error {
 	d := description.Description{Mode: string(r.opts.Mode)}
 	for _, op := range r.ops {
-		d.Operators = append(d.Operators, Describe(op))
+		d.Operators = append(d.Operators, describe(op))
 	}
 	flag.CommandLine.VisitAll(func(f *flag.Flag) { d.Flags = append(d.Flags, f.Name) })
 	sort.Strings(d.Flags)
@@ -45,8 +45,8 @@ func (r *Runtime) writeDescription() error {
 	return description.Write(w, d)
 }
 
-// Describe turns an operator description into its wire form.
-func Describe(op *builder.Controller) description.Controller {
+// describe turns an operator description into its wire form.
+func describe(op *builder.Controller) description.Controller {
 	out := description.Controller{
 		Name:                   op.Name,
 		Primary:                describeKind(op.Primary),

@@ -139,7 +139,7 @@ func startAdapter(t *testing.T, env *testenv.Env, ns, addr string, rt *operator.
 	}
 	i := 0
 	eventually(t, "the adapter's first delivery", func(ctx context.Context) (bool, error) {
-		if rt.Engine().Stats().Requests.Load() > 0 {
+		if operator.RequestsServed(rt) > 0 {
 			return true, nil
 		}
 		i++

@@ -11,8 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-
-	"github.com/opzero/opzero/internal/engine/serverless"
 )
 
 // Mode is how the operator runs.
@@ -78,9 +76,23 @@ type Options struct {
 	// BackoffBase and BackoffCap shape retries after failures (1 s, 5 min).
 	BackoffBase, BackoffCap time.Duration
 
-	// Serverless tunes the serverless engine beyond the fields above.
-	Serverless serverless.Options
-	Logger     logr.Logger
+	// ReconcileTimeout bounds one reconcile (serverless; 5 min).
+	ReconcileTimeout time.Duration
+	// MaxWait bounds how long a request waits for its reconciles before it
+	// is answered (serverless; 4 min 30 s, under Knative's default revision
+	// timeout of 5 min).
+	MaxWait time.Duration
+	// FollowUpSettle holds a key's follow-up reconcile (for events that
+	// arrived while it reconciled) until its events pause this long, at most
+	// 20 ms after the previous reconcile (serverless; 2 ms; negative: never
+	// hold).
+	FollowUpSettle time.Duration
+	// MaxInFlight bounds requests handled at once; more are answered 429
+	// with Retry-After, which every Knative sender retries (serverless; 1000).
+	MaxInFlight int
+
+	// Logger receives the runtime's logs (logr.Discard()).
+	Logger logr.Logger
 }
 
 // BindFlags registers the options users set at run time.
@@ -115,9 +127,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "serverless: accept events without a bearer token (anyone who reaches the port can drive the operator)")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serverless: serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
-	fs.DurationVar(&o.Serverless.FollowUpSettle, "follow-up-settle", o.Serverless.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile (default 2ms; a negative duration such as -1ns never holds)")
-	fs.IntVar(&o.Serverless.MaxInFlight, "max-in-flight", o.Serverless.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
-	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups delivered to this URL (the operator's own) by opzero wakeup-source")
+	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile (default 2ms; a negative duration such as -1ns never holds)")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
+	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this `URL` (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	if o.MaxScale == 0 {

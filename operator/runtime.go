@@ -152,7 +152,8 @@ func (r *Runtime) Register(op *builder.Controller) error {
 		if r.engine != nil {
 			return errors.New("serverless: one operator per runtime (one HTTP endpoint); run another binary for " + op.Name)
 		}
-		so := r.opts.Serverless
+		so := serverless.Options{ReconcileTimeout: r.opts.ReconcileTimeout, MaxWait: r.opts.MaxWait,
+			FollowUpSettle: r.opts.FollowUpSettle, MaxInFlight: r.opts.MaxInFlight, Logger: r.opts.Logger}
 		if r.opts.BackoffBase > 0 || r.opts.BackoffCap > 0 {
 			p := backoff.Policy{Base: r.opts.BackoffBase, Cap: r.opts.BackoffCap}
 			so.Backoff = &p
@@ -189,9 +190,6 @@ func (r *Runtime) Register(op *builder.Controller) error {
 		if r.opts.MaxConcurrentReconciles > 0 {
 			so.MaxConcurrentReconciles = r.opts.MaxConcurrentReconciles
 		}
-		if so.Logger.GetSink() == nil {
-			so.Logger = r.opts.Logger
-		}
 		e, err := serverless.New(op, r.client, so)
 		if err != nil {
 			return err
@@ -201,10 +199,6 @@ func (r *Runtime) Register(op *builder.Controller) error {
 	r.ops = append(r.ops, op)
 	return nil
 }
-
-// Engine returns the serverless engine (nil in classic mode or before
-// Register).
-func (r *Runtime) Engine() *serverless.Engine { return r.engine }
 
 // Start runs until ctx ends, then shuts down gracefully.
 func (r *Runtime) Start(ctx context.Context) error {

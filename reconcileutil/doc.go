@@ -1,14 +1,14 @@
-// Package helpers holds what reconcilers need in both modes: finalizers,
+// Package reconcileutil holds what reconcilers need in both modes: finalizers,
 // status writes that survive optimistic-concurrency conflicts,
 // observedGeneration and the Ready condition, and Kubernetes Event
 // recorders that write before they return.
 //
 // # Finalizers: expected flow
 //
-//	if deleting, err := helpers.HandleDeletion(ctx, c, obj, fin, cleanup); deleting || err != nil {
+//	if deleting, err := reconcileutil.HandleDeletion(ctx, c, obj, fin, cleanup); deleting || err != nil {
 //		return reconcile.Result{}, err // cleanup ran and the finalizer is gone, or retry
 //	}
-//	if _, err := helpers.EnsureFinalizer(ctx, c, obj, fin); err != nil { ... }
+//	if _, err := reconcileutil.EnsureFinalizer(ctx, c, obj, fin); err != nil { ... }
 //
 // EnsureFinalizer adds the finalizer once (a merge patch, no conflict);
 // HandleDeletion runs cleanup only while the finalizer is present, then

@@ -70,7 +70,9 @@ type Env struct {
 	Client     client.Client
 	Scheme     *runtime.Scheme
 	Kubeconfig string // path of an admin kubeconfig, for child processes
-	Plane      *controlplane.Plane
+	// Dir is the control plane's folder: its logs, certificates and the
+	// service-account signing key (sa.key).
+	Dir string
 }
 
 var current *Env
@@ -146,7 +148,7 @@ func newEnv(plane *controlplane.Plane, scheme *runtime.Scheme) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme, Kubeconfig: plane.Kubeconfig, Plane: plane}, nil
+	return &Env{Config: cfg, Client: c, Scheme: scheme, Kubeconfig: plane.Kubeconfig, Dir: plane.Dir}, nil
 }
 
 // Get returns the package's Env; it fails the test if TestMain did not call

@@ -74,6 +74,8 @@ started.`,
 	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
 	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
 	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
+	fs.StringVar(&f.events, "events", "", "also write what happens as machine-readable events: json writes one JSON object per line (session ready, process started/ready/stopped, delivery, reconciled, scaled to zero, error, stopped) to standard output, and the human log to standard error")
+	fs.StringVar(&f.eventsFile, "events-file", "-", "where --events go: a file, /dev/fd/N for an inherited descriptor, or - for standard output")
 	return cmd
 }
 
@@ -83,14 +85,24 @@ type devFlags struct {
 	port                                                    int
 	idle                                                    time.Duration
 	noStatus                                                bool
+	events, eventsFile                                      string
 }
 
-func (f *devFlags) run(cmd *cobra.Command) error {
+func (f *devFlags) run(cmd *cobra.Command) (err error) {
 	if f.file == "" {
 		return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
 	}
 	ctx := cmd.Context()
-	out := cmd.OutOrStdout()
+	events, out, closeEvents, err := f.openEvents(cmd)
+	if err != nil {
+		return err
+	}
+	defer closeEvents()
+	defer func() {
+		if err != nil {
+			events.Write(dev.Event{Event: dev.EventError, Message: err.Error()})
+		}
+	}()
 	terminal := !f.noStatus && isTerminal(out)
 	lines := &lineWriter{w: out, clear: terminal}
 	objs, err := dev.ReadManifests(f.file, cmd.InOrStdin())
@@ -111,7 +123,7 @@ func (f *devFlags) run(cmd *cobra.Command) error {
 		return err
 	}
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
-		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines})
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events})
 	if err != nil {
 		return err
 	}
@@ -120,6 +132,7 @@ func (f *devFlags) run(cmd *cobra.Command) error {
 	fmt.Fprintln(out, "opzero dev: stopping the sources, the operators and the processes it started")
 	p.Stop()
 	fmt.Fprintln(out, p.StatusLine())
+	events.Write(dev.Event{Event: dev.EventStopped})
 	return nil
 }
 

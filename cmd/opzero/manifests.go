@@ -40,8 +40,9 @@ that description; there is no second list to keep in sync:
                       ones, Reference mode for watched ones), each with its own
                       ServiceAccount allowed only get/list/watch on its kind;
                       PingSources for the sweep and the full sweep
-  wakeup-source.yaml  serverless with durable time: opzero wakeup-source as a
-                      Deployment with its ServiceAccount and RBAC
+  wakeup-source.yaml  serverless with durable time: the wakeup source (its own
+                      small binary, cmd/wakeup-source) as a Deployment with its
+                      ServiceAccount and RBAC
   broker.yaml         with --broker: a Broker and a Trigger with a delivery policy
 
 Sources send OIDC tokens for --audience, which the operator is started with;
@@ -120,7 +121,7 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 	f.StringVar(&o.Image, "image", "", "operator image (default ko://<operator import path>, which ko and opzero dev build)")
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
 	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
-	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of opzero wakeup-source")
+	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (scale-to-zero-pod-retention-period; 0: Knative's default)")
 	f.StringVar(&o.Broker, "broker", "", "serverless: also emit a Broker of this name and a Trigger to the operator")

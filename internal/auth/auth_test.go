@@ -62,7 +62,7 @@ func expired(t *testing.T, env *testenv.Env, real string) string {
 	past := time.Now().Add(-2 * time.Hour).Unix()
 	claims["iat"], claims["nbf"], claims["exp"] = past, past, past+600
 	payload, _ = json.Marshal(claims)
-	keyPEM, err := os.ReadFile(filepath.Join(env.Plane.Dir, "sa.key"))
+	keyPEM, err := os.ReadFile(filepath.Join(env.Dir, "sa.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

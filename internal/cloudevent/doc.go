@@ -13,5 +13,5 @@
 //     checked against the object (Resource mode) or the reference (Reference
 //     mode) and against the subject.
 //
-// Wire formats: ../shared/knative/EVENTS.md.
+// Wire formats: docs/knative-events.md.
 package cloudevent

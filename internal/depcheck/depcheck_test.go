@@ -69,6 +69,11 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "testenv", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages", "github.com/spf13/cobra", mod + "internal/manifests", mod + "cmd/"}},
 		{pkg: mod + "api/v1alpha1", forbidden: cliOnly},
 		{pkg: mod + "examples/configwatcher", forbidden: cliOnly},
+		// The always-on wakeup source: its own small binary, with neither the
+		// CLI nor the controller-runtime manager (a client is all it needs).
+		{pkg: mod + "cmd/wakeup-source", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",
+			"github.com/spf13/cobra", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero",
+			"sigs.k8s.io/controller-runtime/pkg/manager", mod + "internal/engine"}},
 		{pkg: mod + "...", forbidden: []string{"k8s.io/kubernetes", "knative.dev", "go.etcd.io/etcd/server"}},
 	}
 	for _, r := range rules {

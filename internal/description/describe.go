@@ -1,4 +1,4 @@
-// Package describe is the wire format of an operator's self-description: what
+// Package description is the wire format of an operator's self-description: what
 // an opzero operator binary prints when it runs with OPZERO_DESCRIBE set,
 // and what `opzero manifests` reads to derive every deploy object from the
 // operator itself instead of from a second, hand-kept list.

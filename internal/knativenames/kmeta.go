@@ -1,4 +1,4 @@
-// Package kmeta reproduces the names Knative gives the objects it creates
+// Package knativenames reproduces the names Knative gives the objects it creates
 // for sources and triggers, so that opzero can name them in advance
 // (`opzero manifests` allows exactly these senders) and create them where
 // Knative's controllers do not run (`opzero dev`).

@@ -1,5 +1,5 @@
 // Package manifests derives every object needed to deploy an opzero
-// operator from the operator's own description (package describe, printed by
+// operator from the operator's own description (package description, printed by
 // the operator binary itself), so there is no second, hand-kept list:
 //
 //   - CRDs of the kinds it reconciles, generated from their Go types with

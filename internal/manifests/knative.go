@@ -249,7 +249,7 @@ func (g *gen) broker() []Object {
 	return []Object{{File: FileBroker, Obj: b}, {File: FileBroker, Obj: t}}
 }
 
-// wakeupSource is `opzero wakeup-source` as a Deployment with its own
+// wakeupSource is the wakeup source (cmd/wakeup-source) as a Deployment with its own
 // ServiceAccount: list/watch/delete Wakeups, and tokens of itself only.
 func (g *gen) wakeupSource() []Object {
 	name := g.wakeupSourceName()
@@ -266,7 +266,7 @@ func (g *gen) wakeupSource() []Object {
 				"containers": []any{map[string]any{
 					"name":  "wakeup-source",
 					"image": g.o.WakeupImage,
-					"args": []any{"wakeup-source", "--operator=" + g.op.Name, "--audience=" + g.o.Audience,
+					"args": []any{"--operator=" + g.op.Name, "--audience=" + g.o.Audience,
 						"--service-account=" + g.o.Namespace + "/" + name},
 				}},
 			},

@@ -16,8 +16,9 @@ const (
 	Classic    = "classic"
 )
 
-// DefaultWakeupImage is the image of `opzero wakeup-source`.
-const DefaultWakeupImage = "ko://github.com/opzero/opzero/cmd/opzero"
+// DefaultWakeupImage is the image of the wakeup source: cmd/wakeup-source,
+// a small binary of its own (not the CLI).
+const DefaultWakeupImage = "ko://github.com/opzero/opzero/cmd/wakeup-source"
 
 // Options are the deploy choices the description does not make.
 type Options struct {
@@ -35,7 +36,8 @@ type Options struct {
 	// NoDurableTime leaves out durable time: no --wakeup-sink, no Wakeup CRD,
 	// no wakeup source.
 	NoDurableTime bool
-	// WakeupImage runs `opzero wakeup-source` (DefaultWakeupImage).
+	// WakeupImage runs the wakeup source: its entrypoint takes the wakeup
+	// source's flags, as cmd/wakeup-source does (DefaultWakeupImage).
 	WakeupImage string
 	// TimeoutSeconds bounds one request to the Service (default 300).
 	TimeoutSeconds int

@@ -1,4 +1,4 @@
-// Package recstate is what one reconcile carries in its context, for both
+// Package standin is what one reconcile carries in its context, for both
 // engines: the key and kind being reconciled, the stand-in object for its
 // first Get (serverless, Resource mode), and the generation the reconciler
 // read, which automatic observedGeneration writes back.

@@ -65,7 +65,35 @@ type Options struct {
 	// "scaled-to-zero" (for status lines). It is never called with the
 	// activator's lock held, so it may call Instances.
 	OnEvent func(what string, d time.Duration)
+	// OnProcess, if set, hears each instance's life with its pid (for
+	// machine-readable event streams); like OnEvent, never under the lock.
+	OnProcess func(ProcessEvent)
 }
+
+// ProcessEvent is one step in the life of an instance.
+type ProcessEvent struct {
+	// What is ProcessStarted, ProcessReady, ProcessFailed (it never became
+	// ready), ProcessStopped or ScaledToZero (no PID).
+	What string
+	PID  int
+	// Cold is set on ProcessStarted when no instance ran (a cold start).
+	Cold bool
+	// Took is the time from exec to ready (ProcessReady).
+	Took time.Duration
+	// Reason of ProcessStopped: "idle" (scaled down), "shutdown" (the
+	// activator stopped) or "exited" (on its own); the error of ProcessFailed.
+	Reason   string
+	ExitCode int // ProcessStopped
+}
+
+// What a ProcessEvent reports.
+const (
+	ProcessStarted = "started"
+	ProcessReady   = "ready"
+	ProcessFailed  = "failed"
+	ProcessStopped = "stopped"
+	ScaledToZero   = "scaled-to-zero"
+)
 
 // Activator is an http.Handler in front of scale-to-zero instances.
 type Activator struct {
@@ -89,6 +117,7 @@ type instance struct {
 	inflight int
 	last     time.Time
 	stopping bool
+	why      string // why it is stopping: "idle" or "shutdown"
 }
 
 func (i *instance) isReady() bool {
@@ -113,6 +142,9 @@ func New(o Options) *Activator {
 	}
 	if o.OnEvent == nil {
 		o.OnEvent = func(string, time.Duration) {}
+	}
+	if o.OnProcess == nil {
+		o.OnProcess = func(ProcessEvent) {}
 	}
 	return &Activator{opts: o}
 }
@@ -192,6 +224,7 @@ func (a *Activator) acquire(ctx context.Context) (*instance, error) {
 	a.mu.Unlock()
 	if event != "" {
 		a.opts.OnEvent(event, 0) // never under a.mu: a listener may call Instances
+		a.opts.OnProcess(ProcessEvent{What: ProcessStarted, PID: inst.cmd.Process.Pid, Cold: event == "cold-start"})
 	}
 	select {
 	case <-inst.ready:
@@ -288,6 +321,13 @@ func (a *Activator) startLocked() (*instance, string, error) {
 	a.insts = append(a.insts, inst)
 	go func() {
 		_ = cmd.Wait()
+		a.mu.Lock()
+		why := inst.why
+		a.mu.Unlock()
+		if why == "" {
+			why = "exited"
+		}
+		a.opts.OnProcess(ProcessEvent{What: ProcessStopped, PID: cmd.Process.Pid, Reason: why, ExitCode: cmd.ProcessState.ExitCode()})
 		close(inst.exited)
 		a.forget(inst)
 	}()
@@ -297,8 +337,10 @@ func (a *Activator) startLocked() (*instance, string, error) {
 			inst.err = err
 			a.forget(inst)
 			_ = cmd.Process.Kill()
+			a.opts.OnProcess(ProcessEvent{What: ProcessFailed, PID: cmd.Process.Pid, Reason: err.Error()})
 		} else {
 			a.opts.OnEvent("ready", time.Since(t0))
+			a.opts.OnProcess(ProcessEvent{What: ProcessReady, PID: cmd.Process.Pid, Took: time.Since(t0)})
 		}
 		close(inst.ready)
 	}()
@@ -350,8 +392,9 @@ func (a *Activator) Run(ctx context.Context) {
 		}
 		a.mu.Lock()
 		event := ""
+		var started *instance
 		if a.live() < a.opts.MinScale {
-			_, event, _ = a.startLocked() // a failure is retried on the next tick
+			started, event, _ = a.startLocked() // a failure is retried on the next tick
 		}
 		var idle *instance
 		for _, i := range a.insts {
@@ -361,16 +404,18 @@ func (a *Activator) Run(ctx context.Context) {
 			}
 		}
 		if idle != nil {
-			idle.stopping = true
+			idle.stopping, idle.why = true, "idle"
 		}
 		a.mu.Unlock()
 		if event != "" {
 			a.opts.OnEvent(event, 0)
+			a.opts.OnProcess(ProcessEvent{What: ProcessStarted, PID: started.cmd.Process.Pid, Cold: event == "cold-start"})
 		}
 		if idle != nil {
 			a.stop(idle)
 			if a.Instances() == 0 {
 				a.opts.OnEvent("scaled-to-zero", 0)
+				a.opts.OnProcess(ProcessEvent{What: ScaledToZero})
 			} else {
 				a.opts.OnEvent("scale-down", 0)
 			}
@@ -395,7 +440,7 @@ func (a *Activator) stopAll() {
 	a.mu.Lock()
 	insts := append([]*instance(nil), a.insts...)
 	for _, i := range insts {
-		i.stopping = true
+		i.stopping, i.why = true, "shutdown"
 	}
 	a.mu.Unlock()
 	var wg sync.WaitGroup

@@ -59,6 +59,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		p.procs = append(p.procs, cmd)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
 		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; runs as %s; log %s)", key(u), pkg, cmd.Process.Pid, as, p.LogPath(name))
+		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: cmd.Process.Pid})
 	}
 	return nil
 }

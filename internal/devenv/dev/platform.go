@@ -47,6 +47,9 @@ type Options struct {
 	Idle time.Duration
 	// Out receives one line per step and per scaling event (nil discards).
 	Out io.Writer
+	// Events receives the same as machine-readable Events (nil discards;
+	// events.go).
+	Events *EventWriter
 }
 
 // Platform is Knative's part, played locally for the applied manifests.
@@ -151,6 +154,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		case <-p.ctx.Done():
 		}
 	}()
+	p.emitReady()
 	return p, nil
 }
 

@@ -29,12 +29,15 @@ type Service struct {
 
 	mu         sync.Mutex
 	deliveries []Delivery
+	events     *EventWriter
 }
 
 // Delivery is one request the Service answered.
 type Delivery struct {
 	At               time.Time
 	Type, Kind, Name string // CloudEvent type and the kind/name extensions
+	Source, Subject  string // CloudEvent source and subject
+	Namespace        string // the namespace extension
 	Code             int
 	Result           string // the operator's Opzero-Result header
 	Took             time.Duration
@@ -55,13 +58,16 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.Activator.ServeHTTP(rec, r)
 	s.Events.Add(1)
 	res := rec.Header().Get("Opzero-Result")
+	n := 0
 	if rec.code < 200 || rec.code > 299 {
 		s.Failures.Add(1)
 	} else if m := reconciledN.FindStringSubmatch(res); m != nil {
-		n, _ := strconv.Atoi(m[1])
+		n, _ = strconv.Atoi(m[1])
 		s.Reconciles.Add(int64(n))
 	}
-	d := Delivery{At: t, Type: r.Header.Get("Ce-Type"), Kind: r.Header.Get("Ce-Kind"), Name: r.Header.Get("Ce-Name"), Code: rec.code, Result: res, Took: time.Since(t)}
+	d := Delivery{At: t, Type: r.Header.Get("Ce-Type"), Kind: r.Header.Get("Ce-Kind"), Name: r.Header.Get("Ce-Name"), Code: rec.code, Result: res, Took: time.Since(t),
+		Source: r.Header.Get("Ce-Source"), Subject: r.Header.Get("Ce-Subject"), Namespace: r.Header.Get("Ce-Namespace")}
+	s.emitDelivery(s.events, d, n)
 	s.mu.Lock()
 	if s.deliveries = append(s.deliveries, d); len(s.deliveries) > 10000 {
 		s.deliveries = s.deliveries[1:]
@@ -108,6 +114,7 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 			spec.Idle = p.opts.Idle
 		}
 		s := &Service{Name: u.GetName(), Namespace: u.GetNamespace(), URL: "http://" + listeners[i].Addr().String(), Spec: *spec}
+		s.events = p.opts.Events
 		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
 		if err != nil {
 			return err
@@ -154,6 +161,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
+		OnProcess: s.onProcess(p.opts.Events),
 		Command: func() *exec.Cmd {
 			cmd := exec.Command(exe, args...)
 			cmd.Env = env

@@ -3,7 +3,7 @@
 // tools/knative, and runs Knative's real ApiServerSource receive adapter
 // (built by hack/build-knative.sh into bin/) as a local process.
 //
-// # Caveats (Knative eventing v0.50.0, see ../shared/knative/ADAPTERS.md)
+// # Caveats (Knative eventing v0.50.0, see docs/knative-adapters.md)
 //
 //   - The adapter sends nothing for objects that exist when it starts, nor on
 //     a relist: only watch events. Start it before creating objects whose

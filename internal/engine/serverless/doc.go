@@ -45,7 +45,7 @@
 // # HTTP answers
 //
 // Knative's senders retry some codes and not others
-// (../shared/knative/EVENTS.md), so each code is chosen for what the sender
+// (docs/knative-events.md), so each code is chosen for what the sender
 // should do:
 //
 //	200  handled (reconciled, skipped, filtered, nothing to do); empty body, so

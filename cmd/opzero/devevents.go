@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/opzero/opzero/internal/devenv/dev"
+)
+
+// openEvents opens the stream of --events=json: standard output by
+// default (the human log then goes to standard error, so the two never
+// mix), or --events-file (a path; /dev/fd/N for an inherited descriptor).
+// It returns the writer (nil without --events), where the human log goes,
+// and a func that closes what it opened.
+func (f *devFlags) openEvents(cmd *cobra.Command) (*dev.EventWriter, io.Writer, func(), error) {
+	out := cmd.OutOrStdout()
+	switch f.events {
+	case "":
+		return nil, out, func() {}, nil
+	case "json":
+	default:
+		return nil, nil, nil, fmt.Errorf("--events=%s: the only format is json (one JSON object per line)", f.events)
+	}
+	if f.eventsFile == "" || f.eventsFile == "-" {
+		return dev.NewEventWriter(out), cmd.ErrOrStderr(), func() {}, nil
+	}
+	file, err := os.OpenFile(f.eventsFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--events-file: %w", err)
+	}
+	return dev.NewEventWriter(file), out, func() { file.Close() }, nil
+}

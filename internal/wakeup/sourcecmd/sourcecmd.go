@@ -1,0 +1,89 @@
+// Package sourcecmd is the wakeup source's command line: its flags and what
+// runs them. cmd/wakeup-source (the small binary the generated manifests
+// deploy) and `opzero wakeup-source` (the CLI's subcommand) share it, so the
+// two take the same flags and run the same code.
+package sourcecmd
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/wakeup"
+)
+
+// Short is a one-line summary of the wakeup source.
+const Short = "Deliver durable wakeups (RequeueAfter, retries) to serverless operators when they are due"
+
+// Long describes the wakeup source for --help.
+const Long = `The wakeup source is a small always-on process. It watches Wakeup records
+(opzero.dev/v1alpha1, written by serverless operators when a reconcile returns
+RequeueAfter or fails) and, at each one's due time, sends a dev.opzero.wakeup
+CloudEvent to the record's sink, which starts the operator if it has scaled to
+zero; after a 2xx answer it deletes the record. It fires overdue records when it
+starts and backs off when a sink fails.
+
+It needs get/list/watch/delete on wakeups.opzero.dev. With --audience it
+authenticates like Knative's OIDC senders: a TokenRequest token of
+--service-account for that audience.`
+
+// Example shows the flags the generated manifests pass.
+const Example = `--operator configwatcher --audience opzero:default:configwatcher --service-account default/configwatcher-wakeup-source`
+
+// Flags are the wakeup source's settings.
+type Flags struct {
+	Namespace      string
+	Operator       string
+	Audience       string
+	ServiceAccount string // <namespace>/<name>
+	Concurrency    int
+}
+
+// Bind registers the flags on fs.
+func (f *Flags) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.Namespace, "namespace", "", "Watch only this `namespace` (default: all namespaces).")
+	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this `name` (label opzero.dev/operator; default: every operator's, for one source per cluster).")
+	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this `audience` (the operator's --audience).")
+	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as `namespace/name` (with --audience).")
+	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
+}
+
+// Run connects to the API server (KUBECONFIG, else in-cluster) and delivers
+// Wakeups until ctx ends. Logs go to stderr as JSON.
+func (f Flags) Run(ctx context.Context) error {
+	var sans, saname string
+	if f.Audience != "" {
+		var ok bool
+		if sans, saname, ok = strings.Cut(f.ServiceAccount, "/"); !ok || sans == "" || saname == "" {
+			return fmt.Errorf("--service-account %q: want <namespace>/<name> of the service account whose tokens carry --audience", f.ServiceAccount)
+		}
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("no Kubernetes API server: set KUBECONFIG or run in a cluster: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Log: log}
+	if f.Audience != "" {
+		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
+	}
+	log.Info("wakeup source running", "namespace", f.Namespace, "operator", f.Operator, "authenticated", f.Audience != "", "pid", os.Getpid())
+	return wakeup.NewSource(c, o).Run(ctx)
+}

@@ -1,0 +1,11 @@
+package operator
+
+// RequestsServed is how many HTTP requests the serverless engine has taken
+// (0 in classic mode or before Register): tests wait on it without the
+// engine's type appearing in the public API.
+func RequestsServed(r *Runtime) int64 {
+	if r.engine == nil {
+		return 0
+	}
+	return r.engine.Stats().Requests.Load()
+}
