@@ -129,7 +129,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
 	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile (default 2ms; a negative duration such as -1ns never holds)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
-	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this `URL` (the operator's own)")
+	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this URL (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	if o.MaxScale == 0 {

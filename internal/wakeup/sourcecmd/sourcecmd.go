@@ -51,10 +51,10 @@ type Flags struct {
 
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.Namespace, "namespace", "", "Watch only this `namespace` (default: all namespaces).")
-	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this `name` (label opzero.dev/operator; default: every operator's, for one source per cluster).")
-	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this `audience` (the operator's --audience).")
-	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as `namespace/name` (with --audience).")
+	fs.StringVar(&f.Namespace, "namespace", "", "Watch only this namespace (default: all namespaces).")
+	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name (label opzero.dev/operator; default: every operator's, for one source per cluster).")
+	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
+	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
 }
 
