@@ -37,8 +37,8 @@ func (r *Resolver) install(ctx context.Context, dir string, names []string) erro
 		if executable(filepath.Join(dir, n)) {
 			continue
 		}
-		if r.adopt(dir, g, b) {
-			fmt.Fprintf(r.progress(), "opzero: took %s from a folder built from the same pins\n", n)
+		if from := r.adopt(dir, g, b); from != "" {
+			fmt.Fprintf(r.progress(), "opzero: linked %s from %s (built from the same pins)\n", n, from)
 			continue
 		}
 		if todo[g] == nil {
@@ -106,8 +106,8 @@ func lock(ctx context.Context, dir string, w io.Writer) (func(), error) {
 }
 
 // adopt links b into dir from r.From or a sibling cache folder whose stamp
-// for g matches these pins.
-func (r *Resolver) adopt(dir string, g *group, b *binary) bool {
+// for g matches these pins, and returns that folder ("" if none).
+func (r *Resolver) adopt(dir string, g *group, b *binary) string {
 	cands := append([]string(nil), r.From...)
 	if cache, err := r.cache(); err == nil && filepath.Clean(dir) == filepath.Clean(cache) {
 		siblings, _ := filepath.Glob(filepath.Join(filepath.Dir(cache), "*"))
@@ -121,11 +121,11 @@ func (r *Resolver) adopt(dir string, g *group, b *binary) bool {
 		if st, err := os.ReadFile(g.stampFile(c)); err != nil || strings.TrimSpace(string(st)) != g.stamp() {
 			continue
 		}
-		if err := place(dir, b.name, func(tmp string) error { return linkOrCopy(src, tmp) }); err == nil {
-			return writeStamp(dir, g) == nil
+		if err := place(dir, b.name, func(tmp string) error { return linkOrCopy(src, tmp) }); err == nil && writeStamp(dir, g) == nil {
+			return c
 		}
 	}
-	return false
+	return ""
 }
 
 func same(a, b string) bool {
@@ -150,7 +150,13 @@ func place(dir, name string, make func(tmp string) error) error {
 	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
+// linkOrCopy hard-links the file src names (through symlinks: bin/ links
+// into a cache folder) to dst, or copies it across file systems.
 func linkOrCopy(src, dst string) error {
+	src, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return err
+	}
 	if os.Link(src, dst) == nil {
 		return nil
 	}
