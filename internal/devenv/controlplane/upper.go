@@ -31,6 +31,7 @@ type upper struct {
 }
 
 func newUpper(ctx context.Context, dir string, opts Options) (*upper, error) {
+	bins := pinned.Resolver{Dir: opts.BinDir, Progress: opts.Progress} // a build is reported even without Progress (os.Stderr)
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
@@ -42,7 +43,7 @@ func newUpper(ctx context.Context, dir string, opts Options) (*upper, error) {
 	if !opts.NoControllerManager {
 		names = append(names, pinned.KubeControllerManager)
 	}
-	paths, err := pinned.Resolver{Dir: opts.BinDir, Progress: opts.Progress}.Find(ctx, names...)
+	paths, err := bins.Find(ctx, names...)
 	if err != nil {
 		return nil, err
 	}

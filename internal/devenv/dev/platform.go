@@ -209,11 +209,16 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 	}
 	for _, pkg := range pkgs {
 		t := time.Now()
-		if _, err := p.build.build(ctx, pkg); err != nil {
+		argv, err := p.build.build(ctx, pkg)
+		if err != nil {
 			closeAll(listeners)
 			return nil, err
 		}
-		p.say("built ko://%s in %s", pkg, since(t))
+		if filepath.Dir(argv[0]) == p.build.dir {
+			p.say("built ko://%s in %s", pkg, since(t))
+		} else {
+			p.say("ko://%s runs as %s (no build)", pkg, strings.Join(argv, " "))
+		}
 	}
 	return listeners, nil
 }
