@@ -84,9 +84,9 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 // devFlags are the flags of opzero dev.
 type devFlags struct {
 	file, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
-	port                                                    int
-	idle                                                    time.Duration
-	noStatus                                                bool
+	port                                                            int
+	idle                                                            time.Duration
+	noStatus                                                        bool
 }
 
 func (f *devFlags) run(cmd *cobra.Command) error {

@@ -158,6 +158,48 @@ func TestOutsideTheCheckout(t *testing.T) {
 			t.Errorf("%s (pid %d) still runs after down", pr.Name, pr.PID)
 		}
 	}
+	testenvOutside(t, o)
+}
+
+// testenvOutside runs a user's test package that uses testenv with
+// Knative's CRDs: it finds everything in the user cache too.
+func testenvOutside(t *testing.T, o *outside) {
+	test := `package project
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/testenv"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, NoControllerManager: true}))
+}
+
+func TestPlane(t *testing.T) {
+	env := testenv.Get(t)
+	crd := &apiextv1.CustomResourceDefinition{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "services.serving.knative.dev"}, crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plane at %s with %s", env.Config.Host, crd.Name)
+}
+`
+	if err := os.WriteFile(filepath.Join(o.dir, "plane_test.go"), []byte(test), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-v", ".")
+	cmd.Dir, cmd.Env = o.dir, append(slices.Clone(o.env), "GOFLAGS=-mod=mod")
+	b, err := cmd.CombinedOutput()
+	t.Logf("$ go test -count=1 -v . (in %s)\n%s", o.dir, b)
+	if err != nil || !strings.Contains(string(b), "with services.serving.knative.dev") || strings.Contains(string(b), "opzero: building") {
+		t.Fatalf("a user's testenv test outside the checkout: %v, want it to pass with nothing built", err)
+	}
 }
 
 // devOwnImages runs opzero dev on two Deployments with opzero's own images
