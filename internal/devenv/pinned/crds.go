@@ -48,8 +48,8 @@ func (r Resolver) CRDs(ctx context.Context) ([]string, error) {
 	}
 	switch {
 	case last.user:
-		return nil, fmt.Errorf("Knative's CRDs are not in %s: put them there with `opzero install --bin-dir %s knative`, or drop %s to use opzero's cache",
-			filepath.Join(last.dir, CRDFolder), last.dir, strings.SplitN(last.what, " ", 2)[0])
+		return nil, fmt.Errorf("Knative's CRDs are not in %s (%s): put them there with `opzero install --bin-dir %s knative`, or %s to use opzero's cache",
+			filepath.Join(last.dir, CRDFolder), last.what, last.dir, last.instead())
 	case r.NoBuild:
 		return nil, fmt.Errorf("Knative's CRDs are not in %s: fetch them with `opzero install knative`", filepath.Join(last.dir, CRDFolder))
 	}

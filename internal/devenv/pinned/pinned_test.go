@@ -126,9 +126,9 @@ func TestFindErrorsSayWhatToDo(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"flag lacks one", partial, map[string]string{Env: fakeBins(t, false, Names()...)}, []string{"kube-apiserver not found in --bin-dir " + partial, "opzero install --bin-dir " + partial, "drop --bin-dir"}},
+		{"flag lacks one", partial, map[string]string{Env: fakeBins(t, false, Names()...)}, []string{"kube-apiserver not found in --bin-dir " + partial, "opzero install --bin-dir " + partial, "leave out --bin-dir"}},
 		{"flag is no folder", filepath.Join(empty, "nope"), nil, []string{"is not a folder", "opzero install --bin-dir"}},
-		{"env lacks one", "", map[string]string{Env: partial}, []string{"kube-apiserver not found in OPZERO_BIN_DIR=" + partial, "opzero install --bin-dir", "drop OPZERO_BIN_DIR"}},
+		{"env lacks one", "", map[string]string{Env: partial}, []string{"kube-apiserver not found in OPZERO_BIN_DIR=" + partial, "opzero install --bin-dir", "unset OPZERO_BIN_DIR"}},
 		{"cache lacks one, no build", "", nil, []string{"not found in opzero's cache " + empty, "`opzero install`", "--bin-dir / OPZERO_BIN_DIR"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,6 +38,14 @@ type source struct {
 	user bool     // named by the user: everything must be there, nothing is built
 }
 
+// instead says how to use the cache instead of a folder the user named.
+func (s source) instead() string {
+	if strings.HasPrefix(s.what, "--") {
+		return "leave out --bin-dir"
+	}
+	return "unset " + Env
+}
+
 func (r *Resolver) env(k string) string {
 	if r.getenv != nil {
 		return r.getenv(k)
@@ -69,7 +77,7 @@ func (r *Resolver) sources() ([]source, error) {
 			return nil, err
 		}
 		if !isDir(abs) {
-			return nil, fmt.Errorf("%s is not a folder: create it and fill it with `opzero install --bin-dir %s`, or drop it to use opzero's cache", what, dir)
+			return nil, fmt.Errorf("%s is not a folder: fill it with `opzero install --bin-dir %s`, or %s to use opzero's cache", what, dir, source{what: what}.instead())
 		}
 		return []source{{what: what, dir: abs, user: true}}, nil
 	}
@@ -117,8 +125,8 @@ func (r Resolver) Find(ctx context.Context, names ...string) ([]string, error) {
 	last := srcs[len(srcs)-1]
 	switch {
 	case last.user:
-		return nil, fmt.Errorf("%s not found in %s: put them there with `opzero install --bin-dir %s`, or drop %s to use opzero's cache (filled by `opzero install`, or on first use)",
-			strings.Join(missing, ", "), last.what, last.dir, strings.SplitN(last.what, " ", 2)[0])
+		return nil, fmt.Errorf("%s not found in %s: put them there with `opzero install --bin-dir %s`, or %s to use opzero's cache (filled by `opzero install`, or on first use)",
+			strings.Join(missing, ", "), last.what, last.dir, last.instead())
 	case r.NoBuild:
 		return nil, fmt.Errorf("%s not found in %s: build them there with `opzero install`, or point --bin-dir / %s at a folder that holds them",
 			strings.Join(missing, ", "), last.what, Env)
