@@ -1,5 +1,6 @@
 # opzero: the two commands a new machine needs are `make demo` and `make test`.
-# Everything else is built on demand from pinned Go modules into bin/.
+# Everything else is built on demand from pinned Go modules into opzero's user
+# cache (`opzero install`, ~/.cache/opzero/<pins>) and linked from bin/.
 
 GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
@@ -12,11 +13,11 @@ all: opzero
 help: ## show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-bins: ## build the pinned control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) into bin/
-	@bash hack/build-bins.sh
+bins: ## make the pinned control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) ready in opzero's cache, linked from bin/
+	@bash hack/build-bins.sh controlplane
 
-knative-bins: ## build the real Knative ApiServerSource and PingSource adapters into bin/
-	@bash hack/build-knative.sh
+knative-bins: ## make Knative's real ApiServerSource and PingSource adapters and CRDs ready in opzero's cache, linked from bin/
+	@bash hack/build-bins.sh knative
 
 opzero: ## build the opzero CLI into bin/opzero
 	$(GO) build -o bin/opzero ./cmd/opzero
@@ -36,7 +37,7 @@ unit: ## run only the tests that need no control plane
 demo: bins knative-bins ## the main job: ConfigWatcher running serverless through `opzero dev` on the local control plane
 	@bash hack/demo.sh
 
-clean: ## remove bin/ (the Go build cache keeps later builds fast)
+clean: ## remove bin/ (the pinned binaries stay in opzero's cache: `go run ./cmd/opzero install --print-dir`)
 	rm -rf bin
 
 bench: bins knative-bins ## opzero vs controller-runtime: memory, cold start, throughput, intake; writes docs/benchmarks.md (not part of make test)

@@ -21,6 +21,22 @@
 //     left by test binaries that died are removed by the next Main.
 //   - Every port is picked free, so test packages run in parallel.
 //
+// # Binaries
+//
+// The control plane's binaries (etcd, kube-apiserver, kube-controller-manager)
+// are opzero's pinned builds of Kubernetes v1.34.3, found in this order:
+//
+//  1. $OPZERO_BIN_DIR, if set (it must hold them all);
+//  2. $KUBEBUILDER_ASSETS, envtest's folder, for etcd and kube-apiserver;
+//  3. the user cache, $XDG_CACHE_HOME/opzero/<pins> (~/.cache/opzero/...).
+//
+// What the cache lacks is built there from the pinned Go modules before the
+// tests start (about 9 minutes on 2 cores the first time, with a progress
+// line every 10 s on standard error; later runs find it). Run `opzero
+// install` once to build ahead of time, e.g. in CI before `go test`; `opzero
+// install --print-dir` prints the folder. Knative's CRDs (KnativeCRDs) come
+// from the same place. No opzero checkout is needed.
+//
 // # Caveats
 //
 // There is no scheduler and no kubelet: Pods stay Pending.
@@ -46,7 +62,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
-	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 // Options configures Main.
@@ -95,6 +111,14 @@ func Main(m *testing.M, opts Options) int {
 }
 
 func start(opts Options) (*Env, func(), error) {
+	// A first run builds the binaries (minutes): before the start's timeout.
+	names := []string{pinned.Etcd, pinned.KubeAPIServer}
+	if !opts.NoControllerManager {
+		names = append(names, pinned.KubeControllerManager)
+	}
+	if _, err := (pinned.Resolver{Progress: os.Stderr}).Find(context.Background(), names...); err != nil {
+		return nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
@@ -111,7 +135,7 @@ func start(opts Options) (*Env, func(), error) {
 	stop := func() { _ = plane.Stop(false); os.RemoveAll(dir) }
 	paths := opts.CRDDirs
 	if opts.KnativeCRDs {
-		kn, err := knative.CRDs(ctx)
+		kn, err := (pinned.Resolver{Progress: os.Stderr}).CRDs(ctx)
 		if err != nil {
 			stop()
 			return nil, nil, err

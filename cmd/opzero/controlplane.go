@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
-	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 func defaultStateDir() string {
@@ -29,14 +29,18 @@ func newControlPlaneCmd() *cobra.Command {
 		Use:     "controlplane",
 		Aliases: []string{"cp"},
 		Short:   "Run a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)",
-		Long: `controlplane runs a real Kubernetes control plane as local processes, built from
-pinned Go modules into bin/ by 'make bins'. No Docker, no cluster needed.
+		Long: `controlplane runs a real Kubernetes control plane as local processes: opzero's
+pinned builds of etcd, kube-apiserver and kube-controller-manager (Kubernetes
+v1.34.3). They are found in --bin-dir, else $OPZERO_BIN_DIR, else
+$KUBEBUILDER_ASSETS (etcd, kube-apiserver), else opzero's cache, where they are
+built on first use ('opzero install' does it ahead of time). No Docker, no
+cluster, no opzero checkout needed.
 
 There is no scheduler and no kubelet: Pods are created and stay Pending, which
 is all an operator needs to be tested against.`,
 	}
 	dir := defaultStateDir()
-	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "state folder (logs, etcd data, kubeconfig); env OPZERO_STATE_DIR")
+	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "keep the plane's state here: logs, etcd data, kubeconfig (env OPZERO_STATE_DIR)")
 	cmd.AddCommand(newUpCmd(&dir), newDownCmd(&dir), newStatusCmd(&dir))
 	return cmd
 }
@@ -58,10 +62,19 @@ func newUpCmd(dir *string) *cobra.Command {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			opts.Dir, opts.Progress = *dir, out
+			// Find (or build) the binaries and Knative's CRDs first: a
+			// failure should not leave a plane behind.
+			bins := pinned.Resolver{Dir: opts.BinDir, Progress: out}
+			names := []string{pinned.Etcd, pinned.KubeAPIServer}
+			if !opts.NoControllerManager {
+				names = append(names, pinned.KubeControllerManager)
+			}
+			if _, err := bins.Find(ctx, names...); err != nil {
+				return err
+			}
 			paths := crds
 			if knativeCRDs {
-				// Resolve the Knative CRDs first: a failed download should not leave a plane behind.
-				kn, err := knative.CRDs(ctx)
+				kn, err := bins.CRDs(ctx)
 				if err != nil {
 					return err
 				}
@@ -86,11 +99,11 @@ func newUpCmd(dir *string) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.APIServerPort, "port", 16443, "kube-apiserver's secure port on 127.0.0.1 (0 picks a free one)")
-	f.StringVar(&opts.BinDir, "bin-dir", "", "folder with etcd, kube-apiserver, kube-controller-manager (default: bin/ of the opzero checkout; env OPZERO_BIN_DIR)")
-	f.BoolVar(&opts.NoControllerManager, "no-controller-manager", false, "skip kube-controller-manager (no garbage collection, ReplicaSets or default ServiceAccounts)")
-	f.BoolVar(&knativeCRDs, "knative-crds", false, "also install Knative's Service, ApiServerSource, PingSource, Broker and Trigger CRDs (from the knative.dev v0.50.0 module downloads)")
-	f.StringSliceVar(&crds, "crds", nil, "CRD files or folders to install after start")
+	f.IntVar(&opts.APIServerPort, "port", 16443, "serve kube-apiserver on this port of 127.0.0.1 (0 picks a free one)")
+	f.StringVar(&opts.BinDir, "bin-dir", "", "take etcd, kube-apiserver and kube-controller-manager from this folder (default $OPZERO_BIN_DIR, else opzero's cache; see 'opzero install')")
+	f.BoolVar(&opts.NoControllerManager, "no-controller-manager", false, "skip kube-controller-manager: no garbage collection, ReplicaSets or default ServiceAccounts")
+	f.BoolVar(&knativeCRDs, "knative-crds", false, "also install Knative's Service, ApiServerSource, PingSource, Broker and Trigger CRDs (v0.50.0)")
+	f.StringSliceVar(&crds, "crds", nil, "install the CRDs in these files or folders after the start")
 	return cmd
 }
 

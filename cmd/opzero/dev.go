@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,13 +17,14 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
-	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 func newDevCmd() *cobra.Command {
@@ -54,11 +57,18 @@ Knative injects (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION), KUBECONFIG
 nothing of dev's own environment, so a variable missing from the manifests
 is missing here as on a cluster (add it with opzero manifests --env).
 
+opzero's own images (ko://github.com/opzero/opzero/cmd/opzero and
+.../cmd/wakeup-source, the wakeup source) run from this CLI itself, so your
+module needs no dependency for them. Knative's adapters and CRDs and the
+control plane come from --bin-dir, else $OPZERO_BIN_DIR, else opzero's cache
+(built there on first use; 'opzero install' does it ahead of time).
+
 Without --kubeconfig or $KUBECONFIG it uses the control plane of
 'opzero controlplane up' if one runs, else starts one for this session
 (stopped on exit). Knative's CRDs are installed where they are missing; a
 cluster that runs Knative itself is refused. Ctrl-C stops every process it
-started.`,
+started; on exit the Knative Services and sources it made Ready turn
+Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
   opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s`,
 		Args: cobra.NoArgs,
@@ -67,6 +77,7 @@ started.`,
 	fs := cmd.Flags()
 	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server to use (default $KUBECONFIG, else the plane that opzero controlplane up started, else a new one)")
+	fs.StringVar(&f.binDir, "bin-dir", "", "take the control plane's binaries and Knative's adapters and CRDs from this folder (default $OPZERO_BIN_DIR, else opzero's cache; see 'opzero install')")
 	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
 	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
 	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
@@ -81,11 +92,11 @@ started.`,
 
 // devFlags are the flags of opzero dev.
 type devFlags struct {
-	file, kubeconfig, cacheDir, buildDir, logDir, namespace string
-	port                                                    int
-	idle                                                    time.Duration
-	noStatus                                                bool
-	events, eventsFile                                      string
+	file, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
+	port                                                            int
+	idle                                                            time.Duration
+	noStatus                                                        bool
+	events, eventsFile                                              string
 }
 
 func (f *devFlags) run(cmd *cobra.Command) (err error) {
@@ -109,7 +120,13 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 	if err != nil {
 		return err
 	}
-	kc, stopPlane, err := devPlane(ctx, f.kubeconfig, lines)
+	// Knative's adapters are found (or built, with progress) before the
+	// cluster is touched.
+	bins := pinned.Resolver{Dir: f.binDir, Progress: lines}
+	if _, err := bins.Find(ctx, adaptersFor(objs)...); err != nil {
+		return err
+	}
+	kc, stopPlane, err := devPlane(ctx, f.kubeconfig, bins, lines)
 	if err != nil {
 		return err
 	}
@@ -123,7 +140,7 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 		return err
 	}
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
-		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events})
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events, BinDir: f.binDir, Prebuilt: ownImage})
 	if err != nil {
 		return err
 	}
@@ -154,9 +171,43 @@ func (f *devFlags) serve(ctx context.Context, p *dev.Platform, w io.Writer, term
 	<-done
 }
 
+// adaptersFor lists Knative's adapters the manifests need.
+func adaptersFor(objs []*unstructured.Unstructured) []string {
+	var need []string
+	for _, o := range objs {
+		a := map[string]string{"ApiServerSource": pinned.ApiServerSourceAdapter, "PingSource": pinned.PingAdapter}[o.GetKind()]
+		if a != "" && o.GroupVersionKind().Group == "sources.knative.dev" && !slices.Contains(need, a) {
+			need = append(need, a)
+		}
+	}
+	return need
+}
+
+// ownImage gives the command of opzero's own images when this process is
+// the opzero CLI, so the user's module needs no dependency for them:
+// ko://github.com/opzero/opzero/cmd/opzero is this executable, and
+// ko://github.com/opzero/opzero/cmd/wakeup-source its wakeup-source command.
+func ownImage(pkg string) ([]string, bool) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Path != controlplane.ModulePath+"/cmd/opzero" {
+		return nil, false // a test binary, say: build the image
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, false
+	}
+	switch pkg {
+	case controlplane.ModulePath + "/cmd/opzero":
+		return []string{exe}, true
+	case controlplane.ModulePath + "/cmd/wakeup-source":
+		return []string{exe, "wakeup-source"}, true
+	}
+	return nil, false
+}
+
 // devPlane returns the kubeconfig to use, with Knative's CRDs installed,
 // and a func that stops the control plane if devPlane started one.
-func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, func(), error) {
+func devPlane(ctx context.Context, kubeconfig string, bins pinned.Resolver, out io.Writer) (string, func(), error) {
 	nop := func() {}
 	if kubeconfig == "" {
 		if p, err := controlplane.Load(defaultStateDir()); err == nil && len(p.Status()) > 0 && p.Status()[0].Running {
@@ -165,19 +216,22 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 		}
 	}
 	if kubeconfig == "" {
+		if _, err := bins.Find(ctx, pinned.Etcd, pinned.KubeAPIServer, pinned.KubeControllerManager); err != nil {
+			return "", nop, err
+		}
 		dir, err := os.MkdirTemp("", "opzero-dev-plane-")
 		if err != nil {
 			return "", nop, err
 		}
 		fmt.Fprintf(out, "no KUBECONFIG and no `opzero controlplane up`: starting a control plane for this session in %s\n", dir)
 		t := time.Now()
-		p, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true})
+		p, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true, BinDir: bins.Dir})
 		if err != nil {
 			os.RemoveAll(dir)
 			return "", nop, err
 		}
 		stop := func() { _ = p.Stop(false); os.RemoveAll(dir) }
-		if err := installKnativeCRDs(ctx, p.Config); err != nil {
+		if err := installKnativeCRDs(ctx, bins, p.Config); err != nil {
 			stop()
 			return "", nop, err
 		}
@@ -205,7 +259,7 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 		return "", nop, fmt.Errorf("reaching the API server at %s (kubeconfig %s): %w", cfg.Host, kubeconfig, err)
 	}
 	if !present {
-		if err := installKnativeCRDs(ctx, cfg); err != nil {
+		if err := installKnativeCRDs(ctx, bins, cfg); err != nil {
 			return "", nop, fmt.Errorf("installing Knative's CRDs on %s: %w", cfg.Host, err)
 		}
 		fmt.Fprintf(out, "installed Knative's CRDs on %s\n", cfg.Host)
@@ -213,11 +267,11 @@ func devPlane(ctx context.Context, kubeconfig string, out io.Writer) (string, fu
 	return kubeconfig, nop, nil
 }
 
-// installKnativeCRDs installs Knative's CRDs from the module download. It
-// needs the opzero checkout (its tools module pins Knative), so it runs only
-// where they are missing: a plane that has them needs neither.
-func installKnativeCRDs(ctx context.Context, cfg *rest.Config) error {
-	crds, err := knative.CRDs(ctx)
+// installKnativeCRDs installs Knative's CRDs in the pinned versions (from
+// --bin-dir, $OPZERO_BIN_DIR or opzero's cache, fetched there the first
+// time).
+func installKnativeCRDs(ctx context.Context, bins pinned.Resolver, cfg *rest.Config) error {
+	crds, err := bins.CRDs(ctx)
 	if err != nil {
 		return err
 	}

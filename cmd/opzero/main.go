@@ -34,6 +34,6 @@ This CLI manages the local development environment.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControlPlaneCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newInitCmd(), newCreateCmd())
+	root.AddCommand(newControlPlaneCmd(), newInstallCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newInitCmd(), newCreateCmd())
 	return root
 }

@@ -6,27 +6,28 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
-// ModulePath is the module whose checkout holds the bin/ folder.
+// ModulePath is opzero's module path.
 const ModulePath = "github.com/opzero/opzero"
 
-// BinDir returns the folder holding the pinned binaries: $OPZERO_BIN_DIR if
-// set, else bin/ at the root of the opzero checkout that contains the working
-// directory (tests run inside it).
+// BinDir returns the folder of the pinned binaries when they come from one
+// place: $OPZERO_BIN_DIR if set, else the versioned user cache (package
+// pinned; the checkout's bin/ links to it after `make bins`). Code that runs
+// a binary should use pinned.Resolver, which also honours --bin-dir and
+// KUBEBUILDER_ASSETS and builds what is missing.
 func BinDir() (string, error) {
-	if d := os.Getenv("OPZERO_BIN_DIR"); d != "" {
+	if d := os.Getenv(pinned.Env); d != "" {
 		return filepath.Abs(d)
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "bin"), nil
+	return pinned.CacheDir()
 }
 
 // RepoRoot walks up from the working directory to the folder whose go.mod
-// declares ModulePath.
+// declares ModulePath: the opzero checkout (its tests and tools read files
+// there; nothing a user runs needs it).
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -38,8 +39,7 @@ func RepoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("not inside an opzero checkout (no go.mod declaring " + ModulePath +
-				" above the working directory): run from the checkout or set OPZERO_BIN_DIR to the folder with the control-plane binaries")
+			return "", errors.New("not inside an opzero checkout (no go.mod declaring " + ModulePath + " above the working directory): run this from the checkout")
 		}
 		dir = parent
 	}

@@ -1,6 +1,7 @@
 // Package controlplane runs a local Kubernetes control plane as plain
-// processes: etcd, kube-apiserver and kube-controller-manager, built from the
-// pinned module in tools/controlplane into bin/ (see hack/build-bins.sh).
+// processes: etcd, kube-apiserver and kube-controller-manager, built from a
+// pinned module and found by package pinned (--bin-dir, $OPZERO_BIN_DIR,
+// $KUBEBUILDER_ASSETS, then the user cache, built there on first use).
 //
 // It is what `opzero controlplane up|down|status`, the test harness
 // (package testenv) and `make demo` stand on.

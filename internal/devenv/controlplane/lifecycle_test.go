@@ -79,7 +79,7 @@ func TestUpRefusesBadInputAndChangesNothing(t *testing.T) {
 		want []string
 	}{
 		{"port in use", controlplane.Options{APIServerPort: busy}, []string{"in use", "kube-apiserver"}},
-		{"missing binaries", controlplane.Options{BinDir: t.TempDir()}, []string{"not found", "make bins"}},
+		{"missing binaries", controlplane.Options{BinDir: t.TempDir()}, []string{"not found", "opzero install --bin-dir"}},
 		{"no state folder", controlplane.Options{Dir: "-"}, nil},
 	}
 	for _, tc := range cases {

@@ -22,8 +22,10 @@ import (
 type Options struct {
 	// Dir is the state folder: logs, keys, etcd data, kubeconfig, state.json.
 	Dir string
-	// BinDir holds etcd, kube-apiserver and kube-controller-manager; empty
-	// means BinDir().
+	// BinDir is the --bin-dir flag: the folder that holds etcd,
+	// kube-apiserver and kube-controller-manager. Empty means the lookup of
+	// package pinned: $OPZERO_BIN_DIR, $KUBEBUILDER_ASSETS, the user cache
+	// (built there on first use, with progress written to Progress).
 	BinDir string
 
 	APIServerPort         int
@@ -77,7 +79,7 @@ func Up(ctx context.Context, opts Options) (_ *Plane, err error) {
 	if err := checkNoPlane(dir); err != nil {
 		return nil, err
 	}
-	u, err := newUpper(dir, opts)
+	u, err := newUpper(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}

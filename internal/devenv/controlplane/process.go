@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -144,18 +143,4 @@ func logTail(file string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return "    " + strings.Join(all, "\n    ")
-}
-
-// findBinary returns the absolute path of name in binDir or a message that
-// says how to build it.
-func findBinary(binDir, name string) (string, error) {
-	p, err := filepath.Abs(filepath.Join(binDir, name))
-	if err != nil {
-		return "", err
-	}
-	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("%s not found at %s: build the pinned control plane with `make bins` (or `bash hack/build-bins.sh`) "+
-			"in the opzero checkout, or point --bin-dir / OPZERO_BIN_DIR at a folder holding etcd, kube-apiserver and kube-controller-manager", name, p)
-	}
-	return p, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 // kcmControllers are the kube-controller-manager controllers the plane runs:
@@ -28,14 +30,8 @@ type upper struct {
 	logs                 string
 }
 
-func newUpper(dir string, opts Options) (*upper, error) {
-	if opts.BinDir == "" {
-		d, err := BinDir()
-		if err != nil {
-			return nil, err
-		}
-		opts.BinDir = d
-	}
+func newUpper(ctx context.Context, dir string, opts Options) (*upper, error) {
+	bins := pinned.Resolver{Dir: opts.BinDir, Progress: opts.Progress} // a build is reported even without Progress (os.Stderr)
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
@@ -43,17 +39,17 @@ func newUpper(dir string, opts Options) (*upper, error) {
 		opts.StartTimeout = time.Minute
 	}
 	u := &upper{opts: opts, plane: &Plane{State: State{Dir: dir}}}
-	var err error
-	if u.etcd, err = findBinary(opts.BinDir, "etcd"); err != nil {
-		return nil, err
-	}
-	if u.apiserver, err = findBinary(opts.BinDir, "kube-apiserver"); err != nil {
-		return nil, err
-	}
+	names := []string{pinned.Etcd, pinned.KubeAPIServer}
 	if !opts.NoControllerManager {
-		if u.kcm, err = findBinary(opts.BinDir, "kube-controller-manager"); err != nil {
-			return nil, err
-		}
+		names = append(names, pinned.KubeControllerManager)
+	}
+	paths, err := bins.Find(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	u.etcd, u.apiserver = paths[0], paths[1]
+	if !opts.NoControllerManager {
+		u.kcm = paths[2]
 	}
 	for name, port := range map[string]int{"kube-apiserver": opts.APIServerPort, "etcd": opts.EtcdPort,
 		"etcd peer": opts.EtcdPeerPort, "kube-controller-manager": opts.ControllerManagerPort} {

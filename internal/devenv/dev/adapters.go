@@ -48,14 +48,17 @@ func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) 
 		}
 		c.Name = u.GetName()
 		t := time.Now()
+		c.BinDir = p.opts.BinDir
 		a, err := knative.StartApiServerSource(ctx, c)
 		if err != nil {
 			return fmt.Errorf("ApiServerSource %s: %w", key(u), err)
 		}
 		p.adapters = append(p.adapters, a)
-		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")); err != nil {
+		status := sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")
+		if err := p.apply.patchStatus(ctx, u, status); err != nil {
 			return err
 		}
+		p.madeReady(u, status, "sinkUri")
 		kinds := make([]string, len(c.Resources))
 		for i, r := range c.Resources {
 			kinds[i] = r.Resource
@@ -105,9 +108,11 @@ func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error
 				return err
 			}
 		}
-		if err := p.apply.patchStatus(ctx, u, sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "OIDCIdentityCreated")); err != nil {
+		status := sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "OIDCIdentityCreated")
+		if err := p.apply.patchStatus(ctx, u, status); err != nil {
 			return err
 		}
+		p.madeReady(u, status, "sinkUri")
 		sched, _, _ := unstructured.NestedString(u.Object, "spec", "schedule")
 		p.Sources = append(p.Sources, fmt.Sprintf("PingSource %s (%s) -> %s", key(u), orDefault(sched, "* * * * *"), s.URI))
 		p.say("PingSource %s: schedule %q -> %s%s", key(u), orDefault(sched, "* * * * *"), s.URI, authNote(s, oidc))
@@ -117,7 +122,7 @@ func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error
 		return err
 	}
 	t := time.Now()
-	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf})
+	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf, BinDir: p.opts.BinDir})
 	if err != nil {
 		return err
 	}

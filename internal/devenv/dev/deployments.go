@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -50,7 +51,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(exe, argv...)
+		cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {

@@ -9,7 +9,8 @@
 // Start checks what it can before touching the cluster (every Knative
 // Service has one container with a ko:// image and sane scale bounds,
 // every Service's local port is free) and builds each ko:// import path once
-// with `go build` into a cache folder. It server-side applies the manifests
+// with `go build` into a cache folder (images Options.Prebuilt knows, opzero's
+// own, run without a build). It server-side applies the manifests
 // (Namespaces and CRDs first), then, from the objects read back:
 //
 //   - Knative Service (serving.knative.dev/v1): an activator (package
@@ -21,8 +22,9 @@
 //     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
 //     URL, the revision names and Ready=True, as Knative's controllers would
 //     write, so sources resolve their sink from it.
-//   - ApiServerSource: Knative's real receive adapter (bin/, built from
-//     knative.dev/eventing v0.50.0), configured from spec.resources, mode,
+//   - ApiServerSource: Knative's real receive adapter (knative.dev/eventing
+//     v0.50.0, found by package pinned in Options.BinDir or the user cache),
+//     configured from spec.resources, mode,
 //     owner, namespaceSelector and ceOverrides. Like Knative's controller it
 //     first asks SubjectAccessReviews whether spec.serviceAccountName may get,
 //     list and watch every resource, and refuses the source if not. With
@@ -79,6 +81,10 @@
 //     the platform's process dies.
 //   - No request is lost to a cold start: it waits in the activator (see
 //     package activator for the 503 + Retry-After answer to a failed start).
+//   - What it made Ready does not stay Ready after it: Stop (and a failed
+//     Start) turns every condition it wrote on Services and sources False
+//     with reason DevSessionEnded and removes the local URLs (status.url,
+//     address, sinkUri), unless the API server is gone.
 //
 // # Caveats
 //
@@ -102,9 +108,8 @@
 //     after a restart of opzero dev (a cluster sees it at the next pod).
 //     Sinks other than Knative Services and plain URIs (Brokers, Channels)
 //     are refused. valueFrom.resourceFieldRef is not supported.
-//   - The statuses it writes stay after it exits (Ready, with local URLs
-//     that no longer answer), and mtping is multi-tenant: a second opzero
-//     dev on the same cluster also pings the first one's PingSources (their
+//   - mtping is multi-tenant: a second opzero dev on the same cluster also
+//     pings the first one's PingSources (their
 //     sends fail and are logged). Use one opzero dev per control plane.
 //   - Readiness is the operator's GET /healthz answering 200 (not the
 //     container's probe). The Service's timeoutSeconds (default 300) bounds

@@ -29,8 +29,9 @@ func importPath(image, where string) (string, error) {
 type builder struct {
 	dir      string // where binaries land
 	buildDir string // where `go build` runs (the module that resolves the import paths)
+	prebuilt func(pkg string) ([]string, bool)
 	mu       sync.Mutex
-	built    map[string]string
+	built    map[string][]string
 }
 
 // DefaultCacheDir is where opzero dev keeps the binaries it builds:
@@ -43,27 +44,34 @@ func DefaultCacheDir() string {
 	return filepath.Join(d, "opzero", "ko")
 }
 
-// build returns the binary for the import path, running `go build` the
-// first time it is asked for in this run (Go's build cache makes a rebuild
-// of unchanged code fast).
-func (b *builder) build(ctx context.Context, pkg string) (string, error) {
+// build returns the command for the import path (the binary, then any
+// leading arguments): Options.Prebuilt's if it has one, else a binary built
+// with `go build` the first time it is asked for in this run (Go's build
+// cache makes a rebuild of unchanged code fast).
+func (b *builder) build(ctx context.Context, pkg string) ([]string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if exe, ok := b.built[pkg]; ok {
-		return exe, nil
+	if argv, ok := b.built[pkg]; ok {
+		return argv, nil
+	}
+	if b.built == nil {
+		b.built = map[string][]string{}
+	}
+	if b.prebuilt != nil {
+		if argv, ok := b.prebuilt(pkg); ok {
+			b.built[pkg] = argv
+			return argv, nil
+		}
 	}
 	if err := os.MkdirAll(b.dir, 0o755); err != nil {
-		return "", err
+		return nil, err
 	}
 	exe := filepath.Join(b.dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, pkg)
 	cmd.Dir = b.buildDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, b.buildDir, err, out)
+		return nil, fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, b.buildDir, err, out)
 	}
-	if b.built == nil {
-		b.built = map[string]string{}
-	}
-	b.built[pkg] = exe
-	return exe, nil
+	b.built[pkg] = []string{exe}
+	return b.built[pkg], nil
 }

@@ -40,6 +40,13 @@ type Options struct {
 	// BuildDir is where `go build` resolves ko:// import paths: a folder of
 	// the module that holds them (default: the working directory).
 	BuildDir string
+	// Prebuilt, if set, gives the command of an image that needs no build
+	// (opzero's own images, which the CLI runs itself): the executable and
+	// leading arguments; ok false builds the image with `go build`.
+	Prebuilt func(pkg string) (argv []string, ok bool)
+	// BinDir is the --bin-dir flag for Knative's adapters (package pinned;
+	// empty: the default lookup).
+	BinDir string
 	// Port is the local port of the first Knative Service's URL, the next
 	// Service gets Port+1, ...; 0 picks free ports.
 	Port int
@@ -72,6 +79,8 @@ type Platform struct {
 	procs    []*exec.Cmd
 	servers  []*http.Server
 	stopOnce sync.Once
+	readyMu  sync.Mutex
+	ready    []made // statuses written Ready=True, undone by Stop
 }
 
 func (p *Platform) say(format string, args ...any) {
@@ -101,7 +110,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		}
 	}
 	p := &Platform{opts: o, kubeconfig: o.Kubeconfig, localURLs: map[string]string{},
-		build: &builder{dir: o.CacheDir, buildDir: o.BuildDir}}
+		build: &builder{dir: o.CacheDir, buildDir: o.BuildDir, prebuilt: o.Prebuilt}}
 	if p.cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", o.Kubeconfig, err)
 	}
@@ -204,11 +213,16 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 	}
 	for _, pkg := range pkgs {
 		t := time.Now()
-		if _, err := p.build.build(ctx, pkg); err != nil {
+		argv, err := p.build.build(ctx, pkg)
+		if err != nil {
 			closeAll(listeners)
 			return nil, err
 		}
-		p.say("built ko://%s in %s", pkg, since(t))
+		if filepath.Dir(argv[0]) == p.build.dir {
+			p.say("built ko://%s in %s", pkg, since(t))
+		} else {
+			p.say("ko://%s runs as %s (no build)", pkg, strings.Join(argv, " "))
+		}
 	}
 	return listeners, nil
 }
@@ -243,7 +257,9 @@ func deploymentImage(u *unstructured.Unstructured) (string, bool, error) {
 }
 
 // Stop stops the sources first (no new events), then the operators (they
-// drain) and the other processes, and returns once all have exited.
+// drain) and the other processes, and returns once all have exited; then it
+// marks what it had made Ready not ready (reason DevSessionEnded) and
+// removes the local URLs from the statuses.
 func (p *Platform) Stop() {
 	p.stopOnce.Do(func() {
 		for _, a := range p.adapters {
@@ -267,6 +283,7 @@ func (p *Platform) Stop() {
 				<-done
 			}
 		}
+		p.markEnded()
 	})
 }
 

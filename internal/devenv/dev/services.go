@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -125,9 +126,11 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 		srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 		p.servers = append(p.servers, srv)
 		go srv.Serve(listeners[i])
-		if err := p.apply.patchStatus(ctx, u, serviceStatus(u, s.URL)); err != nil {
+		status := serviceStatus(u, s.URL)
+		if err := p.apply.patchStatus(ctx, u, status); err != nil {
 			return err
 		}
+		p.madeReady(u, status, "url", "address")
 		p.Services = append(p.Services, s)
 		p.say("Knative Service %s: %s (%d to %d instances, %d requests each; idle period %s; runs as %s; log %s)",
 			key(u), s.URL, spec.MinScale, spec.MaxScale, spec.Concurrency, spec.Idle, as, p.LogPath(s.logName()))
@@ -163,7 +166,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
 		OnProcess: s.onProcess(p.opts.Events),
 		Command: func() *exec.Cmd {
-			cmd := exec.Command(exe, args...)
+			cmd := exec.Command(exe[0], slices.Concat(exe[1:], args)...)
 			cmd.Env = env
 			cmd.Stdout, cmd.Stderr = logf, logf
 			return cmd

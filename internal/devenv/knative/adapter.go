@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 // Resource is one kind an ApiServerSource watches.
@@ -70,8 +69,10 @@ type ApiServerSourceConfig struct {
 	// ProfilingPort moves the adapter's pprof listener off :8008 (0 picks
 	// one from the source name so two adapters do not clash).
 	ProfilingPort int
-	// Binary is the adapter; empty means bin/apiserver_receive_adapter.
-	Binary string
+	// Binary is the adapter; empty means apiserver_receive_adapter found
+	// by package pinned in BinDir (the --bin-dir flag; empty: the default
+	// lookup, built on first use).
+	Binary, BinDir string
 	// Log receives the adapter's output (nil discards).
 	Log io.Writer
 }
@@ -103,7 +104,7 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 	if c.Name == "" || c.Sink == "" || c.Kubeconfig == "" || len(c.Resources) == 0 {
 		return nil, errors.New("ApiServerSource adapter: Name, Sink, Kubeconfig and at least one Resource are required")
 	}
-	bin, err := adapterBinary(c.Binary, "apiserver_receive_adapter")
+	bin, err := adapterBinary(ctx, c.Binary, c.BinDir, pinned.ApiServerSourceAdapter)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +158,9 @@ type PingConfig struct {
 	Namespace string
 	// ProfilingPort moves the pprof listener off :8008 (0 picks one).
 	ProfilingPort int
-	// Binary is the adapter; empty means bin/mtping.
-	Binary string
+	// Binary is the adapter; empty means mtping found by package pinned in
+	// BinDir (as in ApiServerSourceConfig).
+	Binary, BinDir string
 	// Log receives the adapter's output (nil discards).
 	Log io.Writer
 }
@@ -170,7 +172,7 @@ func StartPing(ctx context.Context, c PingConfig) (*Adapter, error) {
 	if c.Kubeconfig == "" || c.Namespace == "" {
 		return nil, errors.New("PingSource adapter: Kubeconfig and Namespace are required")
 	}
-	bin, err := adapterBinary(c.Binary, "mtping")
+	bin, err := adapterBinary(ctx, c.Binary, c.BinDir, pinned.PingAdapter)
 	if err != nil {
 		return nil, err
 	}
@@ -196,16 +198,12 @@ func profilingPort(c ApiServerSourceConfig) int {
 	return 20000 + (h&0x7fffffff)%10000
 }
 
-func adapterBinary(bin, name string) (string, error) {
+func adapterBinary(ctx context.Context, bin, binDir, name string) (string, error) {
 	if bin == "" {
-		dir, err := controlplane.BinDir()
-		if err != nil {
-			return "", err
-		}
-		bin = filepath.Join(dir, name)
+		return pinned.Resolver{Dir: binDir}.FindOne(ctx, name)
 	}
 	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		return "", fmt.Errorf("%s not found at %s: build Knative's adapters with `make knative-bins` (hack/build-knative.sh)", name, bin)
+		return "", fmt.Errorf("%s not found at %s: give the path of Knative's %s, or none to use opzero's (`opzero install knative`)", name, bin, name)
 	}
 	return bin, nil
 }

@@ -1,7 +1,8 @@
 // Package knative plays the parts of Knative that opzero needs on a laptop:
-// it finds Knative's real CRDs in the module downloads pinned by
-// tools/knative, and runs Knative's real ApiServerSource receive adapter
-// (built by hack/build-knative.sh into bin/) as a local process.
+// it finds Knative's real CRDs and runs Knative's real ApiServerSource
+// receive adapter and PingSource adapter as local processes, both in the
+// versions opzero pins (knative.dev/eventing v0.50.0), found or built by
+// package pinned.
 //
 // # Caveats (Knative eventing v0.50.0, see docs/knative-adapters.md)
 //

@@ -1,0 +1,172 @@
+package pinned
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+//go:generate bash gen.sh
+
+//go:embed modules
+var modules embed.FS
+
+// The binaries a Resolver finds.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	Kubectl               = "kubectl"
+	// ApiServerSourceAdapter is Knative's ApiServerSource receive adapter.
+	ApiServerSourceAdapter = "apiserver_receive_adapter"
+	// PingAdapter is Knative's multi-tenant PingSource adapter.
+	PingAdapter = "mtping"
+)
+
+// Env is the environment variable naming a folder of pinned binaries.
+const Env = "OPZERO_BIN_DIR"
+
+// CRDFolder is the sub-folder of a binaries folder that holds Knative's CRDs.
+const CRDFolder = "knative-crds"
+
+// recipe is bumped when the way binaries are built changes (flags, layout),
+// so that a new cache folder is used.
+const recipe = "1"
+
+// binary is one pinned program: its Go package inside its module and how
+// long a build from a cold Go build cache takes on 2 cores.
+type binary struct {
+	name, pkg string
+	minutes   float64
+}
+
+// group is one pinned tools module and the binaries built from it.
+type group struct {
+	name     string   // "controlplane": modules/<name>, stamp .<name>.pins
+	files    []string // module files, relative to modules/<name>, without .txt
+	binaries []binary
+}
+
+var groups = []group{
+	{name: "controlplane", files: []string{"go.mod", "go.sum", "etcd/main.go"}, binaries: []binary{
+		{Etcd, "./etcd", 1},
+		{KubeAPIServer, "k8s.io/kubernetes/cmd/kube-apiserver", 5.5},
+		{KubeControllerManager, "k8s.io/kubernetes/cmd/kube-controller-manager", 1.5},
+		{Kubectl, "k8s.io/kubernetes/cmd/kubectl", 1},
+	}},
+	{name: "knative", files: []string{"go.mod", "go.sum"}, binaries: []binary{
+		{ApiServerSourceAdapter, "knative.dev/eventing/cmd/apiserver_receive_adapter", 2.5},
+		{PingAdapter, "knative.dev/eventing/cmd/mtping", 0.5},
+	}},
+}
+
+// kubebuilderAssets are the binaries envtest's KUBEBUILDER_ASSETS holds.
+var kubebuilderAssets = []string{Etcd, KubeAPIServer, Kubectl}
+
+// Names lists every pinned binary, control plane first.
+func Names() []string {
+	var out []string
+	for _, g := range groups {
+		for _, b := range g.binaries {
+			out = append(out, b.name)
+		}
+	}
+	return out
+}
+
+func lookup(name string) (*group, *binary, error) {
+	for gi := range groups {
+		for bi := range groups[gi].binaries {
+			if groups[gi].binaries[bi].name == name {
+				return &groups[gi], &groups[gi].binaries[bi], nil
+			}
+		}
+	}
+	return nil, nil, fmt.Errorf("%q is not one of opzero's pinned binaries (%s)", name, strings.Join(Names(), ", "))
+}
+
+// groupByName returns the group called name ("controlplane" or "knative").
+func groupByName(name string) (*group, error) {
+	for i := range groups {
+		if groups[i].name == name {
+			return &groups[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%q is not a set of pinned binaries: want controlplane or knative", name)
+}
+
+// file returns a module file of g (e.g. "go.mod").
+func (g *group) file(name string) []byte {
+	b, err := modules.ReadFile("modules/" + g.name + "/" + name + ".txt")
+	if err != nil {
+		panic(err) // the files are embedded: a missing one is a build mistake
+	}
+	return b
+}
+
+// stamp is the hash of g's go.mod and go.sum, as hack/build-bins.sh wrote
+// it to bin/.<group>.pins: binaries carrying it were built from these pins.
+func (g *group) stamp() string {
+	h := sha256.New()
+	h.Write(g.file("go.mod"))
+	h.Write(g.file("go.sum"))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (g *group) stampFile(dir string) string { return filepath.Join(dir, "."+g.name+".pins") }
+
+// require returns the version g's go.mod requires of module path.
+func (g *group) require(path string) string {
+	for _, line := range strings.Split(string(g.file("go.mod")), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == path {
+			return f[1]
+		}
+	}
+	return "unknown"
+}
+
+// Version names the pins: the Kubernetes and Knative versions and a hash of
+// every pinned module file and of how they are built. Any pin change gives
+// a new Version, hence a new cache folder.
+func Version() string {
+	h := sha256.New()
+	h.Write([]byte(recipe))
+	_ = fs.WalkDir(modules, "modules", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := modules.ReadFile(p)
+			fmt.Fprintf(h, "%s %d\n", p, len(b))
+			h.Write(b)
+		}
+		return nil
+	})
+	cp, _ := groupByName("controlplane")
+	kn, _ := groupByName("knative")
+	return fmt.Sprintf("k8s-%s-knative-%s-%s", cp.require("k8s.io/kubernetes"), kn.require("knative.dev/eventing"), hex.EncodeToString(h.Sum(nil))[:8])
+}
+
+// CacheDir is the versioned user cache: $XDG_CACHE_HOME/opzero/<Version>,
+// by default ~/.cache/opzero/<Version>.
+func CacheDir() (string, error) {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no user cache folder for opzero's pinned binaries (%v): set XDG_CACHE_HOME or HOME, or give --bin-dir / %s", err, Env)
+	}
+	return filepath.Join(d, "opzero", Version()), nil
+}
+
+// executable reports whether path is a regular file with an execute bit.
+func executable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
