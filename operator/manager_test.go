@@ -92,8 +92,15 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	addr := freeAddr(t)
-	mgr, err := operator.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config, manager.Options{Scheme: scheme})
+	metricsAddr := freeAddr(t)
+	mgr, err := operator.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config,
+		manager.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: metricsAddr}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.AddMetricsServerExtraHandler("/debug/extra", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+	})); err != nil {
 		t.Fatal(err)
 	}
 	r := &kubebuilderStyle{Client: mgr.GetClient(), count: map[string]int{}}
@@ -137,6 +144,9 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	if c := get(ctx, url+"/healthz/ping"); c != http.StatusOK {
 		t.Fatalf("/healthz/ping = %d, want 200", c)
 	}
+	eventually(t, "controller-runtime's metrics server on its own address, with the extra handler", func(ctx context.Context) (bool, error) {
+		return get(ctx, "http://"+metricsAddr+"/metrics") == http.StatusOK && get(ctx, "http://"+metricsAddr+"/debug/extra") == http.StatusTeapot, nil
+	})
 
 	c := env.Client
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns},
