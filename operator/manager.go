@@ -366,13 +366,14 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 func (m *adopted) filter(a *adopt.Controller, primary schema.GroupVersionKind, owned map[schema.GroupVersionKind]bool) builder.Filter {
 	return func(ev builder.Event) bool {
 		gvk := ev.Object.GetObjectKind().GroupVersionKind()
-		reqs := a.Deliver(gvk, adopt.EventType(ev.Type), m.whole(ev))
+		obj := m.whole(ev)
+		reqs := a.Deliver(gvk, adopt.EventType(ev.Type), obj)
 		var target reconcile.Request
 		switch {
 		case gvk == primary:
 			target.NamespacedName = types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ev.Object.GetName()}
 		case owned[gvk]:
-			ref := metav1.GetControllerOf(ev.Object)
+			ref := metav1.GetControllerOf(obj) // the engine found the same owner
 			if ref == nil {
 				return false
 			}
@@ -433,17 +434,14 @@ func (m *adopted) later(r reconcile.Request, after time.Duration) {
 	if e == nil {
 		return
 	}
-	go func() {
-		if after > 0 {
-			time.Sleep(after)
-		}
+	time.AfterFunc(max(after, 0), func() {
 		data, _ := json.Marshal(map[string]string{"namespace": r.Namespace, "name": r.Name})
 		req, err := cloudevent.NewRequest(context.Background(), "http://in-process/", cloudevent.NewPing("opzero/adopted-controller", data), false)
 		if err != nil {
 			return
 		}
 		e.ServeHTTP(discard{}, req)
-	}()
+	})
 }
 
 type discard struct{}

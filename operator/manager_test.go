@@ -83,6 +83,12 @@ func (r *kubebuilderStyle) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		Watches(&corev1.ServiceAccount{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.ConfigWatcher{})).
+		Watches(&v1.ConfigWatcher{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if t := o.GetLabels()["also"]; t != "" { // a ConfigWatcher that asks for another's reconcile
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: t}}}
+			}
+			return nil
+		})).
 		Named("kubebuilder-style").
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
@@ -234,6 +240,16 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	if got := r.reconciles("b"); got != 1 {
 		t.Fatalf("first event of b was an update: %d reconciles, want 1 (delivered as a create)", got)
 	}
+
+	// A handler of the For kind that asks for another key: a's own update
+	// is dropped by the predicate, b is reconciled (after the answer).
+	cw.Labels = map[string]string{"also": "b"}
+	if err := c.Update(ctx, cw); err != nil {
+		t.Fatal(err)
+	}
+	post(t, url, cloudevent.Update, cw, "configwatchers")
+	eventually(t, "b reconciled for a's handler", func(context.Context) (bool, error) { return r.reconciles("b") == 2, nil })
+	check("a's label-only update that maps to b")
 }
 
 // post sends obj's Resource-mode event and requires a 200 answer, which

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,6 +35,10 @@ import (
 const kubebuilderVersion = "v4.10.1"
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() { // the only test needs the control plane: do not start one
+		os.Exit(m.Run())
+	}
 	os.Setenv("OPZERO_BIN_DIR", checkoutBin())
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
