@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
@@ -61,7 +60,10 @@ import (
 //   - What cannot work fails at Start with the reason: more than one
 //     controller (one Knative Service per controller), leader election,
 //     webhooks and conversion (a service scaled to zero cannot answer the
-//     API server), field indexes (there is no cache to index).
+//     API server).
+//   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
+//     List: it lists without the indexed requirement and keeps the objects
+//     whose index function yields the wanted value.
 func NewManager(o Options, cfg *rest.Config, mo manager.Options) (manager.Manager, error) {
 	if o.Mode == "" {
 		o.Mode = Serverless
@@ -96,7 +98,9 @@ func NewManager(o Options, cfg *rest.Config, mo manager.Options) (manager.Manage
 	m := &adopted{Runtime: rt, cfg: o.Config, mo: mo, log: adopt.Logger(mo.Logger), http: hc, mapper: mapper,
 		healthz: map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{}, extra: map[string]http.Handler{},
 		converters: &converters{Registry: conversion.NewRegistry()}}
-	m.cache = adopt.NewCache(readerOrNil(rt.GetClient()), rt.GetScheme())
+	m.cache = adopt.NewCache(nil, rt.GetScheme())
+	m.client = m.cache.Indexed(rt.GetClient())
+	m.cache.Reader = readerOrNil(m.client)
 	ws := mo.WebhookServer
 	if ws == nil {
 		ws = webhook.NewServer(webhook.Options{})
@@ -121,6 +125,7 @@ type adopted struct {
 	http   *http.Client
 	mapper meta.RESTMapper
 	cache  *adopt.Cache
+	client client.Client // the runtime's, with field indexes applied to List
 
 	mu          sync.Mutex
 	controllers []*adopt.Controller
@@ -196,8 +201,11 @@ func (m *adopted) GetControllerOptions() config.Controller   { return m.mo.Contr
 func (m *adopted) GetConverterRegistry() conversion.Registry { return m.converters }
 func (m *adopted) GetHTTPClient() *http.Client               { return m.http }
 func (m *adopted) GetFieldIndexer() client.FieldIndexer      { return m.cache }
-func (m *adopted) GetAPIReader() client.Reader               { return m.GetClient() }
-func (m *adopted) GetConfig() *rest.Config                   { return m.cfg }
+func (m *adopted) GetAPIReader() client.Reader               { return readerOrNil(m.Runtime.GetClient()) }
+
+// GetClient is the runtime's client (uncached), with field indexes applied to List.
+func (m *adopted) GetClient() client.Client { return m.client }
+func (m *adopted) GetConfig() *rest.Config  { return m.cfg }
 
 // GetCache returns the informer shims. The builder's Owns asks for the REST
 // mapper (for EnqueueRequestForOwner with OnlyControllerOwner) and then,
@@ -240,10 +248,6 @@ func (m *adopted) refusals() error {
 	}
 	if m.converters.n > 0 {
 		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
-	}
-	if ix := m.cache.Indexes(); len(ix) > 0 {
-		errs = append(errs, fmt.Errorf("field indexes (%s) need an informer cache, and a serverless operator has none (reads go to the API server, which knows only its own field selectors): "+
-			"list and filter in the reconciler, or run --mode=classic", strings.Join(ix, "; ")))
 	}
 	switch n := len(m.controllers); {
 	case n == 0:
@@ -449,61 +453,3 @@ type discard struct{}
 func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
-
-// serveChecks serves the health and ready checks beside the events.
-func (m *adopted) serveChecks(next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", next)
-	mux.Handle("/healthz/", http.StripPrefix("/healthz", &healthz.Handler{Checks: m.healthz}))
-	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: m.readyz}))
-	mux.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: m.readyz}))
-	return mux
-}
-
-func (m *adopted) metricsServer() (metricsserver.Server, error) {
-	o := m.mo.Metrics
-	if o.BindAddress == "" || o.BindAddress == "0" {
-		return nil, nil
-	}
-	s, err := metricsserver.NewServer(o, m.GetConfig(), m.http)
-	if err != nil || s == nil {
-		return s, err
-	}
-	for p, h := range m.extra {
-		if err := s.AddExtraHandler(p, h); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// webhooks is the webhook server: it records what is registered, which
-// Start then refuses.
-type webhooks struct {
-	webhook.Server
-	mu   sync.Mutex
-	regs []string
-}
-
-func (w *webhooks) Register(path string, _ http.Handler) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.regs = append(w.regs, path)
-}
-
-func (w *webhooks) paths() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.regs...)
-}
-
-// converters counts registered converters, which Start refuses.
-type converters struct {
-	conversion.Registry
-	n int
-}
-
-func (c *converters) RegisterConverter(gk schema.GroupKind, cv conversion.Converter) error {
-	c.n++
-	return c.Registry.RegisterConverter(gk, cv)
-}

@@ -16,7 +16,7 @@ import (
 )
 
 // Cache is a cache.Cache with no store: reads go to the API server
-// (Reader), and GetInformer returns an Informer shim per kind that records
+// (Reader, which should be Indexed so that field indexes apply), and GetInformer returns an Informer shim per kind that records
 // the event handlers registered on it.
 type Cache struct {
 	client.Reader
@@ -24,7 +24,7 @@ type Cache struct {
 
 	mu        sync.Mutex
 	informers map[schema.GroupVersionKind]*Informer
-	indexes   []string // fields someone asked to index (refused at start)
+	indexes   map[schema.GroupVersionKind]map[string]client.IndexerFunc // IndexField, applied by Indexed
 	owned     map[schema.GroupVersionKind]bool
 }
 
@@ -32,7 +32,8 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns a Cache reading through r; scheme resolves objects' kinds.
 func NewCache(r client.Reader, scheme *runtime.Scheme) *Cache {
-	return &Cache{Reader: r, scheme: scheme, informers: map[schema.GroupVersionKind]*Informer{}, owned: map[schema.GroupVersionKind]bool{}}
+	return &Cache{Reader: r, scheme: scheme, informers: map[schema.GroupVersionKind]*Informer{}, owned: map[schema.GroupVersionKind]bool{},
+		indexes: map[schema.GroupVersionKind]map[string]client.IndexerFunc{}}
 }
 
 // GetInformer returns the kind's Informer shim, creating it.
@@ -128,22 +129,6 @@ func (c *Cache) Start(ctx context.Context) error { <-ctx.Done(); return nil }
 
 // WaitForCacheSync reports synced: there is no store to fill.
 func (c *Cache) WaitForCacheSync(context.Context) bool { return true }
-
-// IndexField records the request; Indexes lists them so that the caller can
-// refuse them at start (there is no store to index).
-func (c *Cache) IndexField(_ context.Context, obj client.Object, field string, _ client.IndexerFunc) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.indexes = append(c.indexes, fmt.Sprintf("%T %s", obj, field))
-	return nil
-}
-
-// Indexes lists the fields IndexField was asked to index.
-func (c *Cache) Indexes() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.indexes...)
-}
 
 // Informer is the shim of one kind: it holds the registered handlers and
 // is always synced.

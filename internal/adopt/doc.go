@@ -39,6 +39,7 @@
 // fields Name, NewQueue, LogConstructor) is what v0.25 has; another shape is
 // refused with an error naming the linked version. Requests added outside a
 // Deliver (a custom source, a goroutine of the user's) go to the fallback
-// function given to NewQueue. Field indexes need an informer store and are
-// refused.
+// function given to Adopt. Field indexes (IndexField) are applied by
+// listing without the indexed requirement and filtering with the index
+// function: one API list per List, never an informer.
 package adopt
