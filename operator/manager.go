@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -208,13 +207,12 @@ func (m *adopted) GetClient() client.Client { return m.client }
 func (m *adopted) GetConfig() *rest.Config  { return m.cfg }
 
 // GetCache returns the informer shims. The builder's Owns asks for the REST
-// mapper (for EnqueueRequestForOwner with OnlyControllerOwner) and then,
-// at once, for the cache of that source: that cache marks its kind owned,
-// which a serverless operator delivers as whole objects of a controller
-// owner (Resource mode with an owner filter). A user's own
-// Watches(..., EnqueueRequestForOwner(...)) builds its handler before
-// Complete adds the controller, so its kind stays watched, where any owner,
-// controller or not, is mapped by the handler itself.
+// mapper (for its EnqueueRequestForOwner) and then, at once, for the cache
+// of that source: that cache marks its kind owned, which is described so
+// that its source delivers whole objects with an owner of the For kind
+// (Resource mode, owner filter). A user's own Watches(...,
+// EnqueueRequestForOwner(...)) builds its handler before Complete adds the
+// controller, so its kind stays watched (the handler still maps it).
 func (m *adopted) GetCache() cache.Cache {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -323,10 +321,13 @@ func (m *adopted) Start(ctx context.Context) error {
 	}
 }
 
-// controller describes the adopted controller for the engine: For's kind is
-// the primary, kinds with an owner handler are owned, the others watched.
-// Every event goes through the controller's own handlers and predicates (in
-// filter); generation-aware skipping is off, since the predicates decide.
+// controller describes the adopted controller: For's kind is the primary,
+// every other kind is watched, and every event goes through the
+// controller's own handlers and predicates (filter); generation-aware
+// skipping is off, since the predicates decide. Described for `opzero
+// manifests`, the kinds of the builder's Owns are owned instead, so that
+// their source delivers whole objects (Resource mode, owner filter) and a
+// deleted dependent still names its owner.
 func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	gk, ok := a.PrimaryKind()
 	if !ok {
@@ -341,19 +342,17 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	if primary == nil {
 		return nil, fmt.Errorf("controller %s: no source watches its For kind %s", a.Name(), gk)
 	}
-	owned := map[schema.GroupVersionKind]bool{}
 	b := builder.New(m.GetScheme()).Named(a.Name()).For(primary.Prototype()).WithSkipOptions(builder.SkipOptions{Disabled: true})
 	for _, inf := range m.cache.Informers() {
 		switch {
 		case inf == primary:
-		case m.cache.Owned(inf.GVK()):
-			owned[inf.GVK()] = true
+		case m.describeTo != "" && m.cache.Owned(inf.GVK()):
 			b.Owns(inf.Prototype())
 		default:
 			b.Watches(inf.Prototype(), m.mapStashed)
 		}
 	}
-	b.WithEventFilter(m.filter(a, primary.GVK(), owned))
+	b.WithEventFilter(m.filter(a, primary.GVK()))
 	var r reconcile.Reconciler = reconcile.Func(a.Reconcile)
 	if m.describeTo != "" && a.Do() != nil {
 		r = a.Do() // its package holds the +kubebuilder:rbac markers
@@ -362,36 +361,26 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 }
 
 // filter runs each event through the controller's handlers. For the
-// primary and owned kinds the engine routes to one key (the object, its
-// controller owner): the filter keeps the event if the handlers asked for
-// that key, and sends any other key they asked for on by itself. For
-// watched kinds it stashes the requests for mapStashed, which the engine
-// calls next with the same object.
-func (m *adopted) filter(a *adopt.Controller, primary schema.GroupVersionKind, owned map[schema.GroupVersionKind]bool) builder.Filter {
+// primary kind the engine routes to the object's own key: the filter keeps
+// the event if the handlers asked for it, and sends any other key they
+// asked for on by itself (later). For the other kinds it stashes the
+// requests for mapStashed, which the engine calls next with the same
+// object.
+func (m *adopted) filter(a *adopt.Controller, primary schema.GroupVersionKind) builder.Filter {
 	return func(ev builder.Event) bool {
 		gvk := ev.Object.GetObjectKind().GroupVersionKind()
-		obj := m.whole(ev)
-		reqs := a.Deliver(gvk, adopt.EventType(ev.Type), obj)
-		var target reconcile.Request
-		switch {
-		case gvk == primary:
-			target.NamespacedName = types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ev.Object.GetName()}
-		case owned[gvk]:
-			ref := metav1.GetControllerOf(obj) // the engine found the same owner
-			if ref == nil {
-				return false
-			}
-			target.NamespacedName = types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ref.Name}
-		default:
+		reqs := a.Deliver(gvk, adopt.EventType(ev.Type), m.whole(ev))
+		if gvk != primary {
 			if len(reqs) == 0 {
 				return false
 			}
 			m.stash.Store(ev.Object, reqs)
 			return true
 		}
+		own := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ev.Object.GetName()}}
 		keep := false
 		for _, r := range reqs {
-			if r == target {
+			if r == own {
 				keep = true
 			} else {
 				m.later(r, 0)
