@@ -40,7 +40,9 @@ import (
 //
 // becomes
 //
-//	mgr, err := operator.NewManager(zo, cfg, ctrl.Options{...}) // zo: operator.Options, zo.BindFlags(flag.CommandLine) before flag.Parse
+//	var serverless operator.Options
+//	serverless.BindFlags(flag.CommandLine) // before flag.Parse: --mode, --audience, ...
+//	mgr, err := operator.NewManager(serverless, cfg, ctrl.Options{...})
 //
 // Classic mode returns controller-runtime's own manager, built from mo as
 // ctrl.NewManager would. Serverless mode returns a manager.Manager with no
@@ -268,23 +270,37 @@ func (m *adopted) refusals() error {
 // serverless engine and serves until ctx ends (or, describing, writes the
 // description and returns).
 func (m *adopted) Start(ctx context.Context) error {
-	if err := m.refusals(); err != nil {
+	if m.describeTo != "" && m.Mode() == Classic {
+		// Described for a classic Deployment: controller-runtime's manager
+		// will run it, so nothing is refused and every controller is described.
+		if len(m.controllers) == 0 {
+			return errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start")
+		}
+	} else if err := m.refusals(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := m.controllers[0]
-	stopped, err := a.Start(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { cancel(); <-stopped }()
-	op, err := m.controller(a)
-	if err != nil {
-		return err
-	}
-	if err := m.Register(op); err != nil {
-		return err
+	var stops []<-chan error
+	defer func() {
+		cancel()
+		for _, s := range stops {
+			<-s
+		}
+	}()
+	for _, a := range m.controllers { // one, unless describing for classic
+		stopped, err := a.Start(ctx)
+		if err != nil {
+			return err
+		}
+		stops = append(stops, stopped)
+		op, err := m.controller(a)
+		if err != nil {
+			return err
+		}
+		if err := m.Register(op); err != nil {
+			return err
+		}
 	}
 	if m.describeTo != "" {
 		return m.Runtime.Start(ctx)

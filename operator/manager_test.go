@@ -399,10 +399,18 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 // TestAdoptedControllerDescribes: OPZERO_DESCRIBE describes the adopted
 // controller, so `opzero manifests` derives its sources and RBAC from it.
 func TestAdoptedControllerDescribes(t *testing.T) {
+	for _, mode := range []operator.Mode{operator.Serverless, operator.Classic} {
+		t.Run(string(mode), func(t *testing.T) { describes(t, mode) })
+	}
+}
+
+func describes(t *testing.T, mode operator.Mode) {
 	out := filepath.Join(t.TempDir(), "d.json")
 	t.Setenv(description.Env, out)
 	cfg := testenv.Get(t).Config
-	mgr, err := operator.NewManager(operator.Options{}, cfg, manager.Options{Scheme: scheme})
+	// Leader election (the classic Deployment's) is no reason to refuse a
+	// classic description.
+	mgr, err := operator.NewManager(operator.Options{Mode: mode}, cfg, manager.Options{Scheme: scheme, LeaderElection: mode == operator.Classic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,8 +429,8 @@ func TestAdoptedControllerDescribes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Operators) != 1 {
-		t.Fatalf("described %d operators, want 1", len(d.Operators))
+	if len(d.Operators) != 1 || d.Mode != string(mode) {
+		t.Fatalf("described %d operators in mode %q, want 1 in %s", len(d.Operators), d.Mode, mode)
 	}
 	op := d.Operators[0]
 	kinds := func(ks []description.Kind) string {
