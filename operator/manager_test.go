@@ -361,7 +361,8 @@ func TestAdoptedControllerClassic(t *testing.T) {
 }
 
 // TestAdoptedManagerRefusesWhatCannotWorkServerless: each refusal comes
-// from Start, with the reason, and nothing is served.
+// from Start, with the reason; so does a Runnable's failure, which stops
+// the serving.
 func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 	env := testenv.Get(t)
 	for _, tc := range []struct {
@@ -372,6 +373,12 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 	}{
 		{"leader election", manager.Options{LeaderElection: true}, nil, "leader election cannot work serverless"},
 		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate)"},
+		{"conversion", manager.Options{}, func(m manager.Manager) {
+			_ = m.GetConverterRegistry().RegisterConverter(v1.GroupVersion.WithKind("ConfigWatcher").GroupKind(), nil)
+		}, "conversion webhooks cannot be served serverless"},
+		{"failing runnable", manager.Options{}, func(m manager.Manager) {
+			_ = m.Add(manager.RunnableFunc(func(context.Context) error { return errors.New("boom") }))
+		}, "boom"},
 		{"two controllers", manager.Options{}, func(m manager.Manager) {
 			_ = (&kubebuilderStyle{count: map[string]int{}}).SetupWithManager(m)
 		}, "one controller per binary"},
