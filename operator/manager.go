@@ -135,6 +135,8 @@ type adopted struct {
 	healthz     map[string]healthz.Checker
 	readyz      map[string]healthz.Checker
 	extra       map[string]http.Handler
+	// pending: requests made before the engine existed (see later).
+	pending []reconcile.Request
 	// mapperAsked: GetRESTMapper was the last call before GetCache (see GetCache).
 	mapperAsked bool
 	webhooks    *webhooks
@@ -298,12 +300,22 @@ func (m *adopted) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := m.Register(op); err != nil {
+		m.mu.Lock() // later reads the engine Register sets
+		err = m.Register(op)
+		m.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
 	if m.describeTo != "" {
 		return m.Runtime.Start(ctx)
+	}
+	m.mu.Lock()
+	pending := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for _, r := range pending {
+		m.later(r, 0)
 	}
 	m.routes = m.serveChecks
 	errc := make(chan error, len(m.runnables)+1)
@@ -437,12 +449,17 @@ func (m *adopted) whole(ev builder.Event) client.Object {
 // later submits a request the handlers made for a key the event was not
 // routed to (or one added outside an event) as an in-process ping for that
 // key: it is reconciled like any other, but the event's answer does not
-// wait for it.
+// wait for it. Requests made before the engine exists (a source that
+// emits while the controller starts) wait for it.
 func (m *adopted) later(r reconcile.Request, after time.Duration) {
+	m.mu.Lock()
 	e := m.engine
 	if e == nil {
+		m.pending = append(m.pending, r)
+		m.mu.Unlock()
 		return
 	}
+	m.mu.Unlock()
 	time.AfterFunc(max(after, 0), func() {
 		data, _ := json.Marshal(map[string]string{"namespace": r.Namespace, "name": r.Name})
 		req, err := cloudevent.NewRequest(context.Background(), "http://in-process/", cloudevent.NewPing("opzero/adopted-controller", data), false)

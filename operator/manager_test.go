@@ -25,12 +25,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
@@ -48,6 +50,9 @@ type kubebuilderStyle struct {
 	client.Client
 	mu    sync.Mutex
 	count map[string]int
+	// external, if set, is a channel source (WatchesRawSource): requests
+	// from outside any Kubernetes event.
+	external chan event.GenericEvent
 }
 
 func (r *kubebuilderStyle) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -73,7 +78,11 @@ func (r *kubebuilderStyle) reconciles(name string) int {
 }
 
 func (r *kubebuilderStyle) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.external != nil {
+		b = b.WatchesRawSource(source.Channel(r.external, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		For(&v1.ConfigWatcher{}, crbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -109,7 +118,7 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	r := &kubebuilderStyle{Client: mgr.GetClient(), count: map[string]int{}}
+	r := &kubebuilderStyle{Client: mgr.GetClient(), count: map[string]int{}, external: make(chan event.GenericEvent, 1)}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +288,10 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	post(t, url, cloudevent.Update, cw, "configwatchers")
 	eventually(t, "b reconciled for a's handler", func(context.Context) (bool, error) { return r.reconciles("b") == 2, nil })
 	check("a's label-only update that maps to b")
+
+	// A raw source (a channel) adds outside any CloudEvent: reconciled too.
+	r.external <- event.GenericEvent{Object: &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "from-channel", Namespace: ns}}}
+	eventually(t, "a request from a channel source reconciled", func(context.Context) (bool, error) { return r.reconciles("from-channel") == 1, nil })
 }
 
 // post sends obj's Resource-mode event and requires a 200 answer, which
