@@ -5,6 +5,10 @@
 //	err = builder.ControllerManagedBy(rt).For(&v1.Thing{}).Complete(r)
 //	err = rt.Start(ctx)
 //
+// An existing controller-runtime (kubebuilder) project keeps its main and its
+// SetupWithManager calls and replaces ctrl.NewManager with NewManager, which
+// returns a manager.Manager in either mode (docs/migrating.md).
+//
 // It mirrors the parts of controller-runtime's manager a reconciler uses
 // (GetClient, GetScheme, GetEventRecorder, GetEventRecorderFor), so a
 // reconciler written for a manager runs unchanged.

@@ -38,6 +38,9 @@ type Runtime struct {
 	engine *serverless.Engine
 	// describeTo is set from OPZERO_DESCRIBE: describe, do not serve (describe.go).
 	describeTo string
+	// routes, if set, wraps the serverless handler outside authentication
+	// (an adopted manager's health checks, manager.go).
+	routes func(http.Handler) http.Handler
 }
 
 var _ builder.Runtime = (*Runtime)(nil)
@@ -221,6 +224,14 @@ func (r *Runtime) Start(ctx context.Context) error {
 	} else {
 		ao := auth.Options{Authenticator: auth.NewTokenReviewer(r.client, r.opts.Audience, 0), Allowed: r.opts.AllowedSenders, Log: r.opts.Logger}
 		so.Wrap = func(h http.Handler) http.Handler { return auth.Middleware(ao, h) }
+	}
+	if inner, outer := so.Wrap, r.routes; outer != nil {
+		so.Wrap = func(h http.Handler) http.Handler {
+			if inner != nil {
+				h = inner(h)
+			}
+			return outer(h)
+		}
 	}
 	return r.engine.Serve(ctx, so)
 }

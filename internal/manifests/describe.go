@@ -58,13 +58,28 @@ func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 	return &Target{Dir: dir, ImportPath: importPath, Desc: d}, nil
 }
 
+// noServerKubeconfig names an API server that cannot exist (.invalid).
+const noServerKubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://opzero-describe.invalid:6443"}}]
+users: [{name: none, user: {}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+`
+
 // runDescribe runs bin with OPZERO_DESCRIBE=out and reads what it wrote.
 func runDescribe(ctx context.Context, bin, out string) (description.Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin)
-	// No API server is needed; a KUBECONFIG that points nowhere proves it.
-	cmd.Env = append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+filepath.Join(filepath.Dir(out), "no-kubeconfig"))
+	// No API server is needed; a KUBECONFIG whose server does not exist
+	// proves it. It loads, so that a main that calls ctrl.GetConfigOrDie()
+	// before opzero (an adopted controller-runtime project) gets that far.
+	kc := filepath.Join(filepath.Dir(out), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(noServerKubeconfig), 0o600); err != nil {
+		return description.Description{}, err
+	}
+	cmd.Env = append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+kc)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	runErr := cmd.Run()

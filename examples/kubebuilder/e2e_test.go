@@ -1,0 +1,427 @@
+package kubebuilder_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/testenv"
+)
+
+// kubebuilderVersion is the kubebuilder release the project is generated
+// with (the module proxy's; `go list -m -versions` lists them).
+const kubebuilderVersion = "v4.10.1"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() { // the only test needs the control plane: do not start one
+		os.Exit(m.Run())
+	}
+	os.Setenv("OPZERO_BIN_DIR", checkoutBin())
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, Scheme: scheme}))
+}
+
+// checkoutBin is where the pinned binaries (control plane, Knative's
+// adapters) are found: the one place to change when they are resolved
+// outside the checkout.
+func checkoutBin() string {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(root, "bin")
+}
+
+func checkoutRoot(t *testing.T) string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// run runs a command in dir and fails the test with its output.
+func run(t *testing.T, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
+	}
+	return string(out)
+}
+
+// tools builds kubebuilder (from the module proxy) and controller-gen
+// (from the checkout's module); the Go build cache makes later runs quick.
+func tools(t *testing.T) (kubebuilder, controllerGen string) {
+	t.Helper()
+	bin := t.TempDir()
+	var dl struct{ Dir, Error string }
+	if err := json.Unmarshal([]byte(run(t, bin, "go", "mod", "download", "-json", "sigs.k8s.io/kubebuilder/v4@"+kubebuilderVersion)), &dl); err != nil || dl.Dir == "" {
+		t.Fatalf("downloading kubebuilder %s: %v %s", kubebuilderVersion, err, dl.Error)
+	}
+	kubebuilder, controllerGen = filepath.Join(bin, "kubebuilder"), filepath.Join(bin, "controller-gen")
+	run(t, dl.Dir, "go", "build", "-o", kubebuilder, ".")
+	run(t, checkoutRoot(t), "go", "build", "-o", controllerGen, "sigs.k8s.io/controller-tools/cmd/controller-gen")
+	return kubebuilder, controllerGen
+}
+
+// project generates the kubebuilder project, writes the user's API field
+// and reconciler, and applies the migration to cmd/main.go. It returns the
+// project's folder and the migration's diff.
+func project(t *testing.T) (dir, diff string) {
+	t.Helper()
+	kb, cg := tools(t)
+	dir = filepath.Join(t.TempDir(), "memcached")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, kb, "init", "--domain", "example.com", "--repo", "example.com/memcached", "--skip-go-version-check")
+	run(t, dir, kb, "create", "api", "--group", "cache", "--version", "v1alpha1", "--kind", "Memcached", "--resource", "--controller", "--make=false")
+
+	// The user's operator, as it is before opzero: a size in the spec, the
+	// tutorial's reconciler, the generated deep copies.
+	types := filepath.Join(dir, "api/v1alpha1/memcached_types.go")
+	replaceIn(t, types, "Foo *string `json:\"foo,omitempty\"`", "Size int32 `json:\"size,omitempty\"`")
+	src, err := os.ReadFile("testdata/memcached_controller.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "internal/controller/memcached_controller.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./api/...")
+
+	// The migration: cmd/main.go (testdata/main.go.diff) and go.mod.
+	mainGo := filepath.Join(dir, "cmd/main.go")
+	before, err := os.ReadFile(mainGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "git", "apply", "--unidiff-zero", filepath.Join(wd(t), "testdata/main.go.diff"))
+	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
+		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000", "-require", "sigs.k8s.io/controller-runtime@v0.25.2")
+	run(t, dir, "go", "mod", "tidy")
+	run(t, dir, "go", "build", "./...")
+	orig := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(orig, before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
+	out, _ := cmd.Output() // exit 1: the files differ
+	return dir, strings.TrimSpace(string(out))
+}
+
+func wd(t *testing.T) string {
+	d, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func replaceIn(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(b, []byte(old)) != 1 {
+		t.Fatalf("%s: %q is not there once (kubebuilder %s scaffolds differently?)", path, old, kubebuilderVersion)
+	}
+	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKubebuilderProjectAdopted is the issue's proof: a project generated
+// by kubebuilder, with only cmd/main.go changed, runs serverless through
+// opzero dev (Knative's ApiServerSource adapter, scale to zero) and classic.
+func TestKubebuilderProjectAdopted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubebuilder, generates a project and runs it on a control plane with Knative's adapters")
+	}
+	dir, numstat := project(t)
+	var added, deleted int
+	fmt.Sscan(numstat, &added, &deleted)
+	t.Logf("cmd/main.go migration: %d lines added, %d deleted (%d changed lines)", added, deleted, added+deleted)
+	if added == 0 || added+deleted > 10 {
+		t.Fatalf("the migration diff is %q: want a few lines", numstat)
+	}
+	env := testenv.Get(t)
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "crds", NoDurableTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("serverless", func(t *testing.T) { serverless(t, env, dir) })
+	t.Run("classic", func(t *testing.T) { classic(t, env, dir, objs) })
+}
+
+func serverless(t *testing.T, env *testenv.Env, dir string) {
+	ns := env.Namespace(t)
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns, NoDurableTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := manifests.Stream(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := dev.ReadManifests("-", bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources []string
+	for _, o := range us {
+		switch o.GetKind() {
+		case "PingSource": // no sweep tick during the test
+			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
+		case "ApiServerSource":
+			res, _, _ := unstructured.NestedSlice(o.Object, "spec", "resources")
+			for _, r := range res {
+				m, _ := r.(map[string]any)
+				sources = append(sources, fmt.Sprint(m["kind"]))
+			}
+		}
+	}
+	if got := strings.Join(sources, ","); got != "Deployment,Memcached" {
+		t.Fatalf("ApiServerSources for %s, want Deployment (owned) and Memcached (For)", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
+		BuildDir: dir, Idle: time.Second, Out: logWriter{t}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		p.Stop()
+		if t.Failed() {
+			matches, _ := filepath.Glob(p.LogPath("*"))
+			for _, m := range matches {
+				b, _ := os.ReadFile(m)
+				t.Logf("%s:\n%s", m, tail(b, 60))
+			}
+		}
+	})
+	instances := func() int { return p.Services[0].Activator.Instances() }
+	exercise(t, env.Client, ns, func(step string) {
+		eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) { return instances() == 0, nil })
+	})
+}
+
+func classic(t *testing.T, env *testenv.Env, dir string, objs []manifests.Object) {
+	ns := env.Namespace(t)
+	installCRDs(t, env.Client, objs)
+	bin := filepath.Join(t.TempDir(), "memcached")
+	run(t, dir, "go", "build", "-o", bin, "./cmd")
+	cmd := exec.Command(bin, "--mode=classic", "--health-probe-bind-address=0", "--metrics-bind-address=0")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("operator exit after SIGINT: %v (want 0)", err)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("operator log:\n%s", tail(b, 60))
+		}
+	})
+	exercise(t, env.Client, ns, nil)
+}
+
+// installCRDs creates the generated CRDs (opzero dev applied them for the
+// serverless run; a classic run alone needs them too).
+func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
+	t.Helper()
+	stream, err := manifests.Stream(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := dev.ReadManifests("-", bytes.NewReader(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range us {
+		if u.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "CRD "+u.GetName()+" established", func(ctx context.Context) (bool, error) {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(u.GroupVersionKind())
+			if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+				return false, err
+			}
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, x := range conds {
+				if m, _ := x.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+}
+
+var memcachedGVK = metav1.GroupVersionKind{Group: "cache.example.com", Version: "v1alpha1", Kind: "Memcached"}
+
+func memcached(ns, name string, size int64) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(memcachedGVK.Group + "/" + memcachedGVK.Version)
+	u.SetKind(memcachedGVK.Kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	_ = unstructured.SetNestedField(u.Object, size, "spec", "size")
+	return u
+}
+
+// exercise takes a Memcached through create, update, a deleted dependent
+// and deletion; idle (serverless) waits for scale to zero between steps.
+func exercise(t *testing.T, c client.Client, ns string, idle func(step string)) {
+	ctx := context.Background()
+	if idle == nil {
+		idle = func(string) {}
+	}
+	m := memcached(ns, "cache", 1)
+	if err := c.Create(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(m)
+	dep := &appsv1.Deployment{}
+	eventually(t, 60*time.Second, "Deployment with 1 replica, finalizer, Available=True, Event Created", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, dep); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		if err := c.Get(ctx, key, m); err != nil {
+			return false, err
+		}
+		ref := metav1.GetControllerOf(dep)
+		return ref != nil && ref.Kind == "Memcached" && ref.Name == "cache" && *dep.Spec.Replicas == 1 &&
+			hasFinalizer(m) && available(m) && hasEvent(ctx, t, c, ns, "Created"), nil
+	})
+	idle("create")
+
+	_ = unstructured.SetNestedField(m.Object, int64(3), "spec", "size")
+	if err := c.Update(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "Deployment scaled to 3, Event Scaled", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, dep); err != nil {
+			return false, err
+		}
+		return *dep.Spec.Replicas == 3 && hasEvent(ctx, t, c, ns, "Scaled"), nil
+	})
+	idle("update")
+
+	old := dep.UID
+	if err := c.Delete(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the deleted Deployment recreated (its owner reconciled on the dependent's delete event)", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, dep)
+		return err == nil && dep.UID != old && dep.DeletionTimestamp == nil, client.IgnoreNotFound(err)
+	})
+	idle("dependent deleted")
+
+	if err := c.Delete(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "finalizer ran (Event Deleting) and the Memcached is gone", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, memcached(ns, "cache", 0))
+		return apierrors.IsNotFound(err) && hasEvent(ctx, t, c, ns, "Deleting"), nil
+	})
+	idle("delete")
+}
+
+func hasFinalizer(m *unstructured.Unstructured) bool {
+	for _, f := range m.GetFinalizers() {
+		if f == "cache.example.com/finalizer" {
+			return true
+		}
+	}
+	return false
+}
+
+func available(m *unstructured.Unstructured) bool {
+	raw, _, _ := unstructured.NestedSlice(m.Object, "status", "conditions")
+	b, _ := json.Marshal(raw)
+	var conds []metav1.Condition
+	_ = json.Unmarshal(b, &conds)
+	return meta.IsStatusConditionTrue(conds, "Available")
+}
+
+func hasEvent(ctx context.Context, t *testing.T, c client.Client, ns, reason string) bool {
+	evs := &corev1.EventList{}
+	if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		t.Logf("listing Events: %v", err)
+		return false
+	}
+	for _, e := range evs.Items {
+		if e.Reason == reason && e.InvolvedObject.Kind == "Memcached" && e.InvolvedObject.Name == "cache" {
+			return true
+		}
+	}
+	return false
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

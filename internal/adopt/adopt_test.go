@@ -1,0 +1,136 @@
+package adopt_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opzero/opzero/internal/adopt"
+)
+
+// started adopts a real controller-runtime controller watching ConfigMaps
+// through the shim cache, with GenerationChangedPredicate and a handler
+// that records the kind of each event, and starts it.
+func started(t *testing.T) (*adopt.Controller, *[]string, *[]reconcile.Request) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	var mu sync.Mutex
+	var seen []string
+	var reconciled []reconcile.Request
+	r := reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+		reconciled = append(reconciled, req)
+		return reconcile.Result{}, nil
+	})
+	c, err := controller.NewUnmanaged("t", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := adopt.NewCache(nil, scheme)
+	h := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, "create initial="+map[bool]string{true: "true", false: "false"}[e.IsInInitialList])
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Object.GetName()}})
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, "update from "+e.ObjectOld.GetResourceVersion())
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: e.ObjectNew.GetName()}})
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, "delete")
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Object.GetName()}})
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: e.Object.GetName()}}) // once in the result
+		},
+	}
+	if err := c.Watch(source.Kind(cache, client.Object(&corev1.ConfigMap{}), handler.EventHandler(h), predicate.GenerationChangedPredicate{})); err != nil {
+		t.Fatal(err)
+	}
+	var outside []reconcile.Request
+	a, ok, err := adopt.Adopt(c, cache, func(r reconcile.Request, _ time.Duration) { outside = append(outside, r) })
+	if err != nil || !ok {
+		t.Fatalf("Adopt = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := a.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller stopped with %v", err)
+		}
+		if len(reconciled) != 0 || len(outside) != 0 {
+			t.Errorf("the controller's own workers reconciled %v / requests escaped %v: want none", reconciled, outside)
+		}
+	})
+	return a, &seen, &reconciled
+}
+
+func cm(rv string, gen int64) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", UID: "u", ResourceVersion: rv, Generation: gen}}
+}
+
+func TestDeliverPlaysEventsThroughHandlersAndPredicates(t *testing.T) {
+	a, seen, _ := started(t)
+	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	want := reconcile.Request{NamespacedName: types.NamespacedName{Name: "x"}}
+	steps := []struct {
+		typ   adopt.EventType
+		obj   *corev1.ConfigMap
+		reqs  int
+		event string
+	}{
+		{adopt.Updated, cm("1", 1), 1, "create initial=true"}, // never seen: a create in the initial list
+		{adopt.Updated, cm("2", 1), 0, ""},                    // same generation: the predicate drops it
+		{adopt.Updated, cm("3", 2), 1, "update from 2"},       // old = the last one seen
+		{adopt.Deleted, cm("3", 2), 1, "delete"},
+		{adopt.Updated, cm("4", 3), 1, "create initial=true"}, // forgotten after the delete
+		{adopt.Added, cm("5", 1), 1, "create initial=false"},
+	}
+	for i, s := range steps {
+		n := len(*seen)
+		reqs := a.Deliver(gvk, s.typ, s.obj)
+		if len(reqs) != s.reqs || (s.reqs == 1 && reqs[0] != want) {
+			t.Fatalf("step %d (%s rv %s): requests %v, want %d of %v", i, s.typ, s.obj.ResourceVersion, reqs, s.reqs, want)
+		}
+		got := strings.Join((*seen)[n:], ";")
+		if got != s.event {
+			t.Fatalf("step %d (%s rv %s): handler saw %q, want %q", i, s.typ, s.obj.ResourceVersion, got, s.event)
+		}
+	}
+	if reqs := a.Deliver(corev1.SchemeGroupVersion.WithKind("Secret"), adopt.Added, &corev1.Secret{}); reqs != nil {
+		t.Fatalf("a kind no source watches: %v, want nothing", reqs)
+	}
+}
+
+func TestAdoptLeavesOtherRunnables(t *testing.T) {
+	_, ok, err := adopt.Adopt(manager.RunnableFunc(func(context.Context) error { return nil }), nil, nil)
+	if ok || err != nil {
+		t.Fatalf("a plain Runnable: ok %v err %v, want not a controller", ok, err)
+	}
+}

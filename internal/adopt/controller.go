@@ -1,0 +1,202 @@
+package adopt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// EventType is what happened to the object of a delivered event.
+type EventType string
+
+// The event types Deliver takes (builder.EventType's values).
+const (
+	Added   EventType = "add"
+	Updated EventType = "update"
+	Deleted EventType = "delete"
+)
+
+// maxSeen bounds the previous objects kept for updates' old side.
+const maxSeen = 50_000
+
+// Controller is one adopted controller-runtime controller.
+type Controller struct {
+	ctrl  controller.Controller
+	do    reconcile.Reconciler // the user's reconciler (the controller's Do)
+	name  string
+	log   func(*reconcile.Request) logr.Logger
+	queue *captureQueue
+	cache *Cache
+
+	// deliverMu makes Deliver one event at a time: the capture queue
+	// attributes adds to the event being delivered.
+	deliverMu sync.Mutex
+	seen      map[seenKey]client.Object // guarded by deliverMu
+}
+
+type seenKey struct {
+	gvk schema.GroupVersionKind
+	key types.NamespacedName
+}
+
+type newQueueFunc = func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// Adopt recognises r as a controller built by controller-runtime (as
+// controller.New and the builder make them). ok is false when r is not a
+// controller (another Runnable); err is set when it is one whose shape this
+// opzero does not know. fallback receives requests added outside Deliver.
+// Adopt replaces the controller's queue: call it before the controller starts.
+func Adopt(r any, c *Cache, fallback func(reconcile.Request, time.Duration)) (_ *Controller, ok bool, _ error) {
+	ctrl, isCtrl := r.(controller.Controller)
+	if !isCtrl {
+		return nil, false, nil
+	}
+	v := reflect.ValueOf(r)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, true, shapeError(r, "not a pointer to a struct")
+	}
+	s := v.Elem()
+	nq := s.FieldByName("NewQueue")
+	if !nq.IsValid() || !nq.CanSet() || nq.Type() != reflect.TypeFor[newQueueFunc]() {
+		return nil, true, shapeError(r, "no settable field NewQueue "+reflect.TypeFor[newQueueFunc]().String())
+	}
+	name := s.FieldByName("Name")
+	if !name.IsValid() || name.Kind() != reflect.String {
+		return nil, true, shapeError(r, "no field Name string")
+	}
+	lc := s.FieldByName("LogConstructor")
+	if !lc.IsValid() || lc.Type() != reflect.TypeFor[func(*reconcile.Request) logr.Logger]() {
+		return nil, true, shapeError(r, "no field LogConstructor func(*reconcile.Request) logr.Logger")
+	}
+	a := &Controller{ctrl: ctrl, name: name.String(), cache: c, queue: newCaptureQueue(fallback), seen: map[seenKey]client.Object{}}
+	a.log, _ = lc.Interface().(func(*reconcile.Request) logr.Logger)
+	if do := s.FieldByName("Do"); do.IsValid() && do.CanInterface() {
+		a.do, _ = do.Interface().(reconcile.Reconciler)
+	}
+	if a.log == nil {
+		a.log = func(*reconcile.Request) logr.Logger { return ctrl.GetLogger() }
+	}
+	q := a.queue
+	nq.Set(reflect.ValueOf(newQueueFunc(func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		return q
+	})))
+	return a, true, nil
+}
+
+func shapeError(r any, what string) error {
+	v := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "sigs.k8s.io/controller-runtime" {
+				v = d.Version
+				if d.Replace != nil {
+					v += " (replaced by " + d.Replace.Path + " " + d.Replace.Version + ")"
+				}
+			}
+		}
+	}
+	return fmt.Errorf("cannot run controller %T serverless: %s; this opzero adopts the controllers of sigs.k8s.io/controller-runtime v0.25 "+
+		"and this binary links controller-runtime %s: require v0.25 in go.mod, or run --mode=classic", r, what, v)
+}
+
+// Do is the user's reconciler (the controller's Do field), for describing
+// it: its package holds the +kubebuilder:rbac markers. nil if not found.
+func (c *Controller) Do() reconcile.Reconciler { return c.do }
+
+// Name is the controller's name.
+func (c *Controller) Name() string { return c.name }
+
+// Start starts the controller: its sources register their handlers with
+// the Cache's shims. It returns once they have (the workers then wait on
+// the capture queue until ctx ends); done receives Start's result then.
+func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
+	errc := make(chan error, 1)
+	go func() { errc <- c.ctrl.Start(ctx) }()
+	select {
+	case <-c.queue.getting:
+		return errc, nil
+	case err := <-errc:
+		if err == nil {
+			err = errors.New("it stopped before its sources started")
+		}
+		return nil, fmt.Errorf("starting controller %s: %w", c.name, err)
+	}
+}
+
+// PrimaryKind is the kind given to the builder's For, read from the
+// controller's logger (see Logger); ok is false for a controller built
+// otherwise.
+func (c *Controller) PrimaryKind() (schema.GroupKind, bool) {
+	l := c.log(nil)
+	kind, ok := Value(l, "controllerKind")
+	if !ok || kind == "" {
+		return schema.GroupKind{}, false
+	}
+	group, _ := Value(l, "controllerGroup")
+	return schema.GroupKind{Group: group, Kind: kind}, true
+}
+
+// Deliver plays one event through the handlers registered for its kind and
+// returns the requests they added (each once). An update is delivered with
+// the previous object seen for the key as the old one; with none, as a
+// create in the initial list (see the package doc).
+func (c *Controller) Deliver(gvk schema.GroupVersionKind, typ EventType, obj client.Object) []reconcile.Request {
+	inf, ok := c.cache.Lookup(gvk)
+	if !ok {
+		return nil
+	}
+	handlers := inf.Handlers()
+	k := seenKey{gvk: gvk, key: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}
+	c.deliverMu.Lock()
+	defer c.deliverMu.Unlock()
+	old := c.seen[k]
+	switch typ {
+	case Deleted:
+		delete(c.seen, k)
+	default:
+		if obj.GetUID() != "" { // a whole object, not a name-only reference
+			if len(c.seen) >= maxSeen {
+				for any := range c.seen {
+					delete(c.seen, any)
+					break
+				}
+			}
+			c.seen[k] = obj
+		}
+	}
+	return c.queue.during(func() {
+		for _, h := range handlers {
+			switch {
+			case typ == Deleted:
+				h.OnDelete(obj)
+			case typ == Updated && old != nil:
+				h.OnUpdate(old, obj)
+			case typ == Updated:
+				h.OnAdd(obj, true)
+			default:
+				h.OnAdd(obj, false)
+			}
+		}
+	})
+}
+
+// Reconcile runs the controller's own Reconcile (its panic recovery and
+// timeout) with its logger in ctx, as its workers would.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = logf.IntoContext(ctx, c.log(&req).WithValues("reconcileID", string(uuid.NewUUID())))
+	return c.ctrl.Reconcile(ctx, req)
+}
