@@ -109,8 +109,8 @@
 //     Sinks other than Knative Services and plain URIs (Brokers, Channels)
 //     are refused. valueFrom.resourceFieldRef is not supported.
 //   - mtping is multi-tenant: a second opzero dev on the same cluster also
-//     pings the first one's PingSources (their
-//     sends fail and are logged). Use one opzero dev per control plane.
+//     pings the first one's PingSources (their sends fail and are logged).
+//     Use one opzero dev per control plane.
 //   - Readiness is the operator's GET /healthz answering 200 (not the
 //     container's probe). The Service's timeoutSeconds (default 300) bounds
 //     each request once it reaches an instance: past it the answer is 504,
