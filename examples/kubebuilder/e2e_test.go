@@ -39,21 +39,9 @@ func TestMain(m *testing.M) {
 	if testing.Short() { // the only test needs the control plane: do not start one
 		os.Exit(m.Run())
 	}
-	os.Setenv("OPZERO_BIN_DIR", checkoutBin())
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, Scheme: scheme}))
-}
-
-// checkoutBin is where the pinned binaries (control plane, Knative's
-// adapters) are found: the one place to change when they are resolved
-// outside the checkout.
-func checkoutBin() string {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(root, "bin")
 }
 
 func checkoutRoot(t *testing.T) string {

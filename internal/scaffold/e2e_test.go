@@ -21,30 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
-	"github.com/opzero/opzero/internal/devenv/knative"
 )
-
-// outsideTheCheckout is the one place that makes up for what opzero cannot
-// do outside its checkout yet (issue 13, being fixed in parallel): the
-// pinned binaries (control plane, Knative's adapters) are found through
-// OPZERO_BIN_DIR, and Knative's CRDs are installed from the checkout's tools
-// module. Remove it once those resolve without the checkout.
-func outsideTheCheckout(t *testing.T, root string, cfg *rest.Config) (env []string) {
-	t.Helper()
-	crds, err := knative.CRDs(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := controlplane.InstallCRDs(context.Background(), cfg, crds...); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"OPZERO_BIN_DIR=" + filepath.Join(root, "bin")}
-}
 
 // noDurableTime turns durable time off in the generated manifests: with it
 // on, the serverless engine settles a reconcile durably and returns before
@@ -77,11 +58,17 @@ func TestStartAProjectOutsideTheCheckout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = plane.Stop(false) })
-	extraEnv := outsideTheCheckout(t, root, plane.Config)
 
 	gobin := filepath.Join(tmp, "bin")
-	env := append(os.Environ(), "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	env = append(env, extraEnv...)
+	// Nothing points at the checkout: the pinned binaries and Knative's CRDs
+	// come from opzero's user cache, as for any user.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OPZERO_BIN_DIR=") && !strings.HasPrefix(kv, "KUBEBUILDER_ASSETS=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	run := func(dir string, name string, args ...string) string {
 		t.Helper()
 		if name == "opzero" {
