@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -127,8 +128,8 @@ func newFixture(c client.Client, scheme *runtime.Scheme) *fixture {
 
 func (f *fixture) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	f.mu.Lock()
-	f.calls[req.Name]++
-	n := f.calls[req.Name]
+	f.calls[req.String()]++ // the classic manager sees every namespace's Widgets
+	n := f.calls[req.String()]
 	f.mu.Unlock()
 	if n > 1 {
 		select {
@@ -149,18 +150,24 @@ func (f *fixture) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	return f.byName[req.Name].result()
 }
 
-func (f *fixture) count(name string) int {
+func (f *fixture) count(ns, name string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.calls[name]
+	return f.calls[ns+"/"+name]
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func (f *fixture) errs() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]error(nil), f.readErrs...)
+}
+
+func eventually(t *testing.T, f *fixture, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s (the fixture's reads failed with %v)", what, f.errs())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -293,10 +300,10 @@ func serverlessCell(t *testing.T, c cell, durable bool) {
 
 	// What comes next: in memory, another reconcile.
 	if c.next && !durable {
-		eventually(t, "the next reconcile", func() bool { return f.count(c.name) >= 2 })
+		eventually(t, f, "the next reconcile", func() bool { return f.count(ns, c.name) >= 2 })
 	}
-	if durable && f.count(c.name) != 1 {
-		t.Errorf("%d reconciles with durable time, want 1 (what follows is a Wakeup)", f.count(c.name))
+	if durable && f.count(ns, c.name) != 1 {
+		t.Errorf("%d reconciles with durable time, want 1 (what follows is a Wakeup)", f.count(ns, c.name))
 	}
 }
 
@@ -305,8 +312,10 @@ func serverlessCell(t *testing.T, c cell, durable bool) {
 func TestMatrixClassic(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
+	// Only this test's namespace: other tests' Widgets stay (no namespace
+	// controller deletes them) and would take the workers.
 	mgr, err := manager.New(env.Config, manager.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0"})
+		HealthProbeBindAddress: "0", Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,15 +343,15 @@ func TestMatrixClassic(t *testing.T) {
 			if err := env.Client.Create(context.Background(), w); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the first reconcile", func() bool { return f.count(c.name) >= 1 })
+			eventually(t, f, "the first reconcile", func() bool { return f.count(ns, c.name) >= 1 })
 			switch {
 			case c.observed:
-				eventually(t, "status.observedGeneration", func() bool {
+				eventually(t, f, "status.observedGeneration", func() bool {
 					return observedGeneration(t, env, ns, c.name) == w.GetGeneration()
 				})
 			case c.next:
 				// The retry has started, so the first reconcile has settled.
-				eventually(t, "the retry", func() bool { return f.count(c.name) >= 2 })
+				eventually(t, f, "the retry", func() bool { return f.count(ns, c.name) >= 2 })
 				if og := observedGeneration(t, env, ns, c.name); og != 0 {
 					t.Errorf("status.observedGeneration = %d after a %s, want none", og, c.name)
 				}
@@ -351,9 +360,9 @@ func TestMatrixClassic(t *testing.T) {
 					t.Errorf("status.observedGeneration = %d after a %s, want none", og, c.name)
 				}
 			}
-			eventually(t, "the fixture's Event", func() bool { return emitted(t, env, ns, c.name) })
+			eventually(t, f, "the fixture's Event", func() bool { return emitted(t, env, ns, c.name) })
 			if c.next {
-				eventually(t, "the next reconcile", func() bool { return f.count(c.name) >= 2 })
+				eventually(t, f, "the next reconcile", func() bool { return f.count(ns, c.name) >= 2 })
 			}
 		})
 	}
