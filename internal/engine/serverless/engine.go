@@ -142,6 +142,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 	if c == nil {
 		return nil, errors.New("serverless: the client is nil")
 	}
+	if _, ok := c.(standin.Client); !ok {
+		c = standin.NewClient(c) // so the engine's own writes are known to standin.Versions
+	}
 	opts = opts.withDefaults()
 	if opts.Async && opts.Durable == nil {
 		return nil, errors.New("serverless: async mode needs durable time (a wakeup store) to record accepted events")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -125,4 +126,41 @@ func badRequest(w http.ResponseWriter, err error) {
 func unavailable(w http.ResponseWriter, msg string) {
 	w.Header().Set("Retry-After", "1")
 	http.Error(w, msg, http.StatusServiceUnavailable)
+}
+
+// answer writes the HTTP answer for the verdicts of one request's keys: the
+// worst Outcome chooses the code, and the body (or, for a 2xx, the
+// Opzero-Result header) says what became of the keys it concerns.
+func answer(w http.ResponseWriter, rt *routed, verdicts []*Verdict) {
+	worst := Reconciled
+	for _, v := range verdicts {
+		worst = max(worst, v.Outcome)
+	}
+	var said []string // the worst verdicts; a 500 names the terminal ones too
+	for _, v := range verdicts {
+		if v.Outcome == worst || worst == Retrying && v.Outcome == Terminal {
+			said = append(said, v.Error())
+		}
+	}
+	all := strings.Join(said, "; ")
+	switch worst {
+	case Reconciled:
+		msg := fmt.Sprintf("reconciled %d key(s): %s", len(verdicts), rt.why)
+		for _, v := range verdicts {
+			if v.Note != "" {
+				msg += "; " + v.Error()
+			}
+		}
+		handled(w, msg)
+	case HandedOff:
+		handled(w, fmt.Sprintf("reconciled %d key(s), handed off %d: %s", len(verdicts)-len(said), len(said), all))
+	case RetryRecorded:
+		handled(w, "reconcile failed, retry recorded: "+all)
+	case Terminal:
+		http.Error(w, "reconcile failed terminally, not retried: "+all, worst.Code())
+	case Retrying:
+		http.Error(w, "reconcile failed, retry scheduled: "+all, worst.Code())
+	default:
+		unavailable(w, all)
+	}
 }
