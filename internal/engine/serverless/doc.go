@@ -5,18 +5,18 @@
 //
 // # The path of an event, top to bottom
 //
-//	handler.go  ServeHTTP admits and decodes the CloudEvent, then
+//	handler.go  ServeHTTP admits and decodes the CloudEvent (package cloudevent);
 //	route.go    route names the keys it concerns (the object, its controller
-//	            owner, a map function's keys, a sweep's), skipping updates
-//	            whose generation is already observed;
-//	handler.go  reconcileAll submits each key to the per-key queue (keyq) and
-//	            waits for a run that started after the request arrived;
-//	run.go      run takes the key's Lease (Options.Locker), and runOnce calls
-//	            the reconciler with the key's logger and stand-in in ctx;
+//	            owner, a map function's keys, a sweep's) and skips updates
+//	            whose generation is already observed (package genskip);
+//	handler.go  reconcileAll submits each key to the per-key queue (package
+//	            keyq) and waits for a run that started after the request;
+//	run.go      run takes the key's Lease (Options.Locker); runOnce calls the
+//	            reconciler, its ctx carrying the logger and the stand-in;
 //	settle.go   settle interprets (Result, error), writes observedGeneration,
-//	            schedules what follows (retry.go: in memory or durable
-//	            Wakeups) and returns a Verdict;
-//	verdict.go  answer: the worst Verdict of the request's keys is its HTTP code.
+//	            schedules what follows (a retrier: in-memory timers or
+//	            durable Wakeups) and returns a Verdict;
+//	handler.go  answer: the worst Verdict of the request's keys is the answer.
 //
 // # Guarantees
 //
