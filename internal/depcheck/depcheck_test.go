@@ -49,10 +49,6 @@ func TestDependencyBudget(t *testing.T) {
 	}{
 		{pkg: mod + "internal/keyq", stdlib: true},
 		{pkg: mod + "internal/backoff", stdlib: true},
-		// outcome needs reconcile.Result; controller-runtime's pkg/reconcile
-		// itself pulls in client-go (informers, leader election), so only the
-		// event SDK is kept out here.
-		{pkg: mod + "internal/outcome", forbidden: []string{"github.com/cloudevents"}},
 		{pkg: mod + "internal/cloudevent", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go"}},
 		{pkg: mod + "internal/devenv/controlplane", forbidden: []string{"sigs.k8s.io/controller-runtime"}},
 		{pkg: mod + "internal/devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},

@@ -65,10 +65,12 @@ type reconciler struct {
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	st := standin.New(r.op.Primary.GVK, req.NamespacedName, nil)
+	st := standin.New(r.op.Primary.GVK, req.NamespacedName, nil, nil)
 	res, err := r.op.Reconciler.Reconcile(standin.With(ctx, st), req)
 	if err == nil && r.op.AutoObservedGeneration {
-		if perr := standin.SetObservedGeneration(ctx, r.c, r.op.Primary.GVK, req.NamespacedName, st.Generation()); perr != nil {
+		// As in serverless mode: retried on conflict, and a failure fails
+		// the reconcile (controller-runtime retries it with backoff).
+		if perr := standin.WriteObservedGeneration(ctx, r.c, r.op.Primary.GVK, req.NamespacedName, st.Generation()); perr != nil {
 			return res, fmt.Errorf("writing status.observedGeneration of %s: %w", req, perr)
 		}
 	}

@@ -3,14 +3,20 @@
 // needs. Events come from Knative ApiServerSource (Resource and Reference
 // mode) for the primary, owned and watched kinds, and from PingSource.
 //
-// # Expected flow
+// # The path of an event, top to bottom
 //
-// A request is decoded (binary or structured CloudEvent), routed to the keys
-// it concerns (the object itself, its controller owner, or what the map
-// function returns), filtered, and, for updates of the primary kind,
-// checked for generation-aware skipping. Each key is submitted to a per-key
-// queue; the request is answered when a reconcile of every key that started
-// after the request arrived has finished.
+//	handler.go  ServeHTTP admits and decodes the CloudEvent (package cloudevent);
+//	route.go    route names the keys it concerns (the object, its controller
+//	            owner, a map function's keys, a sweep's) and skips updates
+//	            whose generation is already observed (package genskip);
+//	handler.go  reconcileAll submits each key to the per-key queue (package
+//	            keyq) and waits for a run that started after the request;
+//	run.go      run takes the key's Lease (Options.Locker); runOnce calls the
+//	            reconciler, its ctx carrying the logger and the stand-in;
+//	settle.go   settle interprets (Result, error), writes observedGeneration,
+//	            schedules what follows (a retrier: in-memory timers or
+//	            durable Wakeups) and returns a Verdict;
+//	handler.go  answer: the worst Verdict of the request's keys is the answer.
 //
 // # Guarantees
 //
@@ -37,16 +43,32 @@
 //   - No cache. The reconciler's client reads from the API server, except
 //     that in Resource mode the reconcile's first Get of its own key is
 //     answered from the newest object that arrived in an event for that key
-//     since the previous reconcile started. That object is exactly what an
-//     informer would have delivered at that moment, and the reconcile starts
-//     after it arrived, so it is never staler than an informer cache could
-//     serve; every later read goes to the API server.
+//     since the previous reconcile started, if that object is the newest
+//     version this instance knows of: never older than what the reconciler's
+//     client (standin.Client) read or wrote. resourceVersions are compared
+//     for equality only. The rule (standin.Versions): an event carrying an
+//     unknown version is newer than the events before it (a watch delivers
+//     one object's versions in order), unless this instance has read or
+//     written a version that no event has carried back yet: the event may
+//     then predate that write (Knative's adapter delivers one event at a
+//     time, late), so the first Get goes to the API server. A version seen
+//     before and since replaced (a redelivery) never stands in either. Every
+//     later read goes to the API server.
+//   - Each reconcile's context carries a logger with the values
+//     controller-runtime's controller gives it (controller, controllerGroup,
+//     controllerKind, the Kind with namespace/name, namespace, name,
+//     reconcileID, a new UUID per reconcile) and the reason it runs.
+//   - Result{Requeue: true} is a success: answered 200, the requeue
+//     scheduled after the key's backoff (rate limited, as controller-runtime
+//     does), not counted as a failure. With WithAutoObservedGeneration a
+//     successful reconcile writes status.observedGeneration, with or without
+//     durable time; if that write fails, the reconcile counts as failed.
 //
 // # HTTP answers
 //
-// Knative's senders retry some codes and not others
-// (docs/knative-events.md), so each code is chosen for what the sender
-// should do:
+// Knative's senders retry some codes and not others (docs/knative-events.md),
+// so each code is chosen for what the sender should do (Verdict.Outcome
+// chooses it):
 //
 //	200  handled (reconciled, skipped, filtered, nothing to do); empty body, so
 //	     a Broker does not take it for a malformed reply; the reason is in the
@@ -56,19 +78,20 @@
 //	400  malformed or unroutable event: never retried; the body names the problem
 //	422  the reconcile returned a reconcile.TerminalError: retrying cannot help
 //	     (no sender retries 422; a Broker dead-letters it)
+//	200  also: the reconcile failed and its retry is a durable Wakeup
 //	500  the reconcile failed; a retry with backoff is scheduled in this
 //	     process. ApiServerSource does not retry 500 (no duplicate storm);
 //	     a Broker does, which the per-key queue coalesces
 //	413  the event is larger than Options.MaxBodyBytes
 //	429  more than Options.MaxInFlight requests at once (Retry-After is set)
-//	503  shutting down, the key's wait exceeded Options.MaxWait, or the API
-//	     server could not be read while routing: every sender retries
-//	     (Retry-After is set)
+//	503  shutting down, the key's wait exceeded Options.MaxWait, the API
+//	     server could not be read while routing, or a retry, requeue or
+//	     Lease could not be recorded: every sender retries (Retry-After is set)
 //
 // # Caveats
 //
-// Retries and RequeueAfter are in-process timers here: they die with the
-// instance. Reference-mode events for owned kinds cost a GET to find the
+// Without durable time (Options.Durable), retries and requeues are
+// in-process timers: they die with the instance. Reference-mode events for owned kinds cost a GET to find the
 // owner; a deleted dependent in Reference mode cannot be mapped (use
 // Resource mode for owned kinds).
 package serverless

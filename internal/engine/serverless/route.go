@@ -25,7 +25,7 @@ import (
 type routed struct {
 	keys    []reconcile.Request
 	why     string
-	objects map[reconcile.Request][]byte // stand-ins for primary keys
+	objects map[reconcile.Request]*cloudevent.ObjectEvent // stand-ins for primary keys
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -38,7 +38,11 @@ func (rt *routed) add(k reconcile.Request) {
 }
 
 func (rt *routed) arrival(k reconcile.Request) *arrival {
-	return &arrival{object: rt.objects[k], reason: rt.why}
+	a := &arrival{reason: rt.why}
+	if ev := rt.objects[k]; ev != nil {
+		a.object, a.version = ev.Object, ev.Meta.ResourceVersion
+	}
+	return a
 }
 
 func (e *Engine) route(ctx context.Context, ev any) (*routed, error) {
@@ -106,6 +110,11 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 	k := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}}
 	if ev.Mode == cloudevent.Resource {
+		if ev.Action == cloudevent.Delete {
+			e.versions.Forget(k.NamespacedName)
+		} else {
+			e.versions.Event(k.NamespacedName, ev.Meta.ResourceVersion)
+		}
 		m := ev.Meta
 		if sel := e.op.Primary.Selector; sel != nil && !sel.Matches(labels.Set(m.Labels)) {
 			rt.why = "ignored: labels do not match the selector " + sel.String()
@@ -127,9 +136,9 @@ func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 	}
 	if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete {
 		if rt.objects == nil {
-			rt.objects = map[reconcile.Request][]byte{}
+			rt.objects = map[reconcile.Request]*cloudevent.ObjectEvent{}
 		}
-		rt.objects[k] = ev.Object
+		rt.objects[k] = ev
 	}
 	rt.add(k)
 	return nil
@@ -248,12 +257,6 @@ type pingData struct {
 	Sweep     string `json:"sweep"`
 }
 
-// Overduer is implemented by a Durable store that can list its overdue
-// wakeups (the sweep heals a wakeup source that was down).
-type Overduer interface {
-	Overdue(ctx context.Context) ([]reconcile.Request, error)
-}
-
 func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, error) {
 	var d pingData
 	if len(strings.TrimSpace(string(p.Data))) > 0 {
@@ -287,8 +290,8 @@ func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, er
 		rt.add(k)
 	}
 	overdue := 0
-	if o, ok := e.opts.Durable.(Overduer); ok {
-		ks, err := o.Overdue(ctx)
+	if e.opts.Durable != nil {
+		ks, err := e.opts.Durable.Overdue(ctx)
 		if err != nil {
 			return nil, transient{fmt.Errorf("listing overdue wakeups for a sweep: %w", err)}
 		}

@@ -88,7 +88,7 @@ func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
 	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
 	errQ := e.queue.Shutdown(ctx)
-	e.retries.Stop()
+	e.retry.stop()
 	e.checks.Stop()
 	if err := errors.Join(errHTTP, errQ); err != nil {
 		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
