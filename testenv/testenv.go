@@ -21,6 +21,11 @@
 //     left by test binaries that died are removed by the next Main.
 //   - Every port is picked free, so test packages run in parallel.
 //
+// # -short
+//
+// Under go test -short, Main starts no control plane and Get skips the test
+// calling it: make unit runs every test that needs none.
+//
 // # Caveats
 //
 // There is no scheduler and no kubelet: Pods stay Pending.
@@ -28,6 +33,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,8 +85,15 @@ const dirPrefix = "opzero-testenv-"
 
 // Main starts the control plane, runs the tests and stops it, returning the
 // exit code for os.Exit. A control plane that cannot start fails the whole
-// package with the reason.
+// package with the reason. Under -short it starts nothing and only runs the
+// tests (Get skips those that need the plane).
 func Main(m *testing.M, opts Options) int {
+	if !flag.Parsed() {
+		flag.Parse() // testing.Short reads the flags; m.Run would parse them later
+	}
+	if testing.Short() {
+		return m.Run()
+	}
 	removeStaleDirs()
 	env, stop, err := start(opts)
 	if err != nil {
@@ -150,9 +163,12 @@ func newEnv(plane *controlplane.Plane, scheme *runtime.Scheme) (*Env, error) {
 }
 
 // Get returns the package's Env; it fails the test if TestMain did not call
-// Main.
+// Main. Under -short it skips the test: there is no control plane.
 func Get(t testing.TB) *Env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("testenv: needs a control plane (kube-apiserver, etcd); skipped under -short")
+	}
 	if current == nil {
 		t.Fatal("testenv: no control plane: call os.Exit(testenv.Main(m, testenv.Options{})) from TestMain")
 	}
