@@ -26,5 +26,5 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, Scheme: scheme,
-		CRDDirs: []string{"../examples/configwatcher/config/crd", "../config/crd"}}))
+		CRDDirs: []string{"../../examples/configwatcher/config/crd", "../../config/crd"}}))
 }

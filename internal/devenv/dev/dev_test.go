@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
-	code := testenv.Main(m, testenv.Options{KnativeCRDs: true, CRDDirs: []string{"../../examples/configwatcher/config/crd"}, Scheme: scheme})
+	code := testenv.Main(m, testenv.Options{KnativeCRDs: true, CRDDirs: []string{"../../../examples/configwatcher/config/crd"}, Scheme: scheme})
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
