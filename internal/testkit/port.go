@@ -60,3 +60,17 @@ func OnFreePort(t testing.TB, start func(port int) error) int {
 func PortTaken(err error) bool {
 	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use"))
 }
+
+// FreePort returns a loopback port the kernel reported free a moment ago.
+// Another process may take it before the caller binds it: prefer Listen or
+// OnFreePort. It is for the cases neither fits, such as a child restarted
+// on the same port (a URL already handed out names it).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testkit: finding a free loopback port: %v", err)
+	}
+	defer l.Close()
+	return Port(l)
+}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -131,5 +134,62 @@ func TestBackgroundCancelsWhenTheTestEnds(t *testing.T) {
 	})
 	if !stopped.Load() {
 		t.Fatal("the goroutine still ran after its test ended")
+	}
+}
+
+// TestMain doubles as the child of the StartChild tests: with
+// TESTKIT_CHILD=listen it serves HTTP on $PORT, with =exit it fails at once
+// as a server whose port was taken does.
+func TestMain(m *testing.M) {
+	switch os.Getenv("TESTKIT_CHILD") {
+	case "listen":
+		l, err := net.Listen("tcp", "127.0.0.1:"+os.Getenv("PORT"))
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		_ = http.Serve(l, http.NotFoundHandler())
+		os.Exit(0)
+	case "exit":
+		fmt.Println("listen tcp: address already in use")
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func child(mode string, port int) *exec.Cmd {
+	c := exec.Command(os.Args[0])
+	c.Env = append(os.Environ(), "TESTKIT_CHILD="+mode, fmt.Sprintf("PORT=%d", port))
+	return c
+}
+
+func TestStartChildRetriesOnATakenPort(t *testing.T) {
+	taken := testkit.Listen(t)
+	var ch *testkit.Child
+	tries := 0
+	port := testkit.OnFreePort(t, func(port int) error {
+		tries++
+		if tries == 1 {
+			port = testkit.Port(taken) // as if another process took it meanwhile
+		}
+		var err error
+		ch, err = testkit.StartChild(t, child("listen", port), fmt.Sprintf("http://127.0.0.1:%d/", port), 10*time.Second)
+		return err
+	})
+	if tries != 2 || port == testkit.Port(taken) {
+		t.Fatalf("%d tries, port %d; want a second try on another port", tries, port)
+	}
+	ch.Kill()
+	select {
+	case <-ch.Exited():
+	default:
+		t.Fatal("Kill returned before the child exited")
+	}
+}
+
+func TestStartChildQuotesTheLog(t *testing.T) {
+	_, err := testkit.StartChild(t, child("exit", 0), "http://127.0.0.1:1/", 10*time.Second)
+	if !testkit.PortTaken(err) || !strings.Contains(err.Error(), "exited before answering") {
+		t.Fatalf("StartChild of a child that exits: %v, want the exit and its log", err)
 	}
 }
