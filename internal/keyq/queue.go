@@ -73,8 +73,8 @@ func (e *PanicError) Unwrap() error {
 type Queue[K comparable, V any] struct {
 	run    RunFunc[K, V]
 	max    int
-	settle time.Duration   // Options.Settle; 0: follow-ups queue at once
-	maxSet time.Duration   // Options.MaxSettle
+	settle time.Duration // Options.Settle; 0: follow-ups queue at once
+	maxSet time.Duration // Options.MaxSettle
 	clock  clock.WithDelayedExecution
 	ctx    context.Context // the parent of every run's context
 	cancel context.CancelCauseFunc

@@ -86,7 +86,7 @@ func TestSettleMaxSettle(t *testing.T) {
 			held(t, fc, g, "before MaxSettle")
 		}
 	}
-	g.next(t) // held at most MaxSettle
+	g.next(t)                 // held at most MaxSettle
 	last := q.Submit("a", -1) // during the follow-up
 	g.release <- struct{}{}
 	await(t, "the follow-up's ticket", follow.Done())
