@@ -20,11 +20,12 @@ type Child struct {
 	Cmd  *exec.Cmd
 	Log  string // the file holding its stdout and stderr
 	done chan struct{}
+	err  error // cmd.Wait's, set before done is closed
 }
 
 // StartChild starts cmd with its output in a log file in t's temporary
 // folder and waits up to timeout until an HTTP GET of readyURL gets an
-// answer (any status). If cmd exits first or does not answer in time,
+// answer (any status); an empty readyURL means at once. If cmd exits first or does not answer in time,
 // StartChild kills it and returns an error quoting the end of its log, so
 // that PortTaken recognises a port taken meanwhile (use it inside
 // OnFreePort). A started child is killed when t ends, and its log is
@@ -41,8 +42,8 @@ func StartChild(t testing.TB, cmd *exec.Cmd, readyURL string, timeout time.Durat
 		return nil, err
 	}
 	c := &Child{Cmd: cmd, Log: f.Name(), done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.done) }()
-	ready := Wait(timeout, func() bool {
+	go func() { c.err = cmd.Wait(); close(c.done) }()
+	ready := readyURL == "" || Wait(timeout, func() bool {
 		select {
 		case <-c.done:
 			return true
@@ -76,6 +77,14 @@ func StartChild(t testing.TB, cmd *exec.Cmd, readyURL string, timeout time.Durat
 func (c *Child) Kill() {
 	_ = c.Cmd.Process.Kill()
 	<-c.done
+}
+
+// Interrupt sends SIGINT, as Ctrl-C does, and returns the child's exit
+// error once it has exited (nil for status 0).
+func (c *Child) Interrupt() error {
+	_ = c.Cmd.Process.Signal(os.Interrupt)
+	<-c.done
+	return c.err
 }
 
 // Exited is closed once the child has exited.
