@@ -26,8 +26,8 @@ import (
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
-	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/testenv"
 )
 
