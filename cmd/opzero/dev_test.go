@@ -63,7 +63,7 @@ func TestDevCtrlC(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(exe, "dev", "-f", filepath.Join(root, "devenv/dev/testdata/configwatcher.yaml"), "--kubeconfig", plane.Kubeconfig,
+	cmd := exec.Command(exe, "dev", "-f", filepath.Join(root, "internal/devenv/dev/testdata/configwatcher.yaml"), "--kubeconfig", plane.Kubeconfig,
 		"--build-dir", root, "--cache-dir", filepath.Join(dir, "cache"), "--log-dir", filepath.Join(dir, "logs"), "--idle", "1m")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

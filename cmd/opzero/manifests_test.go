@@ -27,7 +27,7 @@ func TestManifestsCommand(t *testing.T) {
 	if out, err := runOpzero(t, "manifests", "--operator", "./examples/configwatcher", "-o", dir); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden := filepath.Join("manifests", "testdata", "golden", "serverless")
+	golden := filepath.Join("internal", "manifests", "testdata", "golden", "serverless")
 	entries, err := os.ReadDir(golden)
 	if err != nil {
 		t.Fatal(err)
