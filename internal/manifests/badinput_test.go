@@ -21,8 +21,8 @@ func TestBadInputSaysWhatToDo(t *testing.T) {
 		{"no package", "", []string{"pass --operator"}},
 		{"unknown package", "./examples/nosuchoperator", []string{"./examples/nosuchoperator", "Go package path of the operator's main"}},
 		{"not a command", "./builder", []string{"package builder, not a command"}},
-		{"not an opzero binary", "./manifests/testdata/notdescribing", []string{"exited without describing itself", "operator.New"}},
-		{"serves instead", "./manifests/testdata/serving", []string{"did not describe itself within 5s", "kept running"}},
+		{"not an opzero binary", "./internal/manifests/testdata/notdescribing", []string{"exited without describing itself", "operator.New"}},
+		{"serves instead", "./internal/manifests/testdata/serving", []string{"did not describe itself within 5s", "kept running"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := manifests.Describe(ctx, repoRoot(t), tc.pkg)

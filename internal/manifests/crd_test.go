@@ -15,7 +15,7 @@ import (
 func TestGeneratedCRDsMatchTheRepo(t *testing.T) {
 	for pkg, file := range map[string]string{
 		"./examples/configwatcher/api/v1": "examples/configwatcher/config/crd/k8spatterns.io_configwatchers.yaml",
-		"./wakeup/api/v1alpha1":           "config/crd/opzero.dev_wakeups.yaml",
+		"./api/v1alpha1":                  "config/crd/opzero.dev_wakeups.yaml",
 	} {
 		crds, err := manifests.GenerateCRDs(repoRoot(t), pkg)
 		if err != nil {
