@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opzero/opzero/internal/testkit"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,8 +108,8 @@ func (r *kubebuilderStyle) SetupWithManager(mgr ctrl.Manager) error {
 func TestAdoptedControllerServerless(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	addr := freeAddr(t)
-	metricsAddr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	mgr, err := operator.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config,
 		manager.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: metricsAddr}})
 	if err != nil {
@@ -154,7 +156,7 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	})
 	<-ran
 	url := "http://" + addr
-	eventually(t, "listening and /readyz failing its check", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "listening and /readyz failing its check", func(ctx context.Context) (bool, error) {
 		return get(ctx, url+"/readyz") == http.StatusInternalServerError, nil
 	})
 	ready.Store(true)
@@ -164,7 +166,7 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	if c := get(ctx, url+"/healthz/ping"); c != http.StatusOK {
 		t.Fatalf("/healthz/ping = %d, want 200", c)
 	}
-	eventually(t, "controller-runtime's metrics server on its own address, with the extra handler", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "controller-runtime's metrics server on its own address, with the extra handler", func(ctx context.Context) (bool, error) {
 		return get(ctx, "http://"+metricsAddr+"/metrics") == http.StatusOK && get(ctx, "http://"+metricsAddr+"/debug/extra") == http.StatusTeapot, nil
 	})
 
@@ -286,12 +288,12 @@ func TestAdoptedControllerServerless(t *testing.T) {
 		t.Fatal(err)
 	}
 	post(t, url, cloudevent.Update, cw, "configwatchers")
-	eventually(t, "b reconciled for a's handler", func(context.Context) (bool, error) { return r.reconciles("b") == 2, nil })
+	testkit.Eventually(t, 30*time.Second, "b reconciled for a's handler", func(context.Context) (bool, error) { return r.reconciles("b") == 2, nil })
 	check("a's label-only update that maps to b")
 
 	// A raw source (a channel) adds outside any CloudEvent: reconciled too.
 	r.external <- event.GenericEvent{Object: &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "from-channel", Namespace: ns}}}
-	eventually(t, "a request from a channel source reconciled", func(context.Context) (bool, error) { return r.reconciles("from-channel") == 1, nil })
+	testkit.Eventually(t, 30*time.Second, "a request from a channel source reconciled", func(context.Context) (bool, error) { return r.reconciles("from-channel") == 1, nil })
 }
 
 // post sends obj's Resource-mode event and requires a 200 answer, which
@@ -362,7 +364,7 @@ func TestAdoptedControllerClassic(t *testing.T) {
 	if err := c.Create(ctx, cw); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "owned ConfigMap", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "owned ConfigMap", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a-owned"}, &corev1.ConfigMap{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
@@ -370,7 +372,7 @@ func TestAdoptedControllerClassic(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns, Labels: map[string]string{"watcher": "a"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a reconcile from the labelled Secret", func(context.Context) (bool, error) { return r.reconciles("a") > before, nil })
+	testkit.Eventually(t, 30*time.Second, "a reconcile from the labelled Secret", func(context.Context) (bool, error) { return r.reconciles("a") > before, nil })
 }
 
 // TestAdoptedManagerRefusesWhatCannotWorkServerless: each refusal comes
@@ -398,7 +400,7 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.mo.Scheme = scheme
-			mgr, err := operator.NewManager(operator.Options{Addr: freeAddr(t), InsecureNoAuth: true}, env.Config, tc.mo)
+			mgr, err := operator.NewManager(operator.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), InsecureNoAuth: true}, env.Config, tc.mo)
 			if err != nil {
 				t.Fatal(err)
 			}

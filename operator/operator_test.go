@@ -3,7 +3,6 @@ package operator_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +21,7 @@ import (
 	"github.com/opzero/opzero/builder"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/testenv"
 )
@@ -67,28 +66,12 @@ func (r *managerStyle) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{}, r.Status().Update(ctx, cw)
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func eventually(t *testing.T, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 func TestManagerReconcilerRunsUnchangedInBothModes(t *testing.T) {
 	for _, mode := range []operator.Mode{operator.Serverless, operator.Classic} {
 		t.Run(string(mode), func(t *testing.T) {
 			env := testenv.Get(t)
 			ns := env.Namespace(t)
-			addr := freeAddr(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) // the runtime binds it itself
 			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme, Config: env.Config, Addr: addr, LeaderElectionNamespace: ns, InsecureNoAuth: true})
 			if mode == operator.Classic && !operator.ClassicAvailable { // -tags opzero_serverless
 				if err == nil || !strings.Contains(err.Error(), "opzero_serverless") {
@@ -103,15 +86,7 @@ func TestManagerReconcilerRunsUnchangedInBothModes(t *testing.T) {
 			if err := builder.ControllerManagedBy(rt).For(&v1.ConfigWatcher{}).Complete(r); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- rt.Start(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Start returned %v after cancel, want nil", err)
-				}
-			})
+			testkit.Background(t, rt.Start)
 			if mode == operator.Serverless {
 				startAdapter(t, env, ns, addr, rt)
 			}
@@ -138,7 +113,7 @@ func startAdapter(t *testing.T, env *testenv.Env, ns, addr string, rt *operator.
 		t.Fatal(err)
 	}
 	i := 0
-	eventually(t, "the adapter's first delivery", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the adapter's first delivery", func(ctx context.Context) (bool, error) {
 		if operator.RequestsServed(rt) > 0 {
 			return true, nil
 		}
@@ -157,7 +132,7 @@ func exerciseFinalizers(t *testing.T, env *testenv.Env, ns string) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(cw)
-	eventually(t, "finalizer added and generation 1 observed", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "finalizer added and generation 1 observed", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, cw)
 		return err == nil && controllerutil.ContainsFinalizer(cw, fin) && cw.Status.ObservedGeneration == 1, nil
 	})
@@ -165,18 +140,18 @@ func exerciseFinalizers(t *testing.T, env *testenv.Env, ns string) {
 	if err := c.Update(context.Background(), cw); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "generation 2 observed", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "generation 2 observed", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, cw)
 		return err == nil && cw.Generation == 2 && cw.Status.ObservedGeneration == 2, nil
 	})
 	if err := c.Delete(context.Background(), cw); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "cleanup, finalizer removed, object gone", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "cleanup, finalizer removed, object gone", func(ctx context.Context) (bool, error) {
 		return apierrors.IsNotFound(c.Get(ctx, key, &v1.ConfigWatcher{})), nil
 	})
 	evs := &corev1.EventList{}
-	eventually(t, "the CleanedUp Event", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the CleanedUp Event", func(ctx context.Context) (bool, error) {
 		if err := c.List(ctx, evs, client.InNamespace(ns)); err != nil {
 			return false, err
 		}

@@ -37,6 +37,11 @@
 // install --print-dir` prints the folder. Knative's CRDs (KnativeCRDs) come
 // from the same place. No opzero checkout is needed.
 //
+// # -short
+//
+// Under go test -short, Main starts no control plane and Get skips the test
+// calling it: make unit runs every test that needs none.
+//
 // # Caveats
 //
 // There is no scheduler and no kubelet: Pods stay Pending.
@@ -44,6 +49,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -97,8 +103,15 @@ const dirPrefix = "opzero-testenv-"
 
 // Main starts the control plane, runs the tests and stops it, returning the
 // exit code for os.Exit. A control plane that cannot start fails the whole
-// package with the reason.
+// package with the reason. Under -short it starts nothing and only runs the
+// tests (Get skips those that need the plane).
 func Main(m *testing.M, opts Options) int {
+	if !flag.Parsed() {
+		flag.Parse() // testing.Short reads the flags; m.Run would parse them later
+	}
+	if testing.Short() {
+		return m.Run()
+	}
 	removeStaleDirs()
 	env, stop, err := start(opts)
 	if err != nil {
@@ -176,9 +189,12 @@ func newEnv(plane *controlplane.Plane, scheme *runtime.Scheme) (*Env, error) {
 }
 
 // Get returns the package's Env; it fails the test if TestMain did not call
-// Main.
+// Main. Under -short it skips the test: there is no control plane.
 func Get(t testing.TB) *Env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("testenv: needs a control plane (kube-apiserver, etcd); skipped under -short")
+	}
 	if current == nil {
 		t.Fatal("testenv: no control plane: call os.Exit(testenv.Main(m, testenv.Options{})) from TestMain")
 	}

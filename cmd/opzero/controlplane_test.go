@@ -10,6 +10,7 @@ import (
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/proc"
+	"github.com/opzero/opzero/internal/testkit"
 )
 
 func run(t *testing.T, args ...string) string {
@@ -68,8 +69,5 @@ func TestControlPlaneUpKnativeApplyDown(t *testing.T) {
 // the components are its children: an exited one may be a zombie for a
 // moment until it is reaped (from a shell, init reaps it).
 func gone(pid int) bool {
-	for i := 0; i < 100 && !proc.Dead(pid); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return proc.Dead(pid)
+	return testkit.Wait(2*time.Second, func() bool { return proc.Dead(pid) })
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/testkit"
 )
 
 // TestDevRefusesBadManifests: manifests that do not parse are reported
@@ -120,17 +121,25 @@ func (s *syncBuffer) String() string {
 
 func waitOutput(t *testing.T, out *syncBuffer, what string, done <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(out.String(), what) {
+	var exited bool
+	var err error
+	printed := testkit.Wait(2*time.Minute, func() bool {
+		if strings.Contains(out.String(), what) {
+			return true
+		}
 		select {
-		case err := <-done:
-			t.Fatalf("opzero dev exited (%v) before printing %q:\n%s", err, what, out.String())
+		case err = <-done:
+			exited = true
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("opzero dev did not print %q:\n%s", what, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	})
+	switch {
+	case exited:
+		t.Fatalf("opzero dev exited (%v) before printing %q:\n%s", err, what, out.String())
+	case !printed:
+		t.Fatalf("opzero dev did not print %q:\n%s", what, out.String())
 	}
 }
 

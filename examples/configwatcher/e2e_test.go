@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,13 +22,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -44,6 +45,9 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	operatorBin = filepath.Join(dir, "configwatcher")
+	if flag.Parse(); testing.Short() { // every test needs the control plane: testenv.Get skips them
+		return testenv.Main(m, testenv.Options{})
+	}
 	if out, err := exec.Command("go", "build", "-o", operatorBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
 		return 1
@@ -54,56 +58,29 @@ func run(m *testing.M) int {
 	return testenv.Main(m, testenv.Options{CRDDirs: []string{"config/crd"}, Scheme: scheme})
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startOperator runs the configwatcher binary in mode and returns once it
-// is ready (serverless: /healthz answers; classic: the process runs).
+// startOperator runs the configwatcher binary in mode on a free port
+// (another if the port was taken meanwhile) and returns once it is ready
+// (serverless: /healthz answers; classic: the process runs). When the test
+// ends it stops the operator with SIGINT and expects exit status 0.
 func startOperator(t *testing.T, env *testenv.Env, mode string, args ...string) (port int) {
 	t.Helper()
-	port = freePort(t)
-	cmd := exec.Command(operatorBin, append([]string{"--mode=" + mode}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, fmt.Sprintf("PORT=%d", port))
-	logf, _ := os.Create(filepath.Join(t.TempDir(), "operator.log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	var op *testkit.Child
+	port = testkit.OnFreePort(t, func(port int) (err error) {
+		cmd := exec.Command(operatorBin, append([]string{"--mode=" + mode}, args...)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, fmt.Sprintf("PORT=%d", port))
+		ready := ""
+		if mode == "serverless" {
+			ready = fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
+		}
+		op, err = testkit.StartChild(t, cmd, ready, 20*time.Second)
+		return err
+	})
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil {
+		if err := op.Interrupt(); err != nil {
 			t.Errorf("operator exit after SIGINT: %v (want 0)", err)
 		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("operator log:\n%s", b)
-		}
 	})
-	if mode == "serverless" {
-		eventually(t, 20*time.Second, "operator /healthz", func(context.Context) (bool, error) {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200, nil
-		})
-	}
 	return port
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 // delivery is one event the adapter delivered, as the operator answered it.
@@ -191,7 +168,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string) {
 	ctx := context.Background()
 	c := env.Client
 	var before map[types.UID]bool
-	eventually(t, 30*time.Second, "2 webapp pods", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "2 webapp pods", func(context.Context) (bool, error) {
 		before = podUIDs(t, c, ns)
 		return len(before) == 2, nil
 	})
@@ -201,7 +178,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(cw)
-	eventually(t, 20*time.Second, "ConfigWatcher Ready with the ConfigMap recorded", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 20*time.Second, "ConfigWatcher Ready with the ConfigMap recorded", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, cw); err != nil {
 			return false, err
 		}
@@ -219,7 +196,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string) {
 	if err := c.Update(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "pods restarted after the ConfigMap change", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "pods restarted after the ConfigMap change", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, cw); err != nil {
 			return false, err
 		}
@@ -276,7 +253,7 @@ func TestServerlessWithTheRealApiServerSource(t *testing.T) {
 	// The adapter sends nothing for objects that exist when it starts:
 	// wait until its watch delivers a canary before the scenario.
 	canary := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: ns}}
-	eventually(t, 20*time.Second, "the adapter's watch", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 20*time.Second, "the adapter's watch", func(ctx context.Context) (bool, error) {
 		canary.ResourceVersion = ""
 		canary.Data = map[string]string{"t": time.Now().String()}
 		if err := env.Client.Create(ctx, canary); err != nil {
@@ -291,7 +268,7 @@ func TestServerlessWithTheRealApiServerSource(t *testing.T) {
 	// The reconcile wrote the status before the operator answered; give the
 	// answer a moment to travel back through the recording proxy.
 	var d delivery
-	eventually(t, 10*time.Second, "the answered delivery of the ConfigMap change", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 10*time.Second, "the answered delivery of the ConfigMap change", func(context.Context) (bool, error) {
 		var ok bool
 		d, ok = rec.find(func(d delivery) bool { return d.kind == "ConfigMap" && d.name == "webapp-config" && d.code == 200 })
 		return ok, nil
@@ -299,7 +276,7 @@ func TestServerlessWithTheRealApiServerSource(t *testing.T) {
 	if !strings.HasPrefix(d.typ, "dev.knative.apiserver.resource.") {
 		t.Fatalf("delivery type %q, want an ApiServerSource Resource-mode event", d.typ)
 	}
-	eventually(t, 10*time.Second, "a skipped status update of the ConfigWatcher", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 10*time.Second, "a skipped status update of the ConfigWatcher", func(context.Context) (bool, error) {
 		_, ok := rec.find(func(d delivery) bool { return d.kind == "ConfigWatcher" && strings.HasPrefix(d.result, "skipped") })
 		return ok, nil
 	})

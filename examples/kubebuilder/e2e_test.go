@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/opzero/opzero/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -222,7 +222,7 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 	})
 	instances := func() int { return p.Services[0].Activator.Instances() }
 	exercise(t, env.Client, ns, func(step string) {
-		eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) { return instances() == 0, nil })
+		testkit.Eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) { return instances() == 0, nil })
 	})
 }
 
@@ -274,7 +274,7 @@ func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
 		if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, "CRD "+u.GetName()+" established", func(ctx context.Context) (bool, error) {
+		testkit.Eventually(t, 30*time.Second, "CRD "+u.GetName()+" established", func(ctx context.Context) (bool, error) {
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(u.GroupVersionKind())
 			if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
@@ -316,7 +316,7 @@ func exercise(t *testing.T, c client.Client, ns string, idle func(step string)) 
 	}
 	key := client.ObjectKeyFromObject(m)
 	dep := &appsv1.Deployment{}
-	eventually(t, 60*time.Second, "Deployment with 1 replica, finalizer, Available=True, Event Created", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, "Deployment with 1 replica, finalizer, Available=True, Event Created", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, dep); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
@@ -333,7 +333,7 @@ func exercise(t *testing.T, c client.Client, ns string, idle func(step string)) 
 	if err := c.Update(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "Deployment scaled to 3, Event Scaled", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, "Deployment scaled to 3, Event Scaled", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, dep); err != nil {
 			return false, err
 		}
@@ -345,7 +345,7 @@ func exercise(t *testing.T, c client.Client, ns string, idle func(step string)) 
 	if err := c.Delete(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the deleted Deployment recreated (its owner reconciled on the dependent's delete event)", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, "the deleted Deployment recreated (its owner reconciled on the dependent's delete event)", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, dep)
 		return err == nil && dep.UID != old && dep.DeletionTimestamp == nil, client.IgnoreNotFound(err)
 	})
@@ -354,7 +354,7 @@ func exercise(t *testing.T, c client.Client, ns string, idle func(step string)) 
 	if err := c.Delete(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "finalizer ran (Event Deleting) and the Memcached is gone", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, "finalizer ran (Event Deleting) and the Memcached is gone", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, memcached(ns, "cache", 0))
 		return apierrors.IsNotFound(err) && hasEvent(ctx, t, c, ns, "Deleting"), nil
 	})
@@ -390,13 +390,6 @@ func hasEvent(ctx context.Context, t *testing.T, c client.Client, ns, reason str
 		}
 	}
 	return false
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 type logWriter struct{ t testing.TB }

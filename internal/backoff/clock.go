@@ -1,32 +1,32 @@
 package backoff
 
-import "time"
+import (
+	"time"
 
-// Clock is the time source of a Tracker. RealClock is the wall clock; tests
-// step a FakeClock instead of sleeping.
+	"k8s.io/utils/clock"
+)
+
+// Clock is the time source of a Tracker: the part of k8s.io/utils/clock's
+// WithDelayedExecution it uses, so the clock that keyq, lease and wakeup
+// take (clock.RealClock) serves here too.
+//
+// Tests step this package's FakeClock. k8s.io/utils/clock/testing's
+// FakeClock is a Clock as well, but it calls AfterFunc callbacks while
+// holding its lock, and a Tracker reads the clock while holding its own: a
+// Step concurrent with Failure or After can deadlock there, and a fire that
+// reads the clock always does. This FakeClock calls them without its lock,
+// in due order.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine (RealClock) or from Step
-	// (FakeClock) once d has passed.
-	AfterFunc(d time.Duration, f func()) Timer
+	// (a fake clock) once d has passed.
+	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
-// Timer is a pending AfterFunc.
-type Timer interface {
-	// Stop prevents the call if it has not happened yet and reports
-	// whether it did so, like time.Timer.Stop.
-	Stop() bool
-}
-
-// RealClock is the wall clock: time.Now and time.AfterFunc.
-func RealClock() Clock { return realClock{} }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                            { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+// RealClock is the wall clock.
+func RealClock() Clock { return clock.RealClock{} }
 
 var (
-	_ Clock = realClock{}
-	_ Timer = (*time.Timer)(nil)
+	_ Clock = clock.RealClock{}
+	_ Clock = clock.WithDelayedExecution(nil)
 )

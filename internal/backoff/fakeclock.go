@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // FakeClock is a Clock that moves only when stepped. AfterFunc callbacks run
@@ -16,7 +18,10 @@ type FakeClock struct {
 	timers []*fakeTimer // neither fired nor stopped
 }
 
-var _ Clock = (*FakeClock)(nil)
+var (
+	_ Clock       = (*FakeClock)(nil)
+	_ clock.Timer = (*fakeTimer)(nil)
+)
 
 type fakeTimer struct {
 	c   *FakeClock
@@ -36,12 +41,26 @@ func (c *FakeClock) Now() time.Time {
 
 // AfterFunc registers f to run from the Step that brings the clock to at
 // least now+d. A d <= 0 fires on the next Step, even Step(0).
-func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, due: c.now.Add(d), f: f}
 	c.timers = append(c.timers, t)
 	return t
+}
+
+// C is nil: an AfterFunc timer has no channel, as with time.AfterFunc.
+func (t *fakeTimer) C() <-chan time.Time { return nil }
+
+// Reset makes the timer due d from now, whether it had fired, been stopped
+// or was pending, and reports whether it was pending.
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	pending := t.c.removeLocked(t)
+	t.due = t.c.now.Add(d)
+	t.c.timers = append(t.c.timers, t)
+	return pending
 }
 
 // Stop removes the timer if it has neither fired nor been stopped.

@@ -39,3 +39,28 @@ func TestFakeClock(t *testing.T) {
 		t.Fatalf("%d timers left", n)
 	}
 }
+
+// TestFakeClockReset: Reset moves a pending timer and revives a fired one.
+func TestFakeClockReset(t *testing.T) {
+	c := backoff.NewFakeClock(epoch)
+	n := 0
+	tm := c.AfterFunc(time.Second, func() { n++ })
+	if !tm.Reset(3 * time.Second) {
+		t.Fatal("Reset of a pending timer returned false")
+	}
+	c.Step(2 * time.Second)
+	if n != 0 {
+		t.Fatal("the timer fired at its old due time")
+	}
+	c.Step(time.Second)
+	if n != 1 {
+		t.Fatalf("fired %d times by its new due time, want 1", n)
+	}
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a fired timer returned true")
+	}
+	c.Step(time.Second)
+	if n != 2 {
+		t.Fatalf("fired %d times after the Reset of a fired timer, want 2", n)
+	}
+}

@@ -3,6 +3,8 @@ package backoff
 import (
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Tracker keeps, per key, a failure count and at most one pending timer that
@@ -24,7 +26,7 @@ type Tracker[K comparable] struct {
 // pending is one scheduled call of fire.
 type pending struct {
 	due   time.Time
-	timer Timer
+	timer clock.Timer
 }
 
 // NewTracker returns a Tracker that calls fire(key) when key's timer is due,

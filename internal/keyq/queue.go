@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // ErrShutdown completes the tickets of runs that will not happen because the
@@ -43,6 +45,9 @@ type Options struct {
 	// after the run before it ended, even if submissions keep arriving
 	// (10 x Settle if <= 0).
 	MaxSettle time.Duration
+	// Clock times Settle and MaxSettle (the wall clock if nil). Tests pass
+	// k8s.io/utils/clock/testing's FakeClock and step it.
+	Clock clock.WithDelayedExecution
 }
 
 // PanicError is the error of a run whose RunFunc panicked.
@@ -68,8 +73,9 @@ func (e *PanicError) Unwrap() error {
 type Queue[K comparable, V any] struct {
 	run    RunFunc[K, V]
 	max    int
-	settle time.Duration   // Options.Settle; 0: follow-ups queue at once
-	maxSet time.Duration   // Options.MaxSettle
+	settle time.Duration // Options.Settle; 0: follow-ups queue at once
+	maxSet time.Duration // Options.MaxSettle
+	clock  clock.WithDelayedExecution
 	ctx    context.Context // the parent of every run's context
 	cancel context.CancelCauseFunc
 
@@ -81,7 +87,7 @@ type Queue[K comparable, V any] struct {
 	// settling holds the timers of follow-ups held until their key's
 	// submissions pause (Options.Settle); such a key is in neither running
 	// nor ready.
-	settling map[K]*time.Timer
+	settling map[K]*hold
 	// running is the set of keys whose run is in progress.
 	running map[K]struct{}
 	// ready lists, first come first served, the keys whose pending batch
@@ -118,14 +124,18 @@ func New[K comparable, V any](opts Options, run RunFunc[K, V]) *Queue[K, V] {
 	if opts.Settle > 0 && opts.MaxSettle <= 0 {
 		opts.MaxSettle = 10 * opts.Settle
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	q := &Queue[K, V]{
 		run:      run,
 		max:      opts.MaxConcurrent,
 		settle:   opts.Settle,
 		maxSet:   opts.MaxSettle,
+		clock:    opts.Clock,
 		pending:  map[K]*batch[V]{},
 		running:  map[K]struct{}{},
-		settling: map[K]*time.Timer{},
+		settling: map[K]*hold{},
 		drained:  make(chan struct{}),
 	}
 	q.ctx, q.cancel = context.WithCancelCause(parent)
@@ -154,7 +164,7 @@ func (q *Queue[K, V]) Submit(key K, payload V) *Ticket {
 	b.payloads = append(b.payloads, payload)
 	b.tickets = append(b.tickets, t)
 	if q.settle > 0 {
-		b.last = time.Now()
+		b.last = q.clock.Now()
 	}
 	q.dispatchLocked()
 	return t
@@ -199,7 +209,7 @@ func (q *Queue[K, V]) finish(key K, b *batch[V], err error) {
 	q.mu.Lock()
 	delete(q.running, key)
 	if next, ok := q.pending[key]; ok {
-		next.deadline = time.Now().Add(q.maxSet)
+		next.deadline = q.clock.Now().Add(q.maxSet)
 		q.settleLocked(key, next)
 	}
 	q.dispatchLocked()
@@ -212,7 +222,7 @@ func (q *Queue[K, V]) finish(key K, b *batch[V], err error) {
 // its submissions have paused for Options.Settle or its deadline has
 // passed; until then a timer holds it.
 func (q *Queue[K, V]) settleLocked(key K, b *batch[V]) {
-	now := time.Now()
+	now := q.clock.Now()
 	due := b.last.Add(q.settle)
 	if b.deadline.Before(due) {
 		due = b.deadline
@@ -221,18 +231,28 @@ func (q *Queue[K, V]) settleLocked(key K, b *batch[V]) {
 		q.ready = append(q.ready, key)
 		return
 	}
-	var t *time.Timer
-	t = time.AfterFunc(due.Sub(now), func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.closed || q.settling[key] != t {
-			return // Shutdown has completed its tickets
-		}
-		delete(q.settling, key)
-		q.settleLocked(key, q.pending[key])
-		q.dispatchLocked()
-	})
-	q.settling[key] = t
+	h := &hold{}
+	// A fake clock calls f while holding its own lock, so f must not use the
+	// clock (settleLocked does): it hands over to a goroutine, as the real
+	// clock's AfterFunc runs f in one anyway.
+	h.timer = q.clock.AfterFunc(due.Sub(now), func() { go q.settled(key, h) })
+	q.settling[key] = h
+}
+
+// hold is the timer of a held follow-up.
+type hold struct{ timer clock.Timer }
+
+// settled runs when the settle timer h of key fires: it queues key's
+// follow-up, or holds it longer if submissions arrived meanwhile.
+func (q *Queue[K, V]) settled(key K, h *hold) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || q.settling[key] != h {
+		return // Shutdown has completed its tickets
+	}
+	delete(q.settling, key)
+	q.settleLocked(key, q.pending[key])
+	q.dispatchLocked()
 }
 
 // drainedLocked closes drained once the queue is closed and idle.
@@ -260,8 +280,8 @@ func (q *Queue[K, V]) Shutdown(ctx context.Context) error {
 		b.complete(ErrShutdown)
 		delete(q.pending, key)
 	}
-	for key, t := range q.settling {
-		t.Stop()
+	for key, h := range q.settling {
+		h.timer.Stop()
 		delete(q.settling, key)
 	}
 	q.ready = nil

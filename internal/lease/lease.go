@@ -48,6 +48,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -88,8 +89,9 @@ type Options struct {
 	// Namespace holds the Leases, one per key, named after a hash of the
 	// key: the operator's own namespace, so one Role covers them (default).
 	Namespace string
-	// Now is the clock (time.Now).
-	Now func() time.Time
+	// Clock stamps renewals, judges expiry and paces KeepAlive (the wall
+	// clock if nil). Tests pass k8s.io/utils/clock/testing's FakeClock.
+	Clock clock.WithTicker
 }
 
 // DefaultIdentity is $POD_NAME, else the host name (a pod's name in
@@ -129,8 +131,8 @@ func New(c client.Client, o Options) (*Locker, error) {
 	if o.Namespace == "" {
 		o.Namespace = metav1.NamespaceDefault
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	return &Locker{c: c, opts: o}, nil
 }
@@ -170,7 +172,7 @@ func (l *Locker) Acquire(ctx context.Context, key reconcile.Request) (*Held, err
 func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *coordinationv1.Lease) (*Held, error) {
 	ok := l.objectKey(key)
 	for range maxRounds {
-		now := l.opts.Now()
+		now := l.opts.Clock.Now()
 		le := existing
 		if existing == nil {
 			le = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ok.Namespace, Name: ok.Name,
@@ -299,7 +301,7 @@ func (h *Held) Renew(ctx context.Context) error {
 	}
 	for range maxRounds {
 		le := h.lease.DeepCopy()
-		h.l.hold(le, h.l.opts.Now(), false)
+		h.l.hold(le, h.l.opts.Clock.Now(), false)
 		err := h.l.c.Update(ctx, le)
 		if err == nil {
 			h.lease = le
@@ -336,15 +338,15 @@ func (h *Held) reread(ctx context.Context) error {
 func (h *Held) KeepAlive(ctx context.Context, lost func(error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	t := h.l.opts.Clock.NewTicker(h.l.opts.Duration / 3) // before KeepAlive returns: a fake clock stepped next ticks it
 	go func() {
 		defer close(done)
-		t := time.NewTicker(h.l.opts.Duration / 3)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-t.C():
 			}
 			if err := h.Renew(ctx); errors.Is(err, ErrLost) {
 				lost(err)
@@ -371,7 +373,7 @@ func (h *Held) Release(ctx context.Context) (dirty bool, err error) {
 			// conflict below. Clear the mark and keep the Lease.
 			le := h.lease.DeepCopy()
 			delete(le.Annotations, DirtyAnnotation)
-			h.l.hold(le, h.l.opts.Now(), false)
+			h.l.hold(le, h.l.opts.Clock.Now(), false)
 			err := h.l.c.Update(ctx, le)
 			if err == nil {
 				h.lease = le
@@ -407,7 +409,7 @@ func (h *Held) Release(ctx context.Context) (dirty bool, err error) {
 // mid-reconcile (and perhaps with a reconcile owed to a dirty mark). A
 // sweep reconciles them, which takes each Lease over and then deletes it.
 func (l *Locker) Stale(ctx context.Context) ([]reconcile.Request, error) {
-	now := l.opts.Now()
+	now := l.opts.Clock.Now()
 	var keys []reconcile.Request
 	list := &coordinationv1.LeaseList{}
 	for cont := ""; ; {

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -27,6 +29,7 @@ import (
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/lease"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -52,13 +55,13 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	testop = filepath.Join(dir, "testop")
 	if !testing.Short() {
-		if b, err := exec.Command("go", "build", "-o", testop, "../internal/testop").CombinedOutput(); err != nil {
+		if b, err := exec.Command("go", "build", "-o", testop, "../testop").CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build testop: %v\n%s", err, b)
 			return 1
 		}
 	}
 	return testenv.Main(m, testenv.Options{Scheme: scheme, NoControllerManager: true,
-		CRDDirs: []string{"../config/crd", "../examples/configwatcher/config/crd"}})
+		CRDDirs: []string{"../../config/crd", "../../examples/configwatcher/config/crd"}})
 }
 
 // writes counts the requests that are not reads.
@@ -74,7 +77,7 @@ func (w writes) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.rt.RoundTrip(r)
 }
 
-func locker(t *testing.T, ns, id string, now func() time.Time) (*lease.Locker, *atomic.Int64) {
+func locker(t *testing.T, ns, id string, clk clock.WithTicker) (*lease.Locker, *atomic.Int64) {
 	t.Helper()
 	env := testenv.Get(t)
 	n := &atomic.Int64{}
@@ -84,7 +87,7 @@ func locker(t *testing.T, ns, id string, now func() time.Time) (*lease.Locker, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.New(c, lease.Options{Operator: "op", Identity: id, Duration: 3 * time.Second, Namespace: ns, Now: now})
+	l, err := lease.New(c, lease.Options{Operator: "op", Identity: id, Duration: 3 * time.Second, Namespace: ns, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +177,10 @@ func TestDirtyMarkMakesTheHolderReconcileAgain(t *testing.T) {
 // meanwhile.
 func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	ns := testenv.Get(t).Namespace(t)
-	later := func() time.Time { return time.Now().Add(4 * time.Second) } // past a's 3 s
-	a, _ := locker(t, ns, "a", nil)
-	b, _ := locker(t, ns, "b", later)
-	c, _ := locker(t, ns, "c", nil)
+	fc := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	a, _ := locker(t, ns, "a", fc)
+	b, _ := locker(t, ns, "b", fc)
+	c, _ := locker(t, ns, "c", fc)
 	ctx, k := context.Background(), key(ns, "x")
 	h, err := a.Acquire(ctx, k)
 	if err != nil {
@@ -190,6 +193,7 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 	if got, _ := a.Stale(ctx); len(got) != 0 {
 		t.Fatalf("Stale while held: %v", got)
 	}
+	fc.Step(4 * time.Second) // past a's 3 s
 	if got, err := b.Stale(ctx); err != nil || len(got) != 1 || got[0] != k {
 		t.Fatalf("Stale once expired: %v %v, want [%s]", got, err, k)
 	}
@@ -217,15 +221,22 @@ func TestExpiredLeaseIsTakenOver(t *testing.T) {
 
 func TestKeepAliveOutlivesTheDuration(t *testing.T) {
 	ns := testenv.Get(t).Namespace(t)
-	a, _ := locker(t, ns, "a", nil)
-	b, _ := locker(t, ns, "b", nil)
+	fc := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	a, _ := locker(t, ns, "a", fc)
+	b, _ := locker(t, ns, "b", fc)
 	ctx, k := context.Background(), key(ns, "x")
 	h, err := a.Acquire(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := h.KeepAlive(ctx, func(err error) { t.Errorf("lost: %v", err) })
-	time.Sleep(4 * time.Second) // longer than the 3 s lease
+	for range 4 { // longer than the 3 s lease, a renewal every second
+		fc.Step(time.Second)
+		testkit.Eventually(t, 10*time.Second, "a renewal at "+fc.Now().String(), func(context.Context) (bool, error) {
+			le, err := getLease(t, k)
+			return err == nil && le.Spec.RenewTime != nil && le.Spec.RenewTime.Time.Equal(fc.Now()), err
+		})
+	}
 	var he *lease.HeldElsewhere
 	if _, err := b.Acquire(ctx, k); !errors.As(err, &he) {
 		t.Fatalf("b.Acquire of a kept-alive lease: %v, want HeldElsewhere", err)

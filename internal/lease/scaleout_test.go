@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,13 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,68 +27,30 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/devenv/balancer"
 	"github.com/opzero/opzero/internal/spanlog"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/testenv"
 )
 
 // instance is one engine process of the scripted operator.
 type instance struct {
-	cmd  *exec.Cmd
-	url  string
-	logf string
+	*testkit.Child
+	url string
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startInstance starts an instance whose Leases go to namespace ns.
+// startInstance starts an instance whose Leases go to namespace ns, on a
+// free port (another if the port was taken meanwhile).
 func startInstance(t *testing.T, ns, spans string, env []string, args ...string) *instance {
 	t.Helper()
-	port := freePort(t)
-	in := &instance{url: fmt.Sprintf("http://127.0.0.1:%d", port), logf: filepath.Join(t.TempDir(), "op.log")}
-	in.cmd = exec.Command(testop, append([]string{"--mode=serverless", "--insecure-no-auth"}, args...)...)
-	in.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans, "POD_NAMESPACE="+ns), env...)
-	f, _ := os.Create(in.logf)
-	in.cmd.Stdout, in.cmd.Stderr = f, f
-	if err := in.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = in.cmd.Process.Kill()
-		_, _ = in.cmd.Process.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(in.logf)
-			t.Logf("instance %s log (tail):\n%s", in.url, tail(string(b), 3000))
-		}
-	})
-	eventually(t, 20*time.Second, "instance up", func(context.Context) (bool, error) {
-		resp, err := http.Get(in.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil, nil
+	in := &instance{}
+	testkit.OnFreePort(t, func(port int) (err error) {
+		in.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+		cmd := exec.Command(testop, append([]string{"--mode=serverless", "--insecure-no-auth"}, args...)...)
+		cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans, "POD_NAMESPACE="+ns), env...)
+		in.Child, err = testkit.StartChild(t, cmd, in.url+"/healthz", 20*time.Second)
+		return err
 	})
 	return in
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 func newCW(t *testing.T, ns, name, script string) *v1.ConfigWatcher {
@@ -115,27 +74,27 @@ func event(t *testing.T, url string, cw *v1.ConfigWatcher) (*http.Request, error
 	return cloudevent.NewRequest(context.Background(), url, ev, false)
 }
 
-// send delivers cw's event to url, retrying what a Knative sender retries.
-func send(t *testing.T, url string, cw *v1.ConfigWatcher) (*http.Response, string) {
-	for attempt := 0; ; attempt++ {
+// send delivers cw's event to url, retrying (for up to 10 s) what a
+// Knative sender retries: 5xx and 429.
+func send(t *testing.T, url string, cw *v1.ConfigWatcher) (resp *http.Response, body string) {
+	err := testkit.Poll(context.Background(), 10*time.Second, func(context.Context) (bool, error) {
 		req, err := event(t, url, cw)
 		if err != nil {
-			t.Error(err)
-			return nil, ""
+			return false, err
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests || attempt == 20 {
-				return resp, string(b)
-			}
-		} else if attempt == 20 {
-			t.Errorf("sending %s: %v", cw.Name, err)
-			return nil, ""
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
 		}
-		time.Sleep(100 * time.Millisecond)
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		resp, body = r, string(b)
+		return r.StatusCode < 500 && r.StatusCode != http.StatusTooManyRequests, nil
+	})
+	if err != nil && resp == nil {
+		t.Errorf("sending %s: %v", cw.Name, err)
 	}
+	return resp, body
 }
 
 func readSpans(t *testing.T, file string, deaths map[int]time.Time) map[string][]*spanlog.Span {
@@ -161,7 +120,7 @@ func hang(t *testing.T, holder *instance, ns string, cw *v1.ConfigWatcher) {
 			}
 		}
 	}()
-	eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 10*time.Second, "the holder takes the lease", func(context.Context) (bool, error) {
 		ls := leases(t, ns)
 		return len(ls) == 1 && ls[0].Spec.HolderIdentity != nil, nil
 	})
@@ -247,7 +206,7 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 		t.Fatal("no event was handed off: the instances never contended, the test proves nothing")
 	}
 	// Hand-offs are answered at once; the holders' follow-ups finish soon after.
-	eventually(t, 30*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
+	testkit.Eventually(t, 30*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
 
 	runs := readSpans(t, spans, nil)
 	if o := overlaps(t, runs); o != 0 {
@@ -297,11 +256,10 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 		t.Fatalf("lease not marked: %+v", ls)
 	}
 	killed := time.Now()
-	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = holder.cmd.Process.Wait()
+	holder.Kill()
 
 	got := &v1.ConfigWatcher{}
-	eventually(t, 2*duration+5*time.Second, "the other instance reconciles", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 2*duration+5*time.Second, "the other instance reconciles", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
 		return err == nil && got.Status.ObservedGeneration == got.Generation, err
 	})
@@ -310,8 +268,8 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 	if took > duration+time.Second {
 		t.Fatalf("completed %s after the kill: want within the lease duration + 1 s (%s)", took, duration+time.Second)
 	}
-	eventually(t, 5*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
-	runs := readSpans(t, spans, map[int]time.Time{holder.cmd.Process.Pid: killed})
+	testkit.Eventually(t, 5*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
+	runs := readSpans(t, spans, map[int]time.Time{holder.Cmd.Process.Pid: killed})
 	if o := overlaps(t, runs); o != 0 {
 		t.Fatalf("%d overlapping reconciles", o)
 	}
@@ -331,9 +289,12 @@ func TestSweepHealsAnAbandonedLease(t *testing.T) {
 	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
 	hang(t, holder, ns, cw)
-	_ = holder.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = holder.cmd.Process.Wait()
-	time.Sleep(2500 * time.Millisecond) // past the expiry
+	holder.Kill()
+	testkit.Eventually(t, 10*time.Second, "the dead holder's lease expires", func(context.Context) (bool, error) {
+		ls := leases(t, ns)
+		return len(ls) == 1 && ls[0].Spec.RenewTime != nil && ls[0].Spec.LeaseDurationSeconds != nil &&
+			time.Now().After(ls[0].Spec.RenewTime.Add(time.Duration(*ls[0].Spec.LeaseDurationSeconds)*time.Second)), nil
+	})
 
 	req, _ := cloudevent.NewRequest(context.Background(), other.url, cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)
 	resp, err := http.DefaultClient.Do(req)
@@ -414,25 +375,21 @@ func TestHandOffSurvivesBothInstances(t *testing.T) {
 		t.Fatalf("wakeups after the hand-off: %d %v, want 1 (the look at the expiry)", len(wakeups.Items), err)
 	}
 	for _, in := range []*instance{holder, marker} {
-		_ = in.cmd.Process.Signal(syscall.SIGKILL)
-		_, _ = in.cmd.Process.Wait()
+		in.Kill()
 	}
 	lb.SetBackends(startInstance(t, ns, spans, nil, args...).url)
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns}).Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	testkit.Background(t, wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns}).Run)
 
 	got := &v1.ConfigWatcher{}
-	eventually(t, 15*time.Second, "a fresh instance reconciles", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 15*time.Second, "a fresh instance reconciles", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
 		return err == nil && got.Status.ObservedGeneration == got.Generation, err
 	})
-	eventually(t, 5*time.Second, "nothing left", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 5*time.Second, "nothing left", func(ctx context.Context) (bool, error) {
 		err := env.Client.List(ctx, wakeups, client.InNamespace(ns))
 		return err == nil && len(wakeups.Items) == 0 && len(leases(t, ns)) == 0, err
 	})

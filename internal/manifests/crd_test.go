@@ -36,7 +36,7 @@ func TestGeneratedCRDsMatchTheRepo(t *testing.T) {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	d, err := filepath.Abs("../..")
+	d, err := filepath.Abs("../..") // internal/manifests
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -89,15 +90,16 @@ func TestTheCodeRunsOnTheGeneratedRBAC(t *testing.T) {
 	}
 
 	// The wakeup store: a retry recorded, found overdue, cleared.
+	fc := testingclock.NewFakeClock(time.Now())
 	store := wakeup.NewStore(op, wakeup.StoreOptions{Operator: "configwatcher", Target: v1.GroupVersion.WithKind("ConfigWatcher"),
-		Sink: "http://configwatcher." + ns + ".svc.cluster.local", Policy: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond}, Namespace: ns})
+		Sink: "http://configwatcher." + ns + ".svc.cluster.local", Policy: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond}, Namespace: ns, Clock: fc})
 	if _, _, err := store.Failed(ctx, req); err != nil {
 		t.Fatalf("recording a retry as the operator: %v", err)
 	}
 	if err := store.Requeue(ctx, req, time.Millisecond); err != nil {
 		t.Fatalf("recording a RequeueAfter as the operator: %v", err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	fc.Step(10 * time.Millisecond) // past the RequeueAfter
 	if due, err := store.Overdue(ctx); err != nil || len(due) != 1 {
 		t.Fatalf("listing overdue wakeups as the operator: %v %v", due, err)
 	}

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,6 +14,7 @@ import (
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/examples/configwatcher/controller"
 	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/testenv"
 )
@@ -41,15 +41,7 @@ func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
 		Watches(&corev1.ConfigMap{}, controller.ConfigMapToConfigWatchers).Complete(r); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testkit.Background(t, rt.Start)
 
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: appNS}, Data: map[string]string{"k": "1"}}
 	mustCreate(t, env, cm)
@@ -58,7 +50,7 @@ func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "cw", Namespace: appNS},
 		Spec: v1.ConfigWatcherSpec{ConfigMap: "app-config", PodSelector: map[string]string{"app": "web"}}}
 	mustCreate(t, env, cw)
-	waitFor(t, "the first reconcile records the ConfigMap", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the first reconcile records the ConfigMap", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), cw)
 		return err == nil && cw.Status.ConfigMapVersion != "", err
 	})
@@ -66,15 +58,8 @@ func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
 	if err := env.Client.Update(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the change restarts the pod", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the change restarts the pod", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), cw)
 		return err == nil && cw.Status.Restarts == 1, err
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }

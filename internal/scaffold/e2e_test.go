@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/opzero/opzero/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -134,7 +134,7 @@ func TestStartAProjectOutsideTheCheckout(t *testing.T) {
 	if err := c.Create(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the Memcached Ready with generation 1 observed, classic", reconciled(c, m, 1))
+	testkit.Eventually(t, time.Minute, "the Memcached Ready with generation 1 observed, classic", reconciled(c, m, 1))
 	classic.stop(t)
 
 	// Nothing the sessions started outlives them: no process but the
@@ -289,13 +289,13 @@ func exerciseServerless(t *testing.T, c client.Client, dev *session) {
 	if err := c.Create(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the created Memcached Ready with generation 1 observed", reconciled(c, m, 1))
+	testkit.Eventually(t, 2*time.Minute, "the created Memcached Ready with generation 1 observed", reconciled(c, m, 1))
 
 	_ = unstructured.SetNestedField(m.Object, "baz", "spec", "foo")
 	if err := c.Update(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the updated Memcached Ready with generation 2 observed", reconciled(c, m, 2))
+	testkit.Eventually(t, time.Minute, "the updated Memcached Ready with generation 2 observed", reconciled(c, m, 2))
 
 	dev.wait(t, "a status line", func(string) bool { _, _, _, ok := dev.status(); return ok })
 	_, reconcilesBefore, _, _ := dev.status()
@@ -303,7 +303,7 @@ func exerciseServerless(t *testing.T, c client.Client, dev *session) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(m)
-	eventually(t, time.Minute, "the Memcached gone", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, time.Minute, "the Memcached gone", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, m)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
@@ -317,13 +317,6 @@ func exerciseServerless(t *testing.T, c client.Client, dev *session) {
 	})
 	lines := statusRe.FindAllString(dev.out.String(), -1)
 	t.Logf("opzero dev's last status: %s", lines[len(lines)-1])
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 func writeFile(t *testing.T, path, content string) {

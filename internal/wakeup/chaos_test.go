@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/devenv/knative"
 	"github.com/opzero/opzero/internal/spanlog"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestChaos(t *testing.T) {
 	const n = 500
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	port := freePort(t)
+	port := testkit.FreePort(t) // the operator restarts on it after each kill
 	spans := filepath.Join(t.TempDir(), "spans")
 	var mu sync.Mutex
 	deaths := map[int]time.Time{} // pid -> when it was killed
@@ -68,9 +69,10 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(kill)
 
 	// The sender: Knative's real adapter, through a proxy that drops 10%.
-	var dropped, forwarded atomic.Int64
+	var seen, dropped, forwarded atomic.Int64
 	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
 		if rand.IntN(10) == 0 {
 			dropped.Add(1)
 			io.Copy(io.Discard, r.Body)
@@ -96,11 +98,19 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Stop()
-	time.Sleep(time.Second) // the adapter's watch
+	create := func(name string) {
+		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1.ConfigWatcherSpec{ConfigMap: "converge", PodSelector: map[string]string{"a": "b"}}}
+		if err := env.Client.Create(context.Background(), cw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("probe") // the adapter watches once its event for the probe arrives
+	testkit.Eventually(t, 30*time.Second, "the adapter's first event", func(context.Context) (bool, error) { return seen.Load() > 0, nil })
 
 	stop := make(chan struct{})
 	killerDone := make(chan struct{})
-	kills := 0
+	var kills atomic.Int32
 	go func() {
 		defer close(killerDone)
 		for {
@@ -110,19 +120,16 @@ func TestChaos(t *testing.T) {
 			case <-time.After(time.Duration(1500+rand.IntN(1000)) * time.Millisecond):
 			}
 			kill()
-			kills++
+			kills.Add(1)
 			start()
 		}
 	}()
 	for i := 0; i < n; i++ {
-		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%03d", i)},
-			Spec: v1.ConfigWatcherSpec{ConfigMap: "converge", PodSelector: map[string]string{"a": "b"}}}
-		if err := env.Client.Create(context.Background(), cw); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond) // spread the creations over the kills
+		create(fmt.Sprintf("c%03d", i))
+		time.Sleep(10 * time.Millisecond) // pacing, not a wait: spread the creations over the kills
 	}
-	time.Sleep(3 * time.Second)
+	after := kills.Load() // kills while the last events are still being delivered
+	testkit.Eventually(t, 30*time.Second, "two more kills", func(context.Context) (bool, error) { return kills.Load() >= after+2, nil })
 	close(stop)
 	<-killerDone
 
@@ -144,12 +151,12 @@ func TestChaos(t *testing.T) {
 			behind++
 		}
 	}
-	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded; sweep: %s", len(list.Items), kills, dropped.Load(), forwarded.Load(), resp.Header.Get("Opzero-Result"))
-	if len(list.Items) != n || behind != 0 {
+	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded; sweep: %s", len(list.Items), kills.Load(), dropped.Load(), forwarded.Load(), resp.Header.Get("Opzero-Result"))
+	if len(list.Items) != n+1 || behind != 0 { // and the probe
 		t.Fatalf("%d of %d objects not converged after one sweep", behind, len(list.Items))
 	}
-	if kills < 2 || dropped.Load() == 0 {
-		t.Fatalf("no chaos: %d kills, %d drops", kills, dropped.Load())
+	if kills.Load() < 2 || dropped.Load() == 0 {
+		t.Fatalf("no chaos: %d kills, %d drops", kills.Load(), dropped.Load())
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -159,7 +166,7 @@ func TestChaos(t *testing.T) {
 }
 
 func waitUp(t *testing.T, port int) {
-	eventually(t, 10*time.Second, "operator up", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 10*time.Second, "operator up", func(context.Context) (bool, error) {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
 		if err == nil {
 			resp.Body.Close()

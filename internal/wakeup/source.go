@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
@@ -40,6 +41,9 @@ type SourceOptions struct {
 	Log  logr.Logger
 	// Delivered, if set, is told of each successful delivery (tests, metrics).
 	Delivered func(ns, name string, due, at time.Time)
+	// Clock decides when a record is due and times the backoff (the wall
+	// clock if nil). Tests pass k8s.io/utils/clock/testing's FakeClock.
+	Clock clock.Clock
 }
 
 // Source delivers due Wakeups: see the package documentation.
@@ -79,6 +83,9 @@ func NewSource(c client.WithWatch, o SourceOptions) *Source {
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	return &Source{c: c, opts: o, entries: map[string]*entry{}, kick: make(chan struct{}, 1)}
 }
 
@@ -105,10 +112,10 @@ func (s *Source) Run(ctx context.Context) error {
 	sem := make(chan struct{}, s.opts.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	timer := time.NewTimer(time.Hour)
+	timer := s.opts.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next, wait := s.popDue(time.Now())
+		next, wait := s.popDue(s.opts.Clock.Now())
 		if next != nil {
 			sem <- struct{}{}
 			wg.Add(1)
@@ -120,7 +127,7 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.kick:
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
@@ -153,7 +160,7 @@ func (s *Source) deliver(ctx context.Context, e *entry) {
 	err := s.send(ctx, e)
 	if err == nil {
 		if s.opts.Delivered != nil {
-			s.opts.Delivered(e.ns, e.name, e.due, time.Now())
+			s.opts.Delivered(e.ns, e.name, e.due, s.opts.Clock.Now())
 		}
 		w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: e.name}}
 		// Only the record as delivered: a new due time written meanwhile stays.
@@ -168,7 +175,7 @@ func (s *Source) deliver(ctx context.Context, e *entry) {
 	defer s.mu.Unlock()
 	if cur, ok := s.entries[e.ns+"/"+e.name]; ok && cur.rv == e.rv && cur.index < 0 {
 		cur.failures++
-		cur.due = time.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
+		cur.due = s.opts.Clock.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
 		heap.Push(&s.due, cur)
 		s.poke()
 	}

@@ -22,6 +22,7 @@ import (
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/backoff"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/testenv"
 )
@@ -107,22 +108,28 @@ func TestSourceKilledWithPending(t *testing.T) {
 		return cmd
 	}
 	src := start()
+	// The one wall-clock wait: the records' due times are real, in another
+	// process; measure just before the first falls due (all listed by then).
 	time.Sleep(time.Until(base.Add(-2 * time.Second)))
 	t.Logf("wakeup source RSS with %d pending: %.1f MiB", n, rssMiB(src.Process.Pid))
-	time.Sleep(time.Until(base.Add(1500 * time.Millisecond)))
-	_ = src.Process.Signal(syscall.SIGKILL)
+	testkit.Eventually(t, time.Until(base)+time.Minute, "a tenth of the wakeups delivered", func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(first) >= n/10, nil
+	})
+	_ = src.Process.Signal(syscall.SIGKILL) // mid-delivery
 	_, _ = src.Process.Wait()
 	mu.Lock()
 	before := len(first)
 	mu.Unlock()
 	start()
 	deliver := time.Duration(max(1, n/10_000)) * 60 * time.Second // deliveries (POST + DELETE) run at ~1-2k/s here
-	eventually(t, deliver, "every wakeup delivered", func(context.Context) (bool, error) {
+	testkit.Eventually(t, deliver, "every wakeup delivered", func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(first) == n, nil
 	})
-	eventually(t, deliver, "every record deleted", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, deliver, "every record deleted", func(ctx context.Context) (bool, error) {
 		list := &v1alpha1.WakeupList{}
 		if err := env.Client.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
 			return false, err
@@ -159,20 +166,13 @@ func TestSourceDeliversOnlyItsOperator(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns, Operator: "a"}).Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	eventually(t, 10*time.Second, "a's wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
+	runSource(t, env, ns, wakeup.SourceOptions{Operator: "a"})
+	testkit.Eventually(t, 10*time.Second, "a's wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
 		list := &v1alpha1.WakeupList{}
 		err := env.Client.List(ctx, list, client.InNamespace(ns))
 		return err == nil && len(list.Items) == 1, err
 	})
-	time.Sleep(500 * time.Millisecond) // b's is due too: give a wrong source time to send it
+	fence(t, env, ns, "a", time.Now()) // b's, due earlier, would have been delivered before it
 	list := &v1alpha1.WakeupList{}
 	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 || list.Items[0].Spec.Operator != "b" {
 		t.Fatalf("left: %+v %v, want only b's Wakeup", list.Items, err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -32,7 +33,7 @@ type Store struct {
 	policy   backoff.Policy
 	// Namespace holds records of cluster-scoped targets.
 	namespace string
-	now       func() time.Time
+	clock     clock.PassiveClock
 
 	mu    sync.Mutex
 	clear map[reconcile.Request]bool // keys known to have no retry record; nil when Shared
@@ -46,7 +47,9 @@ type StoreOptions struct {
 	Sink      string
 	Policy    backoff.Policy
 	Namespace string
-	Now       func() time.Time
+	// Clock stamps due times (the wall clock if nil). Tests pass
+	// k8s.io/utils/clock/testing's FakeClock.
+	Clock clock.PassiveClock
 	// Shared: other instances write records of the same keys, so this one
 	// cannot know that a key has none (Succeeded always looks).
 	Shared bool
@@ -54,14 +57,14 @@ type StoreOptions struct {
 
 // NewStore returns a Store writing through c.
 func NewStore(c client.Client, o StoreOptions) *Store {
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.Namespace == "" {
 		o.Namespace = metav1.NamespaceDefault
 	}
 	s := &Store{c: c, operator: o.Operator, target: o.Target, sink: o.Sink, policy: o.Policy,
-		namespace: o.Namespace, now: o.Now}
+		namespace: o.Namespace, clock: o.Clock}
 	if !o.Shared {
 		s.clear = map[reconcile.Request]bool{}
 	}
@@ -89,7 +92,7 @@ func (s *Store) objectKey(key reconcile.Request) client.ObjectKey {
 // Requeue records, after a successful reconcile, that key must be
 // reconciled again after d.
 func (s *Store) Requeue(ctx context.Context, key reconcile.Request, d time.Duration) error {
-	now := s.now()
+	now := s.clock.Now()
 	due := now.Add(d)
 	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
 		// It follows a success: a pending retry is replaced; an earlier
@@ -110,7 +113,7 @@ func (s *Store) Requeue(ctx context.Context, key reconcile.Request, d time.Durat
 // for the stored attempt count (earliest wins). It returns the delay until
 // the record is due and the attempt number used.
 func (s *Store) Failed(ctx context.Context, key reconcile.Request) (time.Duration, int, error) {
-	now := s.now()
+	now := s.clock.Now()
 	var delay time.Duration
 	var attempt int
 	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
@@ -228,7 +231,7 @@ func pending(w *v1alpha1.Wakeup, exists bool, now time.Time) bool {
 // Overdue lists the keys whose wakeups are past due (a sweep's safety net
 // for a wakeup source that was down), paged.
 func (s *Store) Overdue(ctx context.Context) ([]reconcile.Request, error) {
-	now := s.now()
+	now := s.clock.Now()
 	var keys []reconcile.Request
 	list := &v1alpha1.WakeupList{}
 	for cont := ""; ; {
@@ -250,7 +253,7 @@ func (s *Store) Overdue(ctx context.Context) ([]reconcile.Request, error) {
 // the reconcile has not succeeded within grace, the wakeup source delivers
 // it again. An earlier pending wakeup is kept.
 func (s *Store) Accept(ctx context.Context, key reconcile.Request, grace time.Duration) error {
-	now := s.now()
+	now := s.clock.Now()
 	due := now.Add(grace)
 	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
 		if pending(w, exists, now) && !w.Spec.Due.Time.After(due) {

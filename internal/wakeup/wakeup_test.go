@@ -3,15 +3,15 @@ package wakeup_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -27,6 +26,7 @@ import (
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/testenv"
 )
@@ -39,6 +39,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
@@ -52,70 +53,92 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(bins)
 	testop, opzeroB = filepath.Join(bins, "testop"), filepath.Join(bins, "opzero")
-	for out, pkg := range map[string]string{testop: "../internal/testop", opzeroB: "../cmd/opzero"} {
+	if testing.Short() { // every test needs the control plane: testenv.Get skips them
+		return testenv.Main(m, testenv.Options{})
+	}
+	for out, pkg := range map[string]string{testop: "../testop", opzeroB: "../../cmd/opzero"} {
 		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
 			return 1
 		}
 	}
 	return testenv.Main(m, testenv.Options{Scheme: scheme, NoControllerManager: true,
-		CRDDirs: []string{"../config/crd", "../examples/configwatcher/config/crd"}})
+		CRDDirs: []string{"../../config/crd", "../../examples/configwatcher/config/crd"}})
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// startOp runs the scripted operator serverless with durable time on a free
+// port (another if the port was taken meanwhile).
+func startOp(t *testing.T, env *testenv.Env) (*testkit.Child, int) {
+	t.Helper()
+	var op *testkit.Child
+	port := testkit.OnFreePort(t, func(port int) (err error) {
+		op, err = tryOp(t, env, port)
+		return err
+	})
+	return op, port
+}
+
+// restartOp runs the scripted operator again on port: the records already
+// written name it.
+func restartOp(t *testing.T, env *testenv.Env, port int) *testkit.Child {
+	t.Helper()
+	op, err := tryOp(t, env, port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return op
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// startOp runs the scripted operator serverless on port with durable time.
-func startOp(t *testing.T, env *testenv.Env, port int) *exec.Cmd {
-	t.Helper()
+func tryOp(t *testing.T, env *testenv.Env, port int) (*testkit.Child, error) {
 	sink := fmt.Sprintf("http://127.0.0.1:%d", port)
 	cmd := exec.Command(testop, "--mode=serverless", "--insecure-no-auth", "--wakeup-sink="+sink, "--backoff-base=1s", "--backoff-cap=10s")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PORT="+strconv.Itoa(port))
-	logf, _ := os.Create(filepath.Join(t.TempDir(), "op.log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("operator log:\n%s", b)
-		}
-	})
-	eventually(t, 20*time.Second, "operator up", func(context.Context) (bool, error) {
-		resp, err := http.Get(sink + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil, nil
-	})
-	return cmd
+	return testkit.StartChild(t, cmd, sink+"/healthz", 20*time.Second)
 }
 
-func runSource(t *testing.T, env *testenv.Env, ns string) {
+// runSource runs a wakeup source for ns until t ends. It delivers one
+// record at a time (Concurrency 1), in due order, which fence relies on.
+func runSource(t *testing.T, env *testenv.Env, ns string, o wakeup.SourceOptions) {
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- wakeup.NewSource(c, wakeup.SourceOptions{Namespace: ns}).Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	o.Namespace, o.Concurrency = ns, 1
+	testkit.Background(t, wakeup.NewSource(c, o).Run)
+}
+
+// fence creates a Wakeup of operator op due at due, with its own sink, and
+// waits until the source has delivered it. The source delivers one record
+// at a time in due order, and learns of records (and of their deletion) in
+// the order they were written: once the fence is delivered (and deleted), any record
+// written before it and due before it has been delivered too, unless it
+// was deleted. That is the signal a test waits for instead of sleeping
+// "long enough" before it asserts that something did not happen.
+func fence(t *testing.T, env *testenv.Env, ns, op string, due time.Time) {
+	t.Helper()
+	hit := make(chan struct{}, 1)
+	sink := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		select {
+		case hit <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(sink.Close)
+	w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "fence-", Labels: map[string]string{wakeup.OperatorLabel: op}},
+		Spec: v1alpha1.WakeupSpec{Operator: op, Sink: sink.URL, Due: metav1.NewMicroTime(due), Reason: v1alpha1.ReasonRequeueAfter,
+			Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: ns, Name: "fence"}}}
+	if err := env.Client.Create(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hit:
+	case <-time.After(time.Until(due) + 30*time.Second):
+		t.Fatalf("the fence Wakeup due %s was not delivered", due.Format(time.StampMilli))
+	}
+	testkit.Eventually(t, 10*time.Second, "the fence deleted after its delivery", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w)
+		return apierrors.IsNotFound(err), nil
+	})
 }
 
 func newCW(t *testing.T, env *testenv.Env, ns, name, script string) *v1.ConfigWatcher {
@@ -174,8 +197,7 @@ func record(env *testenv.Env, key types.NamespacedName) (*v1alpha1.Wakeup, error
 func TestRequeueAfterSurvivesKill(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	port := freePort(t)
-	a := startOp(t, env, port)
+	a, port := startOp(t, env)
 	cw := newCW(t, env, ns, "rq", "requeue-3s")
 	key := client.ObjectKeyFromObject(cw)
 	if resp := send(t, port, cw); resp.StatusCode != 200 {
@@ -186,11 +208,10 @@ func TestRequeueAfterSurvivesKill(t *testing.T) {
 		t.Fatalf("no RequeueAfter record after the answer: %v %+v", err, w.Spec)
 	}
 	due := w.Spec.Due.Time
-	_ = a.Process.Signal(syscall.SIGKILL)
-	_, _ = a.Process.Wait()
-	startOp(t, env, port)
-	runSource(t, env, ns)
-	eventually(t, 15*time.Second, "the second reconcile", func(context.Context) (bool, error) {
+	a.Kill()
+	restartOp(t, env, port)
+	runSource(t, env, ns, wakeup.SourceOptions{})
+	testkit.Eventually(t, 15*time.Second, "the second reconcile", func(context.Context) (bool, error) {
 		return len(reconciles(t, env, key)) == 2, nil
 	})
 	at := reconciles(t, env, key)[1]
@@ -198,7 +219,7 @@ func TestRequeueAfterSurvivesKill(t *testing.T) {
 		t.Fatalf("reconciled at %s, due %s: want within [due, due+1s] (late by %s)", at.Format(time.StampMilli), due.Format(time.StampMilli), at.Sub(due))
 	}
 	t.Logf("due %s, reconciled by a fresh process %s after due", due.Format(time.StampMilli), at.Sub(due))
-	eventually(t, 5*time.Second, "the record deleted after delivery", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 5*time.Second, "the record deleted after delivery", func(context.Context) (bool, error) {
 		_, err := record(env, key)
 		return apierrors.IsNotFound(err), nil
 	})
@@ -209,15 +230,14 @@ func TestRequeueAfterSurvivesKill(t *testing.T) {
 func TestRetriesFollowThePolicy(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	port := freePort(t)
-	startOp(t, env, port)
-	runSource(t, env, ns)
+	_, port := startOp(t, env)
+	runSource(t, env, ns, wakeup.SourceOptions{})
 	cw := newCW(t, env, ns, "f3", "fail-3")
 	key := client.ObjectKeyFromObject(cw)
 	if resp := send(t, port, cw); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Opzero-Result"), "reconcile failed, retry recorded") {
 		t.Fatalf("failed reconcile answered %s %q, want 200 once the retry is recorded", resp.Status, resp.Header.Get("Opzero-Result"))
 	}
-	eventually(t, 20*time.Second, "3 failures and a success", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 20*time.Second, "3 failures and a success", func(context.Context) (bool, error) {
 		return len(reconciles(t, env, key)) == 4, nil
 	})
 	log := reconciles(t, env, key)
@@ -227,7 +247,7 @@ func TestRetriesFollowThePolicy(t *testing.T) {
 			t.Errorf("retry %d came %s after the failure, want %s (+ <1s delivery)", i+1, got, want)
 		}
 	}
-	eventually(t, 5*time.Second, "no record after the success", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 5*time.Second, "no record after the success", func(context.Context) (bool, error) {
 		_, err := record(env, key)
 		return apierrors.IsNotFound(err), nil
 	})
@@ -238,13 +258,13 @@ func TestRetriesFollowThePolicy(t *testing.T) {
 func TestSuccessCancelsPendingRetry(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	port := freePort(t)
-	startOp(t, env, port)
-	runSource(t, env, ns)
+	_, port := startOp(t, env)
+	runSource(t, env, ns, wakeup.SourceOptions{})
 	cw := newCW(t, env, ns, "f1", "fail-1")
 	key := client.ObjectKeyFromObject(cw)
 	send(t, port, cw)
-	if _, err := record(env, key); err != nil {
+	retry, err := record(env, key)
+	if err != nil {
 		t.Fatalf("no retry recorded: %v", err)
 	}
 	if resp := send(t, port, cw); resp.StatusCode != 200 {
@@ -253,7 +273,7 @@ func TestSuccessCancelsPendingRetry(t *testing.T) {
 	if _, err := record(env, key); !apierrors.IsNotFound(err) {
 		t.Fatalf("the success left the retry pending: %v", err)
 	}
-	time.Sleep(3 * time.Second) // well past the 1 s retry
+	fence(t, env, ns, "testop", retry.Spec.Due.Add(time.Millisecond)) // the retry would have been delivered by now
 	if n := len(reconciles(t, env, key)); n != 2 {
 		t.Fatalf("%d reconciles, want 2 (no retry after the success)", n)
 	}

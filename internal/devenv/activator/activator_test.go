@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opzero/opzero/internal/testkit"
 )
 
 // TestMain doubles as the backend: with ACTIVATOR_BACKEND=1 the test binary
@@ -55,12 +57,8 @@ func serve(t *testing.T, a *Activator) string {
 
 func waitInstances(t *testing.T, a *Activator, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Instances() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("instances %d, want %d", a.Instances(), n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Wait(10*time.Second, func() bool { return a.Instances() == n }) {
+		t.Fatalf("instances %d, want %d", a.Instances(), n)
 	}
 }
 
@@ -163,12 +161,8 @@ func TestScaleFromAndToZero(t *testing.T) {
 	if a.ColdStarts.Load() != 1 || a.Instances() != 1 {
 		t.Fatalf("cold starts %d, instances %d; want 1 and 1", a.ColdStarts.Load(), a.Instances())
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Instances() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("not scaled to zero after the idle period")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Wait(5*time.Second, func() bool { return a.Instances() == 0 }) {
+		t.Fatal("not scaled to zero after the idle period")
 	}
 	resp, err := http.Get(srv.URL)
 	if err != nil || resp.StatusCode != 200 {

@@ -19,6 +19,9 @@ func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) 
 // walks it through the states a user meets: running, refused twice, kept,
 // stale, removed.
 func TestUpDownLifecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second control plane; skipped under -short")
+	}
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "plane")
 	p, err := controlplane.Up(ctx, controlplane.Options{Dir: dir, DieWithParent: true})

@@ -13,23 +13,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"testdata/crds"}}))
-}
-
-// eventually polls cond every 50 ms for up to timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }
 
 func TestDeploymentGetsReplicaSetAndPodsThenGarbageCollected(t *testing.T) {
@@ -51,7 +43,7 @@ func TestDeploymentGetsReplicaSetAndPodsThenGarbageCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	inNS := []client.ListOption{client.InNamespace(ns), client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(sel)}}
-	eventually(t, 30*time.Second, "ReplicaSet and 2 Pods from kube-controller-manager", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "ReplicaSet and 2 Pods from kube-controller-manager", func(ctx context.Context) (bool, error) {
 		var rs appsv1.ReplicaSetList
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &rs, inNS...); err != nil {
@@ -65,7 +57,7 @@ func TestDeploymentGetsReplicaSetAndPodsThenGarbageCollected(t *testing.T) {
 	if err := env.Client.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "garbage collection of the ReplicaSet and Pods", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "garbage collection of the ReplicaSet and Pods", func(ctx context.Context) (bool, error) {
 		var rs appsv1.ReplicaSetList
 		var pods corev1.PodList
 		if err := env.Client.List(ctx, &rs, inNS...); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -41,7 +42,7 @@ func BenchmarkDevColdStart(b *testing.B) {
 	if err := c.Create(ctx, cw); err != nil {
 		b.Fatal(err)
 	}
-	eventually(b, 30*time.Second, "first reconcile", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(b, 30*time.Second, "first reconcile", func(ctx context.Context) (bool, error) {
 		return c.Get(ctx, client.ObjectKeyFromObject(cw), cw) == nil && cw.Status.ConfigMapVersion != "", nil
 	})
 	b.ResetTimer()

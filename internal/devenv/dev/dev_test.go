@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +27,7 @@ import (
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/proc"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -117,10 +117,7 @@ func tail(b []byte, n int) string {
 
 // gone reports whether pid has exited (or is a zombie about to be reaped).
 func gone(pid int) bool {
-	for i := 0; i < 200 && !proc.Dead(pid); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return proc.Dead(pid)
+	return testkit.Wait(4*time.Second, func() bool { return proc.Dead(pid) })
 }
 
 // operatorProcesses counts live processes running the ConfigWatcher binary
@@ -146,16 +143,9 @@ func operatorProcesses(t testing.TB) int {
 	return n
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 func waitZero(t testing.TB, p *dev.Platform) {
 	t.Helper()
-	eventually(t, 30*time.Second, "scale to zero", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "scale to zero", func(context.Context) (bool, error) {
 		return p.Services[0].Activator.Instances() == 0, nil
 	})
 	if n := operatorProcesses(t); n != 0 {
@@ -292,13 +282,13 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 	}
 
 	// First sight: the ConfigWatcher's add event starts the operator.
-	eventually(t, 20*time.Second, "webapp pods", func(context.Context) (bool, error) { return len(livePods(t, c, ns)) == 2, nil })
+	testkit.Eventually(t, 20*time.Second, "webapp pods", func(context.Context) (bool, error) { return len(livePods(t, c, ns)) == 2, nil })
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "webapp-config-watcher", Namespace: ns},
 		Spec: v1.ConfigWatcherSpec{ConfigMap: "webapp-config", PodSelector: map[string]string{"app": "webapp"}}}
 	if err := c.Create(ctx, cw); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "ConfigWatcher reconciled", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "ConfigWatcher reconciled", func(ctx context.Context) (bool, error) {
 		return c.Get(ctx, client.ObjectKeyFromObject(cw), cw) == nil && cw.Status.ConfigMapVersion != "", nil
 	})
 	waitZero(t, p)
@@ -313,10 +303,10 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 	if err := c.Update(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "an operator process after the change", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "an operator process after the change", func(context.Context) (bool, error) {
 		return operatorProcesses(t) == 1, nil
 	})
-	eventually(t, 30*time.Second, "pods restarted", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "pods restarted", func(context.Context) (bool, error) {
 		now := livePods(t, c, ns)
 		for uid := range now {
 			if before[uid] {
@@ -325,7 +315,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 		}
 		return len(now) == 2, nil
 	})
-	eventually(t, 10*time.Second, "status.restarts 1", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 10*time.Second, "status.restarts 1", func(ctx context.Context) (bool, error) {
 		return c.Get(ctx, client.ObjectKeyFromObject(cw), cw) == nil && cw.Status.Restarts == 1, nil
 	})
 	waitZero(t, p)
@@ -351,7 +341,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 		}()
 	}
 	wg.Wait()
-	eventually(t, 30*time.Second, "every burst ConfigWatcher reconciled", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "every burst ConfigWatcher reconciled", func(ctx context.Context) (bool, error) {
 		for i := range n {
 			w := &v1.ConfigWatcher{}
 			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("burst-%d", i)}, w) != nil || w.Status.ConfigMapVersion == "" {
@@ -408,7 +398,7 @@ func wakeupThroughDev(t *testing.T, c client.Client, p *dev.Platform, ns string)
 	if err := c.Create(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the Wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "the Wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(w), w.DeepCopy())
 		return apierrors.IsNotFound(err), nil
 	})
@@ -439,7 +429,7 @@ func TestPingSourceThroughDev(t *testing.T) {
 		}
 	}
 	p := start(t, env, objs, 500*time.Millisecond)
-	eventually(t, 30*time.Second, "a PingSource delivery", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 30*time.Second, "a PingSource delivery", func(context.Context) (bool, error) {
 		for _, d := range p.Services[0].Deliveries() {
 			if d.Type == "dev.knative.sources.ping" {
 				if d.Code != 200 {

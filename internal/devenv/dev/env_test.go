@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/opzero/opzero/internal/testkit"
 	"io"
 	"maps"
 	"net/http"
@@ -146,7 +147,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 			Args: []string{"--report=$(REPORT_DIR)/env.json"}}) // expanded from the env, as kubelet does
 		start(t, env, objs, 0)
 		var b []byte
-		eventually(t, 30*time.Second, "envop's report", func(context.Context) (bool, error) {
+		testkit.Eventually(t, 30*time.Second, "envop's report", func(context.Context) (bool, error) {
 			var err error
 			b, err = os.ReadFile(report)
 			return err == nil, nil

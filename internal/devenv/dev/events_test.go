@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/opzero/opzero/internal/testkit"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -107,7 +108,7 @@ func TestEventStream(t *testing.T) {
 		{"scaled to zero", func(e dev.Event) bool { return e.Event == dev.EventScaledToZero && e.Service == svc }},
 	}
 	var got []dev.Event
-	eventually(t, time.Minute, "the event stream", func(context.Context) (bool, error) {
+	testkit.Eventually(t, time.Minute, "the event stream", func(context.Context) (bool, error) {
 		got = buf.events(t)
 		i := 0
 		for _, e := range got {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -74,7 +75,7 @@ func TestScaleUpThroughDev(t *testing.T) {
 		t.Fatalf("%d instances answered, %d started; want 3 and 3 (max-scale)", len(pids), svc.Activator.Starts.Load())
 	}
 	t0 := time.Now()
-	eventually(t, 10*time.Second, "scale to zero", func(context.Context) (bool, error) { return svc.Activator.Instances() == 0, nil })
+	testkit.Eventually(t, 10*time.Second, "scale to zero", func(context.Context) (bool, error) { return svc.Activator.Instances() == 0, nil })
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("scaled to zero %s after the last answer; the annotation says 500ms", d)
 	}

@@ -1,0 +1,22 @@
+// Package testkit is what opzero's tests share: polling with a deadline
+// instead of fixed sleeps, loopback ports that survive a collision, and a
+// goroutine whose lifetime is the test's.
+//
+// # Guarantees
+//
+//   - Eventually and Wait poll a condition until it holds or a deadline
+//     passes; Eventually fails the test naming what it waited for and the
+//     last error the condition returned, so a timeout says why.
+//   - Listen hands over a bound listener (no window in which another process
+//     can take the port); OnFreePort retries with another port when the
+//     server under test reports the port taken.
+//   - Background cancels its goroutine's context when the test ends and waits
+//     for it, so nothing it started outlives the test.
+//
+// # Caveats
+//
+// testkit uses the standard library only: it must not pull controller-runtime
+// or client-go into the packages whose tests use it. Tests that wait for wall
+// time to pass in the code under test should inject a fake clock
+// (k8s.io/utils/clock/testing) and step it instead of polling.
+package testkit
