@@ -164,7 +164,7 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 		t.Fatalf("the migration diff is %q: want a few lines", numstat)
 	}
 	env := testenv.Get(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "crds", NoDurableTime: true})
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "crds"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 
 func serverless(t *testing.T, env *testenv.Env, dir string) {
 	ns := env.Namespace(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns, NoDurableTime: true})
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

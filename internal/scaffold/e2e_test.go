@@ -27,13 +27,6 @@ import (
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
-// noDurableTime turns durable time off in the generated manifests: with it
-// on, the serverless engine settles a reconcile durably and returns before
-// it writes status.observedGeneration (WithAutoObservedGeneration is
-// ignored; internal/engine/serverless runOnce), which this test checks.
-// Remove it once the engine writes observedGeneration in both paths.
-const noDurableTime = "--durable-time=false"
-
 // TestStartAProjectOutsideTheCheckout is a new user's path, in a temporary
 // folder outside the checkout: install the CLI, opzero init, opzero create
 // api, build, the project's make test, then make dev (opzero manifests +
@@ -120,7 +113,7 @@ func TestStartAProjectOutsideTheCheckout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := startSession(t, project, env, "opzero dev: ready", "make", "dev", "MANIFESTS_FLAGS=--idle=2s "+noDurableTime,
+	dev := startSession(t, project, env, "opzero dev: ready", "make", "dev", "MANIFESTS_FLAGS=--idle=2s",
 		"DEV_FLAGS=--kubeconfig="+plane.Kubeconfig+" --log-dir="+filepath.Join(project, "logs")+" --cache-dir="+filepath.Join(tmp, "cache"))
 	exerciseServerless(t, c, dev)
 	dev.stop(t)

@@ -2,6 +2,7 @@ package serverless_test
 
 import (
 	"context"
+	"github.com/opzero/opzero/internal/testkit"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,8 +43,8 @@ func TestBurstForOneKeyCoalesces(t *testing.T) {
 		go func(i int) { defer wg.Done(); answers[i] = ev() }(i)
 	}
 	// Let the first reconcile go once every request has been queued.
-	for h.engine.Stats().Submitted.Load() < 201 {
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Wait(30*time.Second, func() bool { return h.engine.Stats().Submitted.Load() >= 201 }) {
+		t.Fatalf("only %d of 201 requests were queued", h.engine.Stats().Submitted.Load())
 	}
 	close(p.gate)
 	wg.Wait()

@@ -3,6 +3,7 @@ package serverless_test
 import (
 	"context"
 	"errors"
+	"github.com/opzero/opzero/internal/testkit"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,12 +22,8 @@ import (
 // waitFor polls cond (a fired timer's reconcile runs on its own goroutine).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testkit.Wait(10*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -89,8 +86,10 @@ func TestResultSemantics(t *testing.T) {
 		if a := send("healed"); a.code != 200 {
 			t.Fatalf("got %d %s, want 200", a.code, a.body)
 		}
+		if n := clock.Timers(); n != 0 {
+			t.Fatalf("%d retry timer(s) pending after the success, want 0: a success cancels the pending retry", n)
+		}
 		clock.Step(time.Hour)
-		time.Sleep(50 * time.Millisecond)
 		if got := count("healed"); got != 2 {
 			t.Fatalf("%d reconciles, want 2: the success must cancel the pending retry", got)
 		}
@@ -106,8 +105,10 @@ func TestResultSemantics(t *testing.T) {
 		if a.code != http.StatusUnprocessableEntity || !strings.Contains(a.body, "spec is invalid") {
 			t.Fatalf("got %d %q, want 422 naming the error", a.code, a.body)
 		}
+		if n := clock.Timers(); n != 0 {
+			t.Fatalf("%d retry timer(s) pending after a terminal error, want 0", n)
+		}
 		clock.Step(time.Hour)
-		time.Sleep(50 * time.Millisecond)
 		if got := count("doomed"); got != 1 {
 			t.Fatalf("%d reconciles, want 1 (terminal errors are not retried)", got)
 		}

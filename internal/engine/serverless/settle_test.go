@@ -1,6 +1,7 @@
 package serverless_test
 
 import (
+	"github.com/opzero/opzero/internal/testkit"
 	"net/http"
 	"testing"
 	"time"
@@ -29,7 +30,9 @@ func TestBurstOutlastingAReconcileCostsOneFollowUp(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		send() // during reconcile 1
 	}
-	time.Sleep(50 * time.Millisecond)
+	if !testkit.Wait(10*time.Second, func() bool { return h.engine.Stats().Submitted.Load() >= 4 }) {
+		t.Fatalf("only %d of the 4 events reached the queue", h.engine.Stats().Submitted.Load())
+	}
 	p.gate <- struct{}{} // reconcile 1 ends; the burst goes on
 	var last time.Time
 	for i := 0; i < 4; i++ {
