@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/opzero/opzero/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,12 +265,10 @@ spec:
 		}
 		// The wakeup source's first log line, whichever way it was run.
 		log := filepath.Join(logs, "deployment-default-"+name+".log")
-		deadline := time.Now().Add(30 * time.Second)
-		for b, _ := os.ReadFile(log); !strings.Contains(string(b), "wakeup source running"); b, _ = os.ReadFile(log) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s does not show the wakeup source running:\n%s", log, b)
-			}
-			time.Sleep(50 * time.Millisecond)
+		running := func() bool { b, _ := os.ReadFile(log); return strings.Contains(string(b), "wakeup source running") }
+		if !testkit.Wait(30*time.Second, running) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s does not show the wakeup source running:\n%s", log, b)
 		}
 	}
 	if entries, _ := os.ReadDir(filepath.Join(o.cache, "ko")); len(entries) > 0 {

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opzero/opzero/internal/testkit"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,12 +165,8 @@ func (f *fixture) errs() []error {
 
 func eventually(t *testing.T, f *fixture, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (the fixture's reads failed with %v)", what, f.errs())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Wait(20*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s (the fixture's reads failed with %v)", what, f.errs())
 	}
 }
 
