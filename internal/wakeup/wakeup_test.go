@@ -52,14 +52,14 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(bins)
 	testop, opzeroB = filepath.Join(bins, "testop"), filepath.Join(bins, "opzero")
-	for out, pkg := range map[string]string{testop: "../internal/testop", opzeroB: "../cmd/opzero"} {
+	for out, pkg := range map[string]string{testop: "../testop", opzeroB: "../../cmd/opzero"} {
 		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
 			return 1
 		}
 	}
 	return testenv.Main(m, testenv.Options{Scheme: scheme, NoControllerManager: true,
-		CRDDirs: []string{"../config/crd", "../examples/configwatcher/config/crd"}})
+		CRDDirs: []string{"../../config/crd", "../../examples/configwatcher/config/crd"}})
 }
 
 func freePort(t *testing.T) int {

@@ -2,6 +2,7 @@ package dev_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -109,4 +110,48 @@ func TestAdaptersAreSupervised(t *testing.T) {
 	eventually(t, time.Minute, "the new adapter running", func(context.Context) (bool, error) {
 		return p.SourcePIDs()[what] == ev.PID, nil
 	})
+}
+
+// TestWakeupSourceSupervised: the wakeup source of `opzero manifests` runs
+// with its livenessProbe played on 127.0.0.1 (it answers /healthz), and a
+// SIGKILL gets it restarted, with an event.
+func TestWakeupSourceSupervised(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Knative's adapters")
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: generated(t, ns), Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	what := "Deployment " + ns + "/configwatcher-wakeup-source"
+	pid := p.SourcePIDs()[what]
+	if pid == 0 {
+		t.Fatalf("no pid for %s in %v", what, p.SourcePIDs())
+	}
+	eventually(t, 30*time.Second, "the wakeup source's /healthz answering 200", func(ctx context.Context) (bool, error) {
+		resp, err := http.Get("http://127.0.0.1:8081/healthz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := restartedEvent(t, buf, what, 0)
+	if !strings.Contains(ev.Reason, "exited") || ev.PID == pid {
+		t.Fatalf("restart of a killed wakeup source: %+v, want 'exited' and a new pid (old %d)", ev, pid)
+	}
 }
