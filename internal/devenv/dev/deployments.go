@@ -53,7 +53,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		probe, err := livenessProbe(u, c)
+		probe, err := livenessProbe(u, c, argv)
 		if err != nil {
 			return err
 		}
@@ -83,9 +83,12 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 	return nil
 }
 
-// livenessProbe plays the container's livenessProbe httpGet on 127.0.0.1
-// (a local process binds the container's port itself); nil without one.
-func livenessProbe(u *unstructured.Unstructured, c map[string]any) (func(context.Context, time.Duration) error, error) {
+// livenessProbe plays the container's livenessProbe httpGet on 127.0.0.1;
+// nil without one. In a cluster each pod has a network of its own; here the
+// processes share one, so the probe's port gets a free local port instead:
+// arguments that end in ":<port>" (--health-addr=:8081) are rewritten in
+// place to it, and the probe asks it.
+func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string) (func(context.Context, time.Duration) error, error) {
 	get, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet")
 	if !ok {
 		return nil, nil
@@ -110,7 +113,19 @@ func livenessProbe(u *unstructured.Unstructured, c map[string]any) (func(context
 	if port <= 0 {
 		return nil, fmt.Errorf("Deployment %s: livenessProbe.httpGet.port %v is neither a number nor a named containerPort", key(u), get["port"])
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d/%s", port, strings.TrimPrefix(path, "/"))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: a local port for its probe: %w", key(u), err)
+	}
+	local := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	suffix := fmt.Sprintf(":%d", port)
+	for i, a := range argv {
+		if strings.HasSuffix(a, suffix) {
+			argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
+		}
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/%s", local, strings.TrimPrefix(path, "/"))
 	return func(ctx context.Context, timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()

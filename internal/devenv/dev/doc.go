@@ -42,7 +42,9 @@
 // Deployments) when they exit or their liveness probe fails 3 times in a
 // row (probed every 2 s, 1 s timeout; restarts back off from 1 s to 30 s
 // while they fail): a Deployment's probe is its container's
-// livenessProbe.httpGet, played on 127.0.0.1; an ApiServerSource adapter's
+// livenessProbe.httpGet, played on a free local port (processes share one
+// network here, unlike pods: arguments ending in ":<probe port>", such as
+// --health-addr=:8081, are rewritten to it); an ApiServerSource adapter's
 // is its own metrics endpoint (a port per adapter: Knative's /health
 // listens on a fixed :8080 that a second adapter cannot bind, and fails only
 // after SIGTERM). An ApiServerSource adapter is also restarted when its log

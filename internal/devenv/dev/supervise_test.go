@@ -2,7 +2,9 @@ package dev_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,8 +141,23 @@ func TestWakeupSourceSupervised(t *testing.T) {
 	if pid == 0 {
 		t.Fatalf("no pid for %s in %v", what, p.SourcePIDs())
 	}
+	// Its --health-addr=:8081 runs on a port of its own (processes share
+	// one network here).
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ""
+	for _, a := range strings.Split(string(cmdline), "\x00") {
+		if v, ok := strings.CutPrefix(a, "--health-addr="); ok {
+			addr = v
+		}
+	}
+	if addr == "" || strings.HasSuffix(addr, ":8081") {
+		t.Fatalf("wakeup source args %q: want --health-addr moved off :8081", cmdline)
+	}
 	eventually(t, 30*time.Second, "the wakeup source's /healthz answering 200", func(ctx context.Context) (bool, error) {
-		resp, err := http.Get("http://127.0.0.1:8081/healthz")
+		resp, err := http.Get("http://127.0.0.1" + addr[strings.LastIndex(addr, ":"):] + "/healthz")
 		if err != nil {
 			return false, nil
 		}
