@@ -239,7 +239,7 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.opts.MaxWait)
 	defer cancel()
-	var failed, terminal, recorded, handedOff []string
+	var failed, away, terminal, recorded, handedOff []string
 	for i, t := range tickets {
 		err := t.Wait(ctx)
 		var re *ReconcileError
@@ -255,6 +255,8 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 		case errors.As(err, &re) && re.Unrecorded:
 			unavailable(w, re.Error())
 			return
+		case errors.As(err, &re) && apiServerAway(re.Err):
+			away = append(away, re.Error())
 		case errors.As(err, &re):
 			failed = append(failed, re.Error())
 		case errors.Is(err, keyq.ErrShutdown):
@@ -268,6 +270,8 @@ func (e *Engine) answer(w http.ResponseWriter, ctx context.Context, rt *routed) 
 		}
 	}
 	switch {
+	case len(away) > 0:
+		unavailable(w, "the API server cannot be reached or is overloaded; retry scheduled here too: "+strings.Join(append(away, failed...), "; "))
 	case len(failed) > 0:
 		http.Error(w, "reconcile failed, retry scheduled: "+strings.Join(append(failed, terminal...), "; "), http.StatusInternalServerError)
 	case len(terminal) > 0:

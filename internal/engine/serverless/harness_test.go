@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"testdata/crds", "../../config/crd"}, Scheme: scheme}))
+	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"testdata/crds", "../../../config/crd"}, Scheme: scheme}))
 }
 
 var widgetGVK = schema.GroupVersionKind{Group: "test.opzero.dev", Version: "v1", Kind: "Widget"}
