@@ -4,9 +4,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // apiServerAway reports whether err says the API server could not be
@@ -25,6 +27,16 @@ func apiServerAway(err error) bool {
 		return true
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return true
+	case utilnet.IsProbableEOF(err):
+		return true
+	}
+	// Some callers (discovery: "failed to get server groups") flatten the
+	// error to text: client-go matches the same texts (utilnet).
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "TLS handshake timeout", "i/o timeout"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
 	}
 	return apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
