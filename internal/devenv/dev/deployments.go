@@ -87,7 +87,8 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 // nil without one. In a cluster each pod has a network of its own; here the
 // processes share one, so the probe's port gets a free local port instead:
 // arguments that end in ":<port>" (--health-addr=:8081) are rewritten in
-// place to it, and the probe asks it.
+// place to it, and the probe asks it (without such an argument, the port
+// itself).
 func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string) (func(context.Context, time.Duration) error, error) {
 	get, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet")
 	if !ok {
@@ -119,11 +120,14 @@ func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string
 	}
 	local := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	suffix := fmt.Sprintf(":%d", port)
+	suffix, moved := fmt.Sprintf(":%d", port), false
 	for i, a := range argv {
 		if strings.HasSuffix(a, suffix) {
-			argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
+			argv[i], moved = strings.TrimSuffix(a, suffix)+fmt.Sprintf(":%d", local), true
 		}
+	}
+	if !moved { // the program binds the port itself: probe it there
+		local = port
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/%s", local, strings.TrimPrefix(path, "/"))
 	return func(ctx context.Context, timeout time.Duration) error {

@@ -40,17 +40,21 @@
 //
 // Like kubelet, dev restarts these processes (adapters, mtping, ko://
 // Deployments) when they exit or their liveness probe fails 3 times in a
-// row (probed every 2 s, 1 s timeout; restarts back off from 1 s to 30 s
-// while they fail): a Deployment's probe is its container's
-// livenessProbe.httpGet, played on a free local port (processes share one
-// network here, unlike pods: arguments ending in ":<probe port>", such as
-// --health-addr=:8081, are rewritten to it); an ApiServerSource adapter's
-// is its own metrics endpoint (a port per adapter: Knative's /health
-// listens on a fixed :8080 that a second adapter cannot bind, and fails only
-// after SIGTERM). An ApiServerSource adapter is also restarted when its log
-// shows a gap in a watch (client-go's "watch ended with error", or a list
-// after the first): Knative's adapter sends nothing for what it lists, so a
-// change made in the gap is never sent. After such a restart, once the new
+// row (probed every 2 s, 1 s timeout). A process that ran less than a
+// minute is restarted after 1 s, then 2 s, ... up to 30 s (kubelet's
+// CrashLoopBackOff), and a failed start is retried on the same scale.
+//
+// A Deployment's probe is its container's livenessProbe.httpGet, played on
+// a free local port (processes share one network here, unlike pods:
+// arguments ending in ":<probe port>", such as --health-addr=:8081, are
+// rewritten to it). An ApiServerSource adapter's probe is its own metrics
+// endpoint, a port per adapter: Knative's /health listens on a fixed :8080
+// that a second adapter cannot bind, and fails only after SIGTERM.
+//
+// An ApiServerSource adapter is also restarted when its log shows a gap in
+// a watch (client-go's "watch ended with error", or a list after the
+// first): Knative's adapter sends nothing for what it lists, so a change
+// made in the gap is never sent. After any restart of it, once the new
 // adapter has listed, dev sends one tick of every PingSource with the same
 // sink (the sweep) so the operator reconciles what the gap lost. Each
 // restart is a line and a process-restarted event, each such tick a sweep

@@ -55,11 +55,15 @@ type supervised struct {
 
 	mu  sync.Mutex
 	cur running
+
+	started time.Time     // of cur
+	delay   time.Duration // before the next restart: CrashLoopBackOff
 }
 
 // supervise starts watching s.cur (already started) until Stop.
 func (p *Platform) supervise(s *supervised) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.started = time.Now()
 	s.done = make(chan struct{})
 	go func() { defer close(s.done); p.watch(s) }()
 }
@@ -130,6 +134,20 @@ func exitNote(r running) string {
 // backoff while the start fails (the API server may be away).
 func (p *Platform) restart(s *supervised, old running, why string) {
 	old.Stop()
+	// A process that ran less than a minute is restarted after a delay
+	// that doubles each time, as kubelet's CrashLoopBackOff (10 s to 5 min
+	// there; shorter locally); one that ran longer, at once.
+	if ran := time.Since(s.started); ran < time.Minute {
+		s.delay = min(max(2*s.delay, restartBackoff), maxRestartBackoff)
+		p.say("%s: pid %d stopped after running %s because %s; restarting in %s", s.what, old.PID(), ran.Round(time.Millisecond), why, s.delay)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.delay):
+		}
+	} else {
+		s.delay = 0
+	}
 	wait := restartBackoff
 	for attempt := 1; ; attempt++ {
 		t := time.Now()
@@ -142,7 +160,7 @@ func (p *Platform) restart(s *supervised, old running, why string) {
 		}
 		if err == nil {
 			s.mu.Lock()
-			s.cur = r
+			s.cur, s.started = r, time.Now()
 			s.mu.Unlock()
 			p.say("%s: restarted pid %d as pid %d in %s because %s", s.what, old.PID(), r.PID(), since(t), why)
 			p.opts.Events.Write(Event{Event: EventProcessRestarted, Process: s.what, PID: r.PID(), Reason: why})
