@@ -125,6 +125,11 @@ func (g *gen) service() Object {
 		// kubernetes.podspec-fieldref feature is on
 		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
 	})
+	// The engine answers /healthz from the server that takes the events:
+	// an instance whose server hangs is taken out and restarted. (Knative
+	// probes the container's port; no port may be named.)
+	container["readinessProbe"] = httpProbe("/healthz", nil, 1)
+	container["livenessProbe"] = httpProbe("/healthz", nil, 3)
 	l := g.labels("operator")
 	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)
 	svc["spec"] = map[string]any{"template": map[string]any{
@@ -267,7 +272,13 @@ func (g *gen) wakeupSource() []Object {
 					"name":  "wakeup-source",
 					"image": g.o.WakeupImage,
 					"args": []any{"--operator=" + g.op.Name, "--audience=" + g.o.Audience,
-						"--service-account=" + g.o.Namespace + "/" + name},
+						"--service-account=" + g.o.Namespace + "/" + name, fmt.Sprintf("--health-addr=:%d", wakeupHealthPort)},
+					"ports": []any{map[string]any{"name": "health", "containerPort": int64(wakeupHealthPort)}},
+					// /healthz fails once its watch of Wakeups has been down
+					// for 2 minutes (a reflector that no longer lists nor
+					// watches): kubelet restarts it. /readyz: listed once.
+					"livenessProbe":  httpProbe("/healthz", "health", 3),
+					"readinessProbe": httpProbe("/readyz", "health", 1),
 				}},
 			},
 		},
@@ -287,6 +298,24 @@ func (g *gen) wakeupSource() []Object {
 
 func inFile(f string, o Object) Object { o.File = f; return o }
 
+// The probe ports of the classic operator (controller-runtime's health
+// probe server) and of the wakeup source (--health-addr).
+const (
+	classicProbePort = 8081
+	wakeupHealthPort = 8081
+)
+
+// httpProbe is an HTTP GET probe every 10 s (kubelet's default period),
+// failing after failures in a row; port nil probes the container's port
+// (Knative Services).
+func httpProbe(path string, port any, failures int64) map[string]any {
+	get := map[string]any{"path": path}
+	if port != nil {
+		get["port"] = port
+	}
+	return map[string]any{"httpGet": get, "periodSeconds": int64(10), "timeoutSeconds": int64(1), "failureThreshold": failures}
+}
+
 // deployment is the operator in classic mode: a controller-runtime manager
 // with leader election (its Lease Role comes with operatorRBAC).
 func (g *gen) deployment() Object {
@@ -300,8 +329,12 @@ func (g *gen) deployment() Object {
 			"metadata": map[string]any{"labels": l},
 			"spec": map[string]any{
 				"serviceAccountName": g.op.Name,
-				"containers": []any{g.container(map[string]any{"name": "operator", "image": g.o.Image},
-					[]any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace},
+				"containers": []any{g.container(map[string]any{"name": "operator", "image": g.o.Image,
+					"ports":          []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}},
+					"livenessProbe":  httpProbe("/healthz", "probes", 3),
+					"readinessProbe": httpProbe("/readyz", "probes", 1),
+				},
+					[]any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort)},
 					[]any{map[string]any{"name": "POD_NAMESPACE",
 						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})},
 			},

@@ -39,6 +39,9 @@ type SourceOptions struct {
 	// HTTP delivers the events (a client with a 30 s timeout).
 	HTTP *http.Client
 	Log  logr.Logger
+	// WatchGrace is how long the watch of Wakeups may be down before
+	// Healthy fails (DefaultWatchGrace).
+	WatchGrace time.Duration
 	// Delivered, if set, is told of each successful delivery (tests, metrics).
 	Delivered func(ns, name string, due, at time.Time)
 	// Clock decides when a record is due and times the backoff (the wall
@@ -55,6 +58,8 @@ type Source struct {
 	entries map[string]*entry // by namespace/name
 	due     dueHeap
 	kick    chan struct{}
+
+	health watchHealth
 }
 
 // entry is what the Source keeps of a record: a few strings, no object.
@@ -76,6 +81,9 @@ func NewSource(c client.WithWatch, o SourceOptions) *Source {
 	}
 	if o.Backoff.Base == 0 {
 		o.Backoff = backoff.Policy{Base: time.Second, Cap: time.Minute}
+	}
+	if o.WatchGrace <= 0 {
+		o.WatchGrace = DefaultWatchGrace
 	}
 	if o.HTTP == nil {
 		o.HTTP = &http.Client{Timeout: 30 * time.Second}
@@ -107,7 +115,9 @@ func (s *Source) Run(ctx context.Context) error {
 			return s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
 		},
 	}
-	r := cache.NewNamedReflector("wakeups", lw, &v1alpha1.Wakeup{}, (*storeAdapter)(s), 0)
+	s.health.begin(true)
+	defer s.health.begin(false)
+	r := cache.NewNamedReflector("wakeups", s.health.wrap(lw), &v1alpha1.Wakeup{}, (*storeAdapter)(s), 0)
 	go r.RunWithContext(ctx)
 	sem := make(chan struct{}, s.opts.Concurrency)
 	var wg sync.WaitGroup

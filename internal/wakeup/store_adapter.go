@@ -52,6 +52,7 @@ func (a *storeAdapter) Replace(list []interface{}, _ string) error {
 		_ = a.Update(obj)
 	}
 	s := (*Source)(a)
+	s.health.synced() // after a list, or the initial events of a watch-list
 	s.mu.Lock()
 	var gone []string
 	for k := range s.entries {

@@ -17,10 +17,11 @@ import (
 
 // Process is one component the plane started, as recorded in state.json.
 type Process struct {
-	Name string `json:"name"`
-	PID  int    `json:"pid"`
-	Path string `json:"path"`
-	Log  string `json:"log"`
+	Name string   `json:"name"`
+	PID  int      `json:"pid"`
+	Path string   `json:"path"`
+	Args []string `json:"args,omitempty"`
+	Log  string   `json:"log"`
 
 	exited chan struct{} // closed when a child started by this process exits; nil otherwise
 }
@@ -60,7 +61,7 @@ func startProcess(name, path string, args []string, logFile string, dieWithParen
 	if err := <-errc; err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
-	p := &Process{Name: name, PID: cmd.Process.Pid, Path: path, Log: logFile, exited: make(chan struct{})}
+	p := &Process{Name: name, PID: cmd.Process.Pid, Path: path, Args: args, Log: logFile, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.exited) }() // reap, so a stopped child does not linger as a zombie
 	return p, nil
 }

@@ -49,11 +49,22 @@ func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) 
 		c.Name = u.GetName()
 		t := time.Now()
 		c.BinDir = p.opts.BinDir
-		a, err := knative.StartApiServerSource(ctx, c)
-		if err != nil {
-			return fmt.Errorf("ApiServerSource %s: %w", key(u), err)
+		start := func(ctx context.Context) (running, error) {
+			a, err := knative.StartApiServerSource(ctx, c)
+			if err != nil {
+				return nil, fmt.Errorf("ApiServerSource %s: %w", key(u), err)
+			}
+			return a, nil
 		}
-		p.adapters = append(p.adapters, a)
+		a, err := start(ctx)
+		if err != nil {
+			return err
+		}
+		sinkURI := s.URI
+		sup := &supervised{what: "ApiServerSource " + key(u), start: start, cur: a,
+			restarted: func(ctx context.Context, _ string) { p.sweep(ctx, "ApiServerSource "+key(u), sinkURI) }}
+		p.supervise(sup)
+		p.adapters = append(p.adapters, sup)
 		status := sourceStatus(u, s, oidc, "Deployed", "SinkProvided", "SufficientPermissions", "OIDCIdentityCreated")
 		if err := p.apply.patchStatus(ctx, u, status); err != nil {
 			return err
@@ -67,11 +78,18 @@ func (p *Platform) startApiServerSources(ctx context.Context, _ []net.Listener) 
 		p.say("ApiServerSource %s: Knative's adapter pid %d started in %s, watching %s -> %s%s (log %s)",
 			key(u), a.PID(), since(t), strings.Join(kinds, ", "), s.URI, authNote(s, oidc), p.LogPath(name))
 	}
-	if len(objs) > 0 {
-		// Each resource has its own reflector; let them list and watch
-		// before the caller changes objects (the adapter sends nothing for
-		// what it lists).
-		time.Sleep(time.Second)
+	// Each resource has its own reflector; let them list and watch before
+	// the caller changes objects (the adapter sends nothing for what it
+	// lists).
+	for _, s := range p.adapters {
+		g := s.current().(gapped)
+		select {
+		case <-g.Synced():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("%s: its adapter has not listed its objects within 30s (its log says why)", s.what)
+		}
 	}
 	return nil
 }
@@ -113,6 +131,9 @@ func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error
 			return err
 		}
 		p.madeReady(u, status, "sinkUri")
+		p.pingMu.Lock()
+		p.pings = append(p.pings, ping{u: u, sink: s, oidc: oidc})
+		p.pingMu.Unlock()
 		sched, _, _ := unstructured.NestedString(u.Object, "spec", "schedule")
 		p.Sources = append(p.Sources, fmt.Sprintf("PingSource %s (%s) -> %s", key(u), orDefault(sched, "* * * * *"), s.URI))
 		p.say("PingSource %s: schedule %q -> %s%s", key(u), orDefault(sched, "* * * * *"), s.URI, authNote(s, oidc))
@@ -122,11 +143,20 @@ func (p *Platform) startPingSources(ctx context.Context, _ []net.Listener) error
 		return err
 	}
 	t := time.Now()
-	a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf, BinDir: p.opts.BinDir})
+	start := func(ctx context.Context) (running, error) {
+		a, err := knative.StartPing(ctx, knative.PingConfig{Kubeconfig: p.kubeconfig, Namespace: PingNamespace, Log: logf, BinDir: p.opts.BinDir})
+		if err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+	a, err := start(ctx)
 	if err != nil {
 		return err
 	}
-	p.adapters = append(p.adapters, a)
-	p.say("PingSources: Knative's mtping pid %d started in %s (log %s)", a.PID(), since(t), p.LogPath("mtping"))
+	sup := &supervised{what: "mtping", start: start, cur: a}
+	p.supervise(sup)
+	p.adapters = append(p.adapters, sup)
+	p.say("PingSources: Knative's mtping pid %d started in %s, restarted if it exits (log %s)", a.PID(), since(t), p.LogPath("mtping"))
 	return nil
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -51,16 +53,105 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
-		cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("Deployment %s: starting ko://%s: %w", key(u), pkg, err)
+		probe, err := livenessProbe(u, c, argv)
+		if err != nil {
+			return err
 		}
-		p.procs = append(p.procs, cmd)
+		start := func(context.Context) (running, error) {
+			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
+			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			pr, err := startProc(cmd)
+			if err != nil {
+				return nil, fmt.Errorf("Deployment %s: starting ko://%s: %w", key(u), pkg, err)
+			}
+			pr.probe = probe
+			return pr, nil
+		}
+		r, err := start(ctx)
+		if err != nil {
+			return err
+		}
+		s := &supervised{what: "Deployment " + key(u), start: start, cur: r}
+		p.supervise(s)
+		p.procs = append(p.procs, s)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
-		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on; runs as %s; log %s)", key(u), pkg, cmd.Process.Pid, as, p.LogPath(name))
-		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: cmd.Process.Pid})
+		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on, restarted if it exits%s; runs as %s; log %s)",
+			key(u), pkg, r.PID(), probeNote(u, c), as, p.LogPath(name))
+		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
 	}
 	return nil
+}
+
+// livenessProbe plays the container's livenessProbe httpGet on 127.0.0.1;
+// nil without one. In a cluster each pod has a network of its own; here the
+// processes share one, so the probe's port gets a free local port instead:
+// arguments that end in ":<port>" (--health-addr=:8081) are rewritten in
+// place to it, and the probe asks it (without such an argument, the port
+// itself).
+func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string) (func(context.Context, time.Duration) error, error) {
+	get, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet")
+	if !ok {
+		return nil, nil
+	}
+	path, _, _ := unstructured.NestedString(get, "path")
+	port := 0
+	switch v := get["port"].(type) {
+	case int64:
+		port = int(v)
+	case float64:
+		port = int(v)
+	case string:
+		ports, _, _ := unstructured.NestedSlice(c, "ports")
+		for _, cp := range ports {
+			m, _ := cp.(map[string]any)
+			if m["name"] == v {
+				n, _, _ := unstructured.NestedInt64(m, "containerPort")
+				port = int(n)
+			}
+		}
+	}
+	if port <= 0 {
+		return nil, fmt.Errorf("Deployment %s: livenessProbe.httpGet.port %v is neither a number nor a named containerPort", key(u), get["port"])
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("Deployment %s: a local port for its probe: %w", key(u), err)
+	}
+	local := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	suffix, moved := fmt.Sprintf(":%d", port), false
+	for i, a := range argv {
+		if strings.HasSuffix(a, suffix) {
+			argv[i], moved = strings.TrimSuffix(a, suffix)+fmt.Sprintf(":%d", local), true
+		}
+	}
+	if !moved { // the program binds the port itself: probe it there
+		local = port
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/%s", local, strings.TrimPrefix(path, "/"))
+	return func(ctx context.Context, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("GET %s: %w", url, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 { // kubelet's success range
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}, nil
+}
+
+func probeNote(u *unstructured.Unstructured, c map[string]any) string {
+	if _, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet"); ok {
+		return " or its livenessProbe fails"
+	}
+	return ""
 }

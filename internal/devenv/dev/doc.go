@@ -38,6 +38,28 @@
 //   - Deployment whose one container has a ko:// image (the wakeup source):
 //     one always-on process. Other Deployments are only applied.
 //
+// Like kubelet, dev restarts these processes (adapters, mtping, ko://
+// Deployments) when they exit or their liveness probe fails 3 times in a
+// row (probed every 2 s, 1 s timeout). A process that ran less than a
+// minute is restarted after 1 s, then 2 s, ... up to 30 s (kubelet's
+// CrashLoopBackOff), and a failed start is retried on the same scale.
+//
+// A Deployment's probe is its container's livenessProbe.httpGet, played on
+// a free local port (processes share one network here, unlike pods:
+// arguments ending in ":<probe port>", such as --health-addr=:8081, are
+// rewritten to it). An ApiServerSource adapter's probe is its own metrics
+// endpoint, a port per adapter: Knative's /health listens on a fixed :8080
+// that a second adapter cannot bind, and fails only after SIGTERM.
+//
+// An ApiServerSource adapter is also restarted when its log shows a gap in
+// a watch (client-go's "watch ended with error", or a list after the
+// first): Knative's adapter sends nothing for what it lists, so a change
+// made in the gap is never sent. After any restart of it, once the new
+// adapter has listed, dev sends one tick of every PingSource with the same
+// sink (the sweep) so the operator reconciles what the gap lost. Each
+// restart is a line and a process-restarted event, each such tick a sweep
+// event.
+//
 // In-cluster URLs of the Services (http://<name>.<ns>.svc[.cluster.local])
 // in args and env are replaced by the local URLs, so --wakeup-sink and
 // similar flags reach the activator.
@@ -99,8 +121,9 @@
 //     platform's kubeconfig; their sources' RBAC is checked by the
 //     SubjectAccessReviews instead.
 //   - Knative adapters send nothing for objects that exist when they start;
-//     Start waits one second after starting the ApiServerSource adapters so
-//     their watches are open before the caller changes objects.
+//     Start returns once every reflector of every ApiServerSource adapter
+//     has listed (its "Caches populated" line), so their watches are open
+//     before the caller changes objects.
 //   - It acts on the objects as they are at start: changes applied while it
 //     runs (a new Service, a new source, other annotations) are not picked
 //     up; restart opzero dev. namespaceSelector is resolved once, at start,
@@ -115,6 +138,6 @@
 //     container's probe). The Service's timeoutSeconds (default 300) bounds
 //     each request once it reaches an instance: past it the answer is 504,
 //     as from Knative.
-//   - Knative's adapters bind :8080 for health probes (a clash between two is
-//     logged, not fatal): do not run anything else on 8080.
+//   - Knative's adapters bind :8080 for health probes (only the first gets
+//     it; dev does not probe it): do not run anything else on 8080.
 package dev

@@ -22,12 +22,16 @@ type Event struct {
 	// Deployment the ko:// Deployment.
 	Service    string `json:"service,omitempty"`
 	Deployment string `json:"deployment,omitempty"`
+	// Process is what a supervised process plays ("ApiServerSource ns/name",
+	// "mtping", "Deployment ns/name"): EventProcessRestarted, EventSweep,
+	// and EventError of a restart.
+	Process string `json:"process,omitempty"`
 
 	// EventProcessStarted, EventProcessReady, EventProcessStopped.
 	PID       int     `json:"pid,omitempty"`
 	ColdStart bool    `json:"coldStart,omitempty"` // started with no instance running
 	ReadyMS   float64 `json:"readyMs,omitempty"`   // exec to ready
-	Reason    string  `json:"reason,omitempty"`    // stopped: idle, shutdown or exited
+	Reason    string  `json:"reason,omitempty"`    // stopped: idle, shutdown or exited; restarted: why
 	ExitCode  *int    `json:"exitCode,omitempty"`
 
 	// EventDelivery: the CloudEvent's source and type, the object it names
@@ -68,8 +72,15 @@ const (
 	EventDelivery       = "delivery"        // a request to a Service was answered
 	EventReconciled     = "reconciled"      // a 2xx answer that reports keys reconciled
 	EventScaledToZero   = "scaled-to-zero"  // a Service's last instance stopped for idleness
-	EventError          = "error"           // an instance failed to start, or the session failed
-	EventStopped        = "stopped"         // Stop has stopped everything
+	// A source's process (adapter, ko:// Deployment) was restarted because it
+	// exited, failed its liveness probe, or its watch had a gap; PID is the
+	// new process.
+	EventProcessRestarted = "process-restarted"
+	// After an adapter's gap, a PingSource's tick was sent at once so the
+	// operator sweeps what the gap lost (Source names the PingSource).
+	EventSweep   = "sweep"
+	EventError   = "error"   // an instance failed to start, or the session failed
+	EventStopped = "stopped" // Stop has stopped everything
 )
 
 // EventWriter writes Events as JSON lines; it is safe for concurrent use

@@ -8,12 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -75,8 +74,10 @@ type Platform struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	adapters []*knative.Adapter
-	procs    []*exec.Cmd
+	adapters []*supervised // Knative's adapters
+	procs    []*supervised // ko:// Deployments
+	pingMu   sync.Mutex
+	pings    []ping // PingSources, for a sweep after an adapter's gap
 	servers  []*http.Server
 	stopOnce sync.Once
 	readyMu  sync.Mutex
@@ -263,26 +264,18 @@ func deploymentImage(u *unstructured.Unstructured) (string, bool, error) {
 func (p *Platform) Stop() {
 	p.stopOnce.Do(func() {
 		for _, a := range p.adapters {
-			a.Stop()
+			a.stop()
 		}
 		p.cancel() // activators stop their instances
 		p.wg.Wait()
 		for _, s := range p.servers {
 			s.Close()
 		}
-		for _, c := range p.procs {
-			_ = c.Process.Signal(syscall.SIGTERM)
+		var wg sync.WaitGroup
+		for _, s := range p.procs {
+			wg.Go(s.stop) // SIGTERM to all at once, SIGKILL after 10 s
 		}
-		for _, c := range p.procs {
-			done := make(chan struct{})
-			go func() { _ = c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = c.Process.Kill()
-				<-done
-			}
-		}
+		wg.Wait()
 		p.markEnded()
 	})
 }
@@ -302,11 +295,8 @@ func (p *Platform) LogPath(name string) string { return filepath.Join(p.opts.Dir
 // processes and operator instances.
 func (p *Platform) PIDs() []int {
 	var out []int
-	for _, a := range p.adapters {
-		out = append(out, a.PID())
-	}
-	for _, c := range p.procs {
-		out = append(out, c.Process.Pid)
+	for _, s := range append(slices.Clone(p.adapters), p.procs...) {
+		out = append(out, s.current().PID())
 	}
 	for _, s := range p.Services {
 		out = append(out, s.Activator.PIDs()...)

@@ -69,6 +69,9 @@ type ApiServerSourceConfig struct {
 	// ProfilingPort moves the adapter's pprof listener off :8008 (0 picks
 	// one from the source name so two adapters do not clash).
 	ProfilingPort int
+	// MetricsPort is where the adapter serves its Prometheus metrics on
+	// 127.0.0.1 (0 picks a free port); Adapter.Probe reads it.
+	MetricsPort int
 	// Binary is the adapter; empty means apiserver_receive_adapter found
 	// by package pinned in BinDir (the --bin-dir flag; empty: the default
 	// lookup, built on first use).
@@ -96,6 +99,11 @@ type Adapter struct {
 	done chan struct{}
 	err  error
 	once sync.Once
+
+	metricsURL string        // "" when the adapter serves no metrics (mtping)
+	gap        chan string   // the log line that showed a gap in a watch
+	synced     chan struct{} // closed once every reflector has listed
+	watch      *watchLog
 }
 
 // StartApiServerSource starts Knative's ApiServerSource receive adapter and
@@ -131,10 +139,22 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 	if ns == "" {
 		ns = "default"
 	}
+	metricsPort := c.MetricsPort
+	if metricsPort == 0 {
+		if metricsPort, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	obs, _ := json.Marshal(map[string]any{"metrics": map[string]string{"protocol": "prometheus", "endpoint": metricsAddr}})
 	env := []string{
 		"KUBECONFIG=" + c.Kubeconfig, "NAME=" + c.Name, "NAMESPACE=" + ns,
 		"K_SOURCE_CONFIG=" + string(cfgJSON), "K_SINK=" + c.Sink, "K_SINK_TIMEOUT=-1",
 		fmt.Sprintf("PROFILING_PORT=%d", profilingPort(c)),
+		// Its client-go reflectors log "Caches populated" at level 2: the
+		// first per reflector is its start, a later one a relist.
+		"K_KLOG_VERBOSITY=2",
+		"K_OBSERVABILITY_CONFIG=" + string(obs),
 	}
 	if c.Audience != "" {
 		env = append(env, "K_AUDIENCE="+c.Audience, "K_OIDC_SERVICE_ACCOUNT="+c.OIDCServiceAccount)
@@ -143,7 +163,17 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 		o, _ := json.Marshal(map[string]any{"extensions": c.CEOverrides})
 		env = append(env, "K_CE_OVERRIDES="+string(o))
 	}
-	return start(ctx, c.Name, bin, nil, env, c.Log, "STARTING")
+	reflectors := len(c.Resources)
+	if !c.AllNamespaces && len(c.Namespaces) > 1 {
+		reflectors *= len(c.Namespaces)
+	}
+	w := &watchLog{want: reflectors}
+	a, err := start(ctx, c.Name, bin, nil, env, c.Log, "STARTING", w)
+	if err != nil {
+		return nil, err
+	}
+	a.metricsURL = "http://" + metricsAddr + "/metrics"
+	return a, nil
 }
 
 // PingConfig configures Knative's multi-tenant PingSource adapter (mtping).
@@ -184,7 +214,7 @@ func StartPing(ctx context.Context, c PingConfig) (*Adapter, error) {
 		"KUBECONFIG=" + c.Kubeconfig, "SYSTEM_NAMESPACE=" + c.Namespace, "NAMESPACE=" + c.Namespace,
 		"NAME=mtping", "K_NO_SHUTDOWN_AFTER=59", "K_SINK_TIMEOUT=-1", fmt.Sprintf("PROFILING_PORT=%d", port),
 	}
-	return start(ctx, "mtping", bin, []string{"--disable-ha"}, env, c.Log, "Starting job runner")
+	return start(ctx, "mtping", bin, []string{"--disable-ha"}, env, c.Log, "Starting job runner", nil)
 }
 
 func profilingPort(c ApiServerSourceConfig) int {
@@ -209,8 +239,9 @@ func adapterBinary(ctx context.Context, bin, binDir, name string) (string, error
 }
 
 // start runs bin with env and waits until a line of its output contains
-// ready, the process exits, or ctx ends.
-func start(ctx context.Context, name, bin string, args, env []string, log io.Writer, ready string) (*Adapter, error) {
+// ready, the process exits, or ctx ends. w, if set, reads the reflectors'
+// lines of the output.
+func start(ctx context.Context, name, bin string, args, env []string, log io.Writer, ready string, w *watchLog) (*Adapter, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -222,7 +253,10 @@ func start(ctx context.Context, name, bin string, args, env []string, log io.Wri
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	a := &Adapter{Name: name, cmd: cmd, done: make(chan struct{})}
+	a := &Adapter{Name: name, cmd: cmd, done: make(chan struct{}), gap: make(chan string, 1), synced: make(chan struct{}), watch: w}
+	if w == nil {
+		close(a.synced)
+	}
 	seen := make(chan struct{})
 	var tail tailBuffer
 	go func() {
@@ -235,6 +269,9 @@ func start(ctx context.Context, name, bin string, args, env []string, log io.Wri
 			tail.add(line)
 			if strings.Contains(line, ready) {
 				once.Do(func() { close(seen) })
+			}
+			if w != nil {
+				a.readWatchLine(line)
 			}
 		}
 		_, _ = io.Copy(io.Discard, pr)

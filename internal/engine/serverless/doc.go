@@ -85,8 +85,12 @@
 //	413  the event is larger than Options.MaxBodyBytes
 //	429  more than Options.MaxInFlight requests at once (Retry-After is set)
 //	503  shutting down, the key's wait exceeded Options.MaxWait, the API
-//	     server could not be read while routing, or a retry, requeue or
-//	     Lease could not be recorded: every sender retries (Retry-After is set)
+//	     server could not be read while routing, a reconcile failed because
+//	     the API server could not be reached or was overloaded (connection
+//	     refused or reset, network timeout, 429, 503, 504; without durable
+//	     time, and a retry is scheduled in this process too), or a retry,
+//	     requeue or Lease could not be recorded: every sender retries
+//	     (Retry-After is set)
 //
 // # Caveats
 //

@@ -19,7 +19,10 @@ import (
 //
 //   - an error wrapping reconcile.TerminalError: no retry (Terminal);
 //   - any other error: a retry after the key's backoff (the Result is
-//     ignored): Retrying, or RetryRecorded with durable time;
+//     ignored): Retrying, or RetryRecorded with durable time; without
+//     durable time, a failure because the API server is away (connection
+//     refused or reset, timeouts, 429/503/504) is Unavailable, so that the
+//     sender delivers again;
 //   - otherwise a success: status.observedGeneration is written (with
 //     WithAutoObservedGeneration; if that fails, the reconcile counts as
 //     failed), then Result.RequeueAfter schedules a reconcile after that
@@ -52,6 +55,11 @@ func (e *Engine) settle(ctx context.Context, key reconcile.Request, st *standin.
 		logger.Info("reconcile failed; retry scheduled", "error", err.Error(), "retryIn", next)
 		if e.opts.Durable != nil {
 			return &Verdict{Key: key, Outcome: RetryRecorded, Err: err, Next: next}
+		}
+		if apiServerAway(err) {
+			// The sender must deliver again (503): the in-process retry
+			// dies with this instance, and ApiServerSource drops a 500.
+			return &Verdict{Key: key, Outcome: Unavailable, Err: fmt.Errorf("the API server cannot be reached or is overloaded (retry scheduled here too): %w", err), Next: next}
 		}
 		return &Verdict{Key: key, Outcome: Retrying, Err: err, Next: next}
 	case res.RequeueAfter > 0:

@@ -9,8 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,7 +41,7 @@ authenticates like Knative's OIDC senders: a TokenRequest token of
 --service-account for that audience.`
 
 // Example shows the flags the generated manifests pass.
-const Example = `--operator configwatcher --audience opzero:default:configwatcher --service-account default/configwatcher-wakeup-source`
+const Example = `--operator configwatcher --audience opzero:default:configwatcher --service-account default/configwatcher-wakeup-source --health-addr :8081`
 
 // Flags are the wakeup source's settings.
 type Flags struct {
@@ -47,6 +50,7 @@ type Flags struct {
 	Audience       string
 	ServiceAccount string // <namespace>/<name>
 	Concurrency    int
+	HealthAddr     string
 }
 
 // Bind registers the flags on fs.
@@ -56,6 +60,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
+	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe) and /readyz (the Wakeups have been listed) on this address, e.g. :8081 (default: not served).")
 }
 
 // Run connects to the API server (KUBECONFIG, else in-cluster) and delivers
@@ -84,6 +89,16 @@ func (f Flags) Run(ctx context.Context) error {
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}
-	log.Info("wakeup source running", "namespace", f.Namespace, "operator", f.Operator, "authenticated", f.Audience != "", "pid", os.Getpid())
-	return wakeup.NewSource(c, o).Run(ctx)
+	src := wakeup.NewSource(c, o)
+	if f.HealthAddr != "" {
+		l, err := net.Listen("tcp", f.HealthAddr)
+		if err != nil {
+			return fmt.Errorf("--health-addr %s: %w (choose another address)", f.HealthAddr, err)
+		}
+		srv := &http.Server{Handler: src.HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	log.Info("wakeup source running", "namespace", f.Namespace, "operator", f.Operator, "authenticated", f.Audience != "", "health", f.HealthAddr, "pid", os.Getpid())
+	return src.Run(ctx)
 }

@@ -1,0 +1,166 @@
+package wakeup
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// DefaultWatchGrace is how long the Source's watch of Wakeups may be down
+// before Healthy fails: longer than client-go's reflector backs off between
+// attempts (30 s, up to 60 s with jitter), so one failed attempt is not a
+// failure, a watch that does not come back is.
+const DefaultWatchGrace = 2 * time.Minute
+
+// watchHealth records whether the Source's watch of Wakeups is open.
+type watchHealth struct {
+	mu       sync.Mutex
+	started  time.Time // Run began
+	listed   bool      // a list succeeded once
+	watching bool      // a watch is open now
+	since    time.Time // when watching last changed
+	lastErr  error
+}
+
+func (h *watchHealth) set(watching bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if watching != h.watching {
+		h.watching, h.since = watching, time.Now()
+	}
+	if err != nil {
+		h.lastErr = err
+	}
+}
+
+// begin marks the start (end false) or the end of Run.
+func (h *watchHealth) begin(running bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.started, h.since, h.watching, h.listed = time.Time{}, time.Now(), false, false
+	if running {
+		h.started = h.since
+	}
+}
+
+// synced records a list of the Wakeups (the reflector's Replace): the
+// watch is alive from there.
+func (h *watchHealth) synced() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listed = true
+	if !h.watching {
+		h.since = time.Now()
+	}
+}
+
+// wrap records the outcome of lw's lists and watches.
+func (h *watchHealth) wrap(lw *cache.ListWatch) *cache.ListWatch {
+	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		obj, err := list(ctx, o)
+		if err != nil {
+			h.set(false, fmt.Errorf("listing Wakeups: %w", err))
+		}
+		return obj, err
+	}
+	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		w, err := watchFn(ctx, o)
+		if err != nil {
+			h.set(false, fmt.Errorf("watching Wakeups: %w", err))
+			return nil, err
+		}
+		h.set(true, nil)
+		return &watched{Interface: w, h: h, out: relay(w, h)}, nil
+	}
+	return lw
+}
+
+// relay passes w's events on and records the end of the watch.
+func relay(w watch.Interface, h *watchHealth) chan watch.Event {
+	out := make(chan watch.Event)
+	go func() {
+		defer close(out)
+		for ev := range w.ResultChan() {
+			out <- ev
+		}
+		h.set(false, fmt.Errorf("the watch of Wakeups ended"))
+	}()
+	return out
+}
+
+type watched struct {
+	watch.Interface
+	h   *watchHealth
+	out chan watch.Event
+}
+
+func (w *watched) ResultChan() <-chan watch.Event { return w.out }
+
+// Stop stops the watch and drains what the relay still holds, so its
+// goroutine ends.
+func (w *watched) Stop() {
+	w.Interface.Stop()
+	go func() {
+		for range w.out {
+		}
+	}()
+}
+
+// Healthy reports whether the Source's watch of Wakeups is alive: nil while
+// a watch is open or has been down for less than SourceOptions.WatchGrace (also from
+// the start of Run until the first list succeeds). A Source that is not
+// running is not healthy.
+func (s *Source) Healthy() error {
+	h, grace := &s.health, s.opts.WatchGrace
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	switch {
+	case h.started.IsZero():
+		return fmt.Errorf("the wakeup source is not running")
+	case h.watching:
+		return nil
+	case !h.listed && now.Sub(h.started) < grace, h.listed && now.Sub(h.since) < grace:
+		return nil
+	case !h.listed:
+		return fmt.Errorf("no list of Wakeups has succeeded in %s since the start (last error: %v)", now.Sub(h.started).Round(time.Second), h.lastErr)
+	default:
+		return fmt.Errorf("no watch of Wakeups for %s (last error: %v)", now.Sub(h.since).Round(time.Second), h.lastErr)
+	}
+}
+
+// Synced reports whether the Source has listed the Wakeups once.
+func (s *Source) Synced() bool {
+	s.health.mu.Lock()
+	defer s.health.mu.Unlock()
+	return s.health.listed
+}
+
+// HealthHandler serves /healthz (Healthy: a liveness probe restarts a
+// source whose watch is gone) and /readyz (Synced).
+func (s *Source) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Synced() {
+			http.Error(w, "the Wakeups have not been listed yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
