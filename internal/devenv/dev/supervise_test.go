@@ -91,15 +91,16 @@ func TestAdaptersAreSupervised(t *testing.T) {
 	testkit.Eventually(t, time.Minute, "ConfigWatcher created during the hang reconciled (by the sweep)", func(ctx context.Context) (bool, error) {
 		return c.Get(ctx, client.ObjectKeyFromObject(cw), cw) == nil && cw.Status.ConfigMapVersion != "", nil
 	})
-	sweep := false
-	for _, e := range buf.events(t) {
-		if e.Event == dev.EventSweep && e.Process == what && e.Code/100 == 2 {
-			sweep = true
+	// The sweep's answer (and so its event) comes after the reconcile it
+	// caused has written the status.
+	testkit.Eventually(t, time.Minute, "a 2xx sweep event for "+what+" after its restart", func(context.Context) (bool, error) {
+		for _, e := range buf.events(t) {
+			if e.Event == dev.EventSweep && e.Process == what && e.Code/100 == 2 {
+				return true, nil
+			}
 		}
-	}
-	if !sweep {
-		t.Fatalf("no sweep event for %s after its restart", what)
-	}
+		return false, nil
+	})
 
 	// Killed: restarted, and events flow through the new adapter.
 	pid = p.SourcePIDs()[what]
