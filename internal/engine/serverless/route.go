@@ -289,27 +289,16 @@ func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, er
 	for _, k := range keys {
 		rt.add(k)
 	}
-	overdue := 0
+	var overdue, stale int
 	if e.opts.Durable != nil {
-		ks, err := e.opts.Durable.Overdue(ctx)
-		if err != nil {
-			return nil, transient{fmt.Errorf("listing overdue wakeups for a sweep: %w", err)}
+		if overdue, err = rt.addAll(ctx, "overdue wakeups", e.opts.Durable.Overdue); err != nil {
+			return nil, err
 		}
-		for _, k := range ks {
-			rt.add(k)
-		}
-		overdue = len(ks)
 	}
-	stale := 0
 	if e.opts.Locker != nil {
-		ks, err := e.opts.Locker.Stale(ctx)
-		if err != nil {
-			return nil, transient{fmt.Errorf("listing expired leases for a sweep: %w", err)}
+		if stale, err = rt.addAll(ctx, "expired leases", e.opts.Locker.Stale); err != nil {
+			return nil, err
 		}
-		for _, k := range ks {
-			rt.add(k)
-		}
-		stale = len(ks)
 	}
 	rt.why = fmt.Sprintf("sweep: %d %s need a reconcile, %d overdue wakeups, %d expired leases", len(keys), e.op.Primary.GVK.Kind, overdue, stale)
 	return rt, nil
@@ -399,4 +388,17 @@ func (e *Engine) listNeeding(ctx context.Context) ([]reconcile.Request, error) {
 			return keys, nil
 		}
 	}
+}
+
+// addAll adds the keys list returns (what, for the error) and counts them;
+// a failed list is transient: the sender retries the sweep.
+func (rt *routed) addAll(ctx context.Context, what string, list func(context.Context) ([]reconcile.Request, error)) (int, error) {
+	ks, err := list(ctx)
+	if err != nil {
+		return 0, transient{fmt.Errorf("listing %s for a sweep: %w", what, err)}
+	}
+	for _, k := range ks {
+		rt.add(k)
+	}
+	return len(ks), nil
 }
