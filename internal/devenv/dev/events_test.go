@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/opzero/opzero/internal/testkit"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -62,19 +63,7 @@ func TestEventStream(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	createWebapp(t, env.Client, ns)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: fixture(t, ns), Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
+	p, buf := startWithEvents(t, env, fixture(t, ns))
 	first := buf.events(t)
 	svc := ns + "/configwatcher"
 	if len(first) != 1 || first[0].Event != dev.EventReady || len(first[0].Services) != 1 ||
@@ -84,7 +73,7 @@ func TestEventStream(t *testing.T) {
 
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "webapp-config-watcher", Namespace: ns},
 		Spec: v1.ConfigWatcherSpec{ConfigMap: "webapp-config", PodSelector: map[string]string{"app": "webapp"}}}
-	if err := env.Client.Create(ctx, cw); err != nil {
+	if err := env.Client.Create(context.Background(), cw); err != nil {
 		t.Fatal(err)
 	}
 	key := ns + "/" + cw.Name
@@ -135,4 +124,25 @@ func TestEventStream(t *testing.T) {
 	if t.Failed() {
 		t.Logf("events: %+v (logs in %s)", got, filepath.Dir(p.LogPath("x")))
 	}
+}
+
+// startWithEvents starts a dev session on env for objs (1 s idle period)
+// whose event stream is collected in the returned buffer; it stops when the
+// test ends.
+func startWithEvents(t *testing.T, env *testenv.Env, objs []*unstructured.Unstructured) (*dev.Platform, *syncBuffer) {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p, buf
 }

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
-	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/testenv"
 )
@@ -53,19 +52,7 @@ func TestAdaptersAreSupervised(t *testing.T) {
 	ns := env.Namespace(t)
 	c := env.Client
 	createWebapp(t, c, ns)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: fixture(t, ns), Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
+	p, buf := startWithEvents(t, env, fixture(t, ns))
 	what := "ApiServerSource " + ns + "/configwatcher"
 	pid := p.SourcePIDs()[what]
 	if pid == 0 {
@@ -125,19 +112,7 @@ func TestWakeupSourceSupervised(t *testing.T) {
 	}
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: generated(t, ns), Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
+	p, buf := startWithEvents(t, env, generated(t, ns))
 	what := "Deployment " + ns + "/configwatcher-wakeup-source"
 	pid := p.SourcePIDs()[what]
 	if pid == 0 {
