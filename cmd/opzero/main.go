@@ -30,7 +30,10 @@ func newRootCmd() *cobra.Command {
 (informers, workqueue) or as a serverless operator: an HTTP CloudEvents receiver
 deployed as a Knative Service that scales to zero.
 
-This CLI manages the local development environment.`,
+This CLI starts a project (init, create api), generates the CRDs, RBAC and
+Knative wiring of an operator (manifests), runs it serverless on a local
+control plane (controlplane, dev), installs the pinned binaries that needs
+(install), and runs opzero's durable wakeup source (wakeup-source).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
