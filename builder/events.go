@@ -45,9 +45,11 @@ type TriggerFilter struct {
 
 // EventMapFunc maps an external CloudEvent that passed its filter to the
 // requests to reconcile. There may be no cache: c reads from the API
-// server. No requests means the event is acknowledged with nothing to do;
-// an error (the API server could not be read) makes a serverless operator
-// answer 503 so that the Broker retries the event.
+// server. No requests means the event is acknowledged (2xx) with nothing to
+// do. An error wrapped in reconcile.TerminalError says the event itself is
+// bad (a serverless operator answers 400: not retried, dead-lettered); any
+// other error (the API server could not be read) makes it answer 503, so
+// that the Broker retries the event.
 type EventMapFunc func(ctx context.Context, c client.Reader, e cloudevents.Event) ([]reconcile.Request, error)
 
 // EventWatch is one WatchesEvents: a Knative Trigger on the operator's
@@ -98,6 +100,9 @@ func (f EventFilter) Validate() error { return f.spec().Validate() }
 
 // Match says whether e passes f, exactly as a Knative Trigger decides.
 func (f EventFilter) Match(e cloudevents.Event) bool { return f.spec().Match(e) }
+
+// String is a short form of f for logs and error messages.
+func (f EventFilter) String() string { return f.spec().String() }
 
 func (f EventFilter) spec() eventfilter.Spec {
 	s := eventfilter.Spec{Attributes: f.Attributes}
