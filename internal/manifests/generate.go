@@ -105,6 +105,9 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err := g.checkNames(); err != nil {
 		return nil, err
 	}
+	if err := g.checkEvents(); err != nil {
+		return nil, err
+	}
 	var objs []Object
 	for _, c := range in.CRDs {
 		objs = append(objs, Object{File: FileCRDs, Raw: c.YAML,
@@ -120,7 +123,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 		if o.durable() {
 			objs = append(objs, g.wakeupSource()...)
 		}
-		if o.Broker != "" {
+		if g.brokerName() != "" {
 			objs = append(objs, g.broker()...)
 		}
 	}
