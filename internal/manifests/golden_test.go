@@ -29,8 +29,8 @@ var goldenCases = map[string]manifests.Options{
 	// the operator also takes external events (eventCases): its own Broker, a Trigger per filter
 	"serverless-events": {Mode: manifests.Serverless, Namespace: "ops", Delivery: manifests.Delivery{Retry: 3,
 		BackoffPolicy: "linear", BackoffDelay: "PT0.2S", DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
-	"serverless-env":             envOptions(manifests.Serverless),
-	"classic-env":                envOptions(manifests.Classic),
+	"serverless-env": envOptions(manifests.Serverless),
+	"classic-env":    envOptions(manifests.Classic),
 }
 
 // envOptions are the environment and extra arguments of
