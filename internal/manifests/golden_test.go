@@ -29,6 +29,7 @@ var goldenCases = map[string]manifests.Options{
 	// the operator also takes external events (eventCases): its own Broker, a Trigger per filter
 	"serverless-events": {Mode: manifests.Serverless, Namespace: "ops", Delivery: manifests.Delivery{Retry: 3,
 		BackoffPolicy: "linear", BackoffDelay: "PT0.2S", DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
+	"classic-events": {Mode: manifests.Classic, Namespace: "ops"},
 	"serverless-env": envOptions(manifests.Serverless),
 	"classic-env":    envOptions(manifests.Classic),
 }
@@ -47,7 +48,7 @@ func envOptions(mode string) manifests.Options {
 
 // eventCases are the golden cases whose operator also declares
 // WatchesEvents: the ConfigWatcher's description with eventWatches added.
-var eventCases = map[string]bool{"serverless-events": true}
+var eventCases = map[string]bool{"serverless-events": true, "classic-events": true}
 
 var eventWatches = []description.EventWatch{
 	{Name: "hook", Attributes: map[string]string{"type": "com.example.config.changed", "source": ""}},

@@ -35,6 +35,13 @@ func (g *gen) serviceURL() string {
 func (g *gen) senders() []string {
 	sa := func(name string) string { return "system:serviceaccount:" + g.o.Namespace + ":" + name }
 	var out []string
+	if g.o.Mode == Classic { // only the Triggers deliver to a classic operator
+		for _, t := range g.triggerNames() {
+			out = append(out, sa(knativenames.OIDCServiceAccount(t, "eventing.knative.dev", "Trigger")))
+		}
+		sort.Strings(out)
+		return out
+	}
 	for _, k := range g.sourceKinds() {
 		out = append(out, sa(knativenames.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
 	}
@@ -115,12 +122,14 @@ func (g *gen) triggerNames() []string {
 }
 func (g *gen) wakeupSourceName() string { return g.op.Name + "-wakeup-source" }
 
-// serviceRef is a sink reference to the operator's Knative Service.
+// sink is a sink reference to the operator: its Knative Service, or in
+// classic mode the Service in front of its events endpoint.
 func (g *gen) sink() map[string]any {
-	return map[string]any{
-		"ref":      map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.op.Name},
-		"audience": g.o.Audience,
+	ref := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.op.Name}
+	if g.o.Mode == Classic {
+		ref = map[string]any{"apiVersion": "v1", "kind": "Service", "name": g.op.Name}
 	}
+	return map[string]any{"ref": ref, "audience": g.o.Audience}
 }
 
 // service is the operator as a Knative Service that scales to zero.
@@ -410,9 +419,33 @@ func httpProbe(path string, port any, failures int64) map[string]any {
 	return map[string]any{"httpGet": get, "periodSeconds": int64(10), "timeoutSeconds": int64(1), "failureThreshold": failures}
 }
 
+// classicEventsPort is where a classic operator takes its Broker's events
+// (--events-addr; its Service's port 80 forwards to it).
+const classicEventsPort = 8082
+
+// eventsService is the Service in front of a classic operator's events
+// endpoint: its Triggers' subscriber (Knative resolves a Service to
+// http://<name>.<namespace>.svc.cluster.local).
+func (g *gen) eventsService() Object {
+	l := g.labels("operator")
+	svc := object("v1", "Service", g.o.Namespace, g.op.Name, l)
+	svc["spec"] = map[string]any{
+		"selector": map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"},
+		"ports":    []any{map[string]any{"name": "events", "port": int64(80), "targetPort": "events"}},
+	}
+	return Object{File: FileOperator, Obj: svc}
+}
+
 // deployment is the operator in classic mode: a controller-runtime manager
 // with leader election (its Lease Role comes with operatorRBAC).
 func (g *gen) deployment() Object {
+	ports := []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}}
+	args := []any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort)}
+	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
+		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})
+		args = append(args, fmt.Sprintf("--events-addr=:%d", classicEventsPort), "--audience="+g.o.Audience,
+			"--allowed-senders="+strings.Join(g.senders(), ","))
+	}
 	l := g.labels("operator")
 	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
 	dep := object("apps/v1", "Deployment", g.o.Namespace, g.op.Name, l)
@@ -424,11 +457,11 @@ func (g *gen) deployment() Object {
 			"spec": map[string]any{
 				"serviceAccountName": g.op.Name,
 				"containers": []any{g.container(map[string]any{"name": "operator", "image": g.o.Image,
-					"ports":          []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}},
+					"ports":          ports,
 					"livenessProbe":  httpProbe("/healthz", "probes", 3),
 					"readinessProbe": httpProbe("/readyz", "probes", 1),
 				},
-					[]any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort)},
+					args,
 					[]any{map[string]any{"name": "POD_NAMESPACE",
 						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})},
 			},
