@@ -205,6 +205,18 @@ func TestBrokerThroughDev(t *testing.T) {
 	if n := svc.Events.Load(); n != 4 {
 		t.Errorf("bad input reached the operator: %d events, want 4", n)
 	}
+
+	// After the session, nothing reads the dead ingress as Ready.
+	p.Stop()
+	for _, kind := range []string{"Broker", "Trigger"} {
+		name := map[string]string{"Broker": "eventsop", "Trigger": "eventsop-drift"}[kind]
+		u := get(kind, name)
+		url, _, _ := unstructured.NestedString(u.Object, "status", "address", "url")
+		sub, _, _ := unstructured.NestedString(u.Object, "status", "subscriberUri")
+		if ready(u) || url != "" || sub != "" {
+			t.Errorf("%s %s after Stop: status %v, want not Ready and no local URL", kind, name, u.Object["status"])
+		}
+	}
 }
 
 func ready(u *unstructured.Unstructured) bool {
