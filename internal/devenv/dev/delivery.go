@@ -1,0 +1,99 @@
+package dev
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Why an operator was woken: the wake reason of a delivery, from its
+// CloudEvent type.
+const (
+	WakeCreate   = "create"   // ApiServerSource: an object was added (the kind is Delivery.Kind)
+	WakeUpdate   = "update"   // ApiServerSource: an object changed
+	WakeDelete   = "delete"   // ApiServerSource: an object was deleted
+	WakeSweep    = "sweep"    // a PingSource tick (or dev's sweep after an adapter's gap)
+	WakeWakeup   = "wakeup"   // a durable Wakeup fell due (a retry, a RequeueAfter, an accepted event)
+	WakeExternal = "external" // any other CloudEvent (a Broker's, a system's of its own)
+)
+
+// wakeReason classifies a request by its binary-mode CloudEvent headers;
+// a structured-mode event (no Ce-Type) is external.
+func wakeReason(h http.Header) string {
+	t := h.Get("Ce-Type")
+	for _, pfx := range []string{"dev.knative.apiserver.resource.", "dev.knative.apiserver.ref."} {
+		if action, ok := strings.CutPrefix(t, pfx); ok {
+			switch action {
+			case "add":
+				return WakeCreate
+			case "update":
+				return WakeUpdate
+			case "delete":
+				return WakeDelete
+			}
+		}
+	}
+	switch t {
+	case "dev.knative.sources.ping":
+		return WakeSweep
+	case "dev.opzero.wakeup":
+		return WakeWakeup
+	}
+	return WakeExternal
+}
+
+// answer is what an operator's answer says of the reconciles it ran, read
+// from the Opzero-Result header of a 2xx and from the body of the others
+// (package serverless writes both): keys reconciled, keys whose reconcile
+// failed, and the error (the failed keys' verdicts, or why the delivery
+// failed).
+type answer struct {
+	reconciled, failed int
+	err                string
+}
+
+var (
+	reconciledN = regexp.MustCompile(`^reconciled (\d+) key`)
+	// A verdict in a list: "<namespace>/<name>: ...", after "; " or at the start.
+	verdictKey = regexp.MustCompile(`(?:^|; )[^\s;:]+: `)
+)
+
+// The answers of package serverless that report failed reconciles; their
+// verdicts follow.
+var failedAnswers = []string{
+	"reconcile failed, retry recorded: ",                                           // 200 with durable time
+	"reconcile failed, retry scheduled: ",                                          // 500
+	"reconcile failed terminally, not retried: ",                                   // 422
+	"the API server cannot be reached or is overloaded (retry scheduled here too)", // 503, in a verdict
+}
+
+func readAnswer(code int, result, body string) answer {
+	text := strings.TrimSpace(result)
+	if code < 200 || code > 299 {
+		text = strings.TrimSpace(body)
+	}
+	for i, pfx := range failedAnswers {
+		var verdicts string
+		switch {
+		case i < 3 && strings.HasPrefix(text, pfx):
+			verdicts = strings.TrimPrefix(text, pfx)
+		case i == 3 && code == http.StatusServiceUnavailable && strings.Contains(text, pfx):
+			verdicts = text
+		default:
+			continue
+		}
+		return answer{failed: max(1, len(verdictKey.FindAllString(verdicts, -1))), err: text}
+	}
+	if code < 200 || code > 299 {
+		if text == "" {
+			text = strconv.Itoa(code) + " " + http.StatusText(code)
+		}
+		return answer{err: text}
+	}
+	if m := reconciledN.FindStringSubmatch(text); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return answer{reconciled: n}
+	}
+	return answer{}
+}
