@@ -82,11 +82,13 @@ func SVG(events []dev.Event) ([]byte, error) {
 	if !t1.After(t0) {
 		t1 = t0.Add(time.Second)
 	}
+	last := t1
+	t1 = t1.Add(t1.Sub(t0) / 40) // room after the last event: a scale to zero there shows
 	svcs := collect(events)
 	if len(svcs) == 0 {
 		return nil, errors.New("the events name no Knative Service: nothing to draw")
 	}
-	c := &canvas{t0: t0, t1: t1}
+	c := &canvas{t0: t0, t1: t1, last: last}
 	c.header(events, svcs)
 	for _, s := range svcs {
 		c.panel(s)
@@ -154,6 +156,7 @@ func collect(events []dev.Event) []*service {
 // canvas accumulates the SVG body; y grows as panels are added.
 type canvas struct {
 	t0, t1 time.Time
+	last   time.Time // the last event (t1 leaves room after it)
 	y      float64
 	b      strings.Builder
 }
@@ -165,7 +168,7 @@ func (c *canvas) x(t time.Time) float64 {
 func (c *canvas) printf(format string, args ...any) { fmt.Fprintf(&c.b, format, args...) }
 
 func (c *canvas) header(events []dev.Event, svcs []*service) {
-	d := c.t1.Sub(c.t0).Round(100 * time.Millisecond)
+	d := c.last.Sub(c.t0).Round(100 * time.Millisecond)
 	c.printf(`<text x="%d" y="22" font-size="15" font-weight="bold">opzero dev session: %s, %s from %s</text>`+"\n",
 		12, plural(len(svcs), "Knative Service"), d, c.t0.Format("2006-01-02 15:04:05"))
 	x := 12.0
