@@ -59,36 +59,39 @@ var (
 	verdictKey = regexp.MustCompile(`(?:^|; )[^\s;:]+: `)
 )
 
-// The answers of package serverless that report failed reconciles; their
-// verdicts follow.
-var failedAnswers = []string{
-	"reconcile failed, retry recorded: ",                                           // 200 with durable time
-	"reconcile failed, retry scheduled: ",                                          // 500
-	"reconcile failed terminally, not retried: ",                                   // 422
-	"the API server cannot be reached or is overloaded (retry scheduled here too)", // 503, in a verdict
+// The answers of package serverless that report failed reconciles, their
+// verdicts after the prefix: a 200 with durable time, a 500, a 422.
+var failedPrefixes = []string{
+	"reconcile failed, retry recorded: ",
+	"reconcile failed, retry scheduled: ",
+	"reconcile failed terminally, not retried: ",
 }
 
+// apiServerAway is in the verdict of a reconcile that failed because the
+// API server could not be reached, answered 503.
+const apiServerAway = "the API server cannot be reached or is overloaded (retry scheduled here too)"
+
 func readAnswer(code int, result, body string) answer {
+	ok := code >= 200 && code <= 299
 	text := strings.TrimSpace(result)
-	if code < 200 || code > 299 {
+	if !ok {
 		text = strings.TrimSpace(body)
 	}
-	for i, pfx := range failedAnswers {
-		var verdicts string
-		switch {
-		case i < 3 && strings.HasPrefix(text, pfx):
-			verdicts = strings.TrimPrefix(text, pfx)
-		case i == 3 && code == http.StatusServiceUnavailable && strings.Contains(text, pfx):
-			verdicts = text
-		default:
-			continue
+	verdicts, failed := "", false
+	for _, pfx := range failedPrefixes {
+		if v, found := strings.CutPrefix(text, pfx); found {
+			verdicts, failed = v, true
 		}
-		return answer{failed: max(1, len(verdictKey.FindAllString(verdicts, -1))), err: text}
 	}
-	if code < 200 || code > 299 {
-		if text == "" {
-			text = strconv.Itoa(code) + " " + http.StatusText(code)
-		}
+	if code == http.StatusServiceUnavailable && strings.Contains(text, apiServerAway) {
+		verdicts, failed = text, true
+	}
+	switch {
+	case failed:
+		return answer{failed: max(1, len(verdictKey.FindAllString(verdicts, -1))), err: text}
+	case !ok && text == "":
+		return answer{err: strconv.Itoa(code) + " " + http.StatusText(code)}
+	case !ok:
 		return answer{err: text}
 	}
 	if m := reconciledN.FindStringSubmatch(text); m != nil {
