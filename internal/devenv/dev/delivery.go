@@ -18,8 +18,21 @@ const (
 	WakeExternal = "external" // any other CloudEvent (a Broker's, a system's of its own)
 )
 
-// wakeReason classifies a request by its binary-mode CloudEvent headers;
-// a structured-mode event (no Ce-Type) is external.
+// Headers of an operator's answer that dev reads besides Opzero-Result,
+// when the operator sets them (package telemetry's wire).
+const (
+	// wakeReasonHeader is the operator's own wake reason: create, update or
+	// delete with the kind ("update ConfigMap"), sweep, full_sweep, ping,
+	// wakeup with its reason, external.
+	wakeReasonHeader = "Opzero-Wake-Reason"
+	// traceHeader is the W3C trace ID of the delivery, to find it in a
+	// tracing backend.
+	traceHeader = "Opzero-Trace-Id"
+)
+
+// wakeReason classifies a request by its binary-mode CloudEvent headers.
+// A structured-mode event has none (no Ce-Type): then the operator's
+// answer may say (wakeReasonHeader); else it is external.
 func wakeReason(h http.Header) string {
 	t := h.Get("Ce-Type")
 	for _, pfx := range []string{"dev.knative.apiserver.resource.", "dev.knative.apiserver.ref."} {
@@ -41,6 +54,20 @@ func wakeReason(h http.Header) string {
 		return WakeWakeup
 	}
 	return WakeExternal
+}
+
+// operatorsWake maps the operator's wake reason (wakeReasonHeader) to
+// dev's, with the kind or the Wakeup's reason it names; ok is false for
+// an empty or unknown reason.
+func operatorsWake(reason string) (wake, detail string, ok bool) {
+	first, rest, _ := strings.Cut(strings.TrimSpace(reason), " ")
+	switch first {
+	case WakeCreate, WakeUpdate, WakeDelete, WakeWakeup, WakeExternal:
+		return first, rest, true
+	case "sweep", "full_sweep", "ping":
+		return WakeSweep, "", true
+	}
+	return "", "", false
 }
 
 // answer is what an operator's answer says of the reconciles it ran, read

@@ -53,6 +53,9 @@ type Event struct {
 	Code         int     `json:"code,omitempty"`
 	DurationMS   float64 `json:"durationMs,omitempty"`
 	Result       string  `json:"result,omitempty"` // the operator's Opzero-Result header
+	// TraceID is the delivery's W3C trace ID, if the operator's answer
+	// names it (Opzero-Trace-Id): find the delivery in the tracing backend.
+	TraceID string `json:"traceId,omitempty"`
 
 	// EventReconciled: how many keys the delivery's answer reports reconciled.
 	Reconciled int `json:"reconciled,omitempty"`
@@ -183,12 +186,13 @@ func (s *Service) emitDelivery(ew *EventWriter, d Delivery) {
 func deliveryEvent(service string, d Delivery) Event {
 	return Event{Time: d.At, Event: EventDelivery, Service: service, Source: d.Source, Type: d.Type, Kind: d.Kind, Key: d.Key(),
 		Wake: d.Wake, WakeupReason: d.WakeupReason, PID: d.Instance, ColdStart: d.Cold,
-		Code: d.Code, DurationMS: ms(d.Took), Result: d.Result, Message: d.Error}
+		Code: d.Code, DurationMS: ms(d.Took), Result: d.Result, Message: d.Error, TraceID: d.TraceID}
 }
 
 // DeliveryLine is the line `opzero dev -v` prints for a delivery event:
 // time, Service, why it was woken, the object, the instance (and whether
-// the request waited for a cold start), code, latency and the answer.
+// the request waited for a cold start), code, latency, the trace if the
+// operator names it, and the answer.
 func DeliveryLine(e Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s: %s", e.Time.Format("15:04:05.000"), e.Service, firstNonEmpty(e.Wake, WakeExternal))
@@ -210,6 +214,9 @@ func DeliveryLine(e Event) string {
 		b.WriteString(" (cold start)")
 	}
 	fmt.Fprintf(&b, ", %d in %s", e.Code, formatMS(e.DurationMS))
+	if e.TraceID != "" {
+		b.WriteString(", trace " + e.TraceID)
+	}
 	if said := firstNonEmpty(e.Message, strings.TrimSpace(e.Result)); said != "" {
 		b.WriteString(": " + said)
 	}

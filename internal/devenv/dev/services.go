@@ -60,6 +60,9 @@ type Delivery struct {
 	Reconciled, Failed int
 	Error              string
 	Took               time.Duration
+	// TraceID is the delivery's trace, if the operator reports it
+	// (Opzero-Trace-Id, with telemetry on).
+	TraceID string
 }
 
 // Key is the object a delivery names: namespace/name, else the subject.
@@ -100,6 +103,15 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.Wake == WakeWakeup && d.Name == "" {
 		d.Kind, d.Namespace, d.Name, d.WakeupReason = h.Get("Ce-Targetkind"), h.Get("Ce-Targetnamespace"), h.Get("Ce-Targetname"), h.Get("Ce-Reason")
 	}
+	if wake, detail, ok := operatorsWake(rec.Header().Get(wakeReasonHeader)); ok && h.Get("Ce-Type") == "" {
+		d.Wake = wake // a structured-mode event: the operator read what it was
+		if wake == WakeWakeup {
+			d.WakeupReason = detail
+		} else if d.Kind == "" {
+			d.Kind = detail
+		}
+	}
+	d.TraceID = rec.Header().Get(traceHeader)
 	a := readAnswer(rec.code, d.Result, rec.body.String())
 	d.Reconciled, d.Failed, d.Error = a.reconciled, a.failed, a.err
 	if rec.code < 200 || rec.code > 299 {
