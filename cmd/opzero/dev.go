@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,14 @@ module needs no dependency for them. Knative's adapters and CRDs and the
 control plane come from --bin-dir, else $OPZERO_BIN_DIR, else opzero's cache
 (built there on first use; 'opzero install' does it ahead of time).
 
+A status line shows, for each Service, its instances, the events it answered
+(failed ones), the reconciles the operator's answers report (failed ones,
+also those answered 200 because durable time recorded the retry), the cold
+starts, and the last error with its time. Retries that an operator without
+durable time runs on its own, between deliveries, are not seen. -v adds one
+line per delivery. --timeline draws the session as an SVG picture when it
+stops ('opzero dev timeline' draws one from an events file).
+
 Without --kubeconfig or $KUBECONFIG it uses the control plane of
 'opzero controlplane up' if one runs, else starts one for this session
 (stopped on exit). Knative's CRDs are installed where they are missing; a
@@ -70,7 +79,7 @@ cluster that runs Knative itself is refused. Ctrl-C stops every process it
 started; on exit the Knative Services and sources it made Ready turn
 Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
-  opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s`,
+  opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s -v --timeline session.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
@@ -85,8 +94,11 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
 	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
 	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
-	fs.StringVar(&f.events, "events", "", "also write what happens as machine-readable events: json writes one JSON object per line (session ready, process started/ready/stopped, delivery, reconciled, scaled to zero, error, stopped) to standard output, and the human log to standard error")
+	fs.StringVar(&f.events, "events", "", "also write what happens as machine-readable events: json writes one JSON object per line (session ready, process started/ready/stopped, delivery, reconciled, reconcile failed, scaled to zero, error, stopped) to standard output, and the human log to standard error")
 	fs.StringVar(&f.eventsFile, "events-file", "-", "where --events go: a file, /dev/fd/N for an inherited descriptor, or - for standard output")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "print one line per delivery: its time, the Service, why the operator was woken (create, update or delete of a kind, sweep, wakeup, external), the instance that took it and whether it waited for a cold start, the HTTP code, the latency and the operator's answer (Opzero-Result, or the error)")
+	fs.StringVar(&f.timeline, "timeline", "", "when the session stops, draw it as an SVG timeline to this file (as 'opzero dev timeline' draws a recorded event stream)")
+	cmd.AddCommand(newDevTimelineCmd())
 	return cmd
 }
 
@@ -95,8 +107,8 @@ type devFlags struct {
 	file, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
 	port                                                            int
 	idle                                                            time.Duration
-	noStatus                                                        bool
-	events, eventsFile                                              string
+	noStatus, verbose                                               bool
+	events, eventsFile, timeline                                    string
 }
 
 func (f *devFlags) run(cmd *cobra.Command) (err error) {
@@ -104,7 +116,14 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 		return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
 	}
 	ctx := cmd.Context()
-	events, out, closeEvents, err := f.openEvents(cmd)
+	if err := checkTimelinePath(f.timeline); err != nil {
+		return err
+	}
+	var recorded *bytes.Buffer // the events, for --timeline
+	if f.timeline != "" {
+		recorded = &bytes.Buffer{}
+	}
+	events, out, closeEvents, err := f.openEvents(cmd, recorded)
 	if err != nil {
 		return err
 	}
@@ -140,7 +159,7 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 		return err
 	}
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
-		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events, BinDir: f.binDir, Prebuilt: ownImage})
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events, BinDir: f.binDir, Prebuilt: ownImage, Verbose: f.verbose})
 	if err != nil {
 		return err
 	}
@@ -150,6 +169,9 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 	p.Stop()
 	fmt.Fprintln(out, p.StatusLine())
 	events.Write(dev.Event{Event: dev.EventStopped})
+	if recorded != nil {
+		writeTimeline(f.timeline, recorded, out)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -13,23 +14,33 @@ import (
 // openEvents opens the stream of --events=json: standard output by
 // default (the human log then goes to standard error, so the two never
 // mix), or --events-file (a path; /dev/fd/N for an inherited descriptor).
-// It returns the writer (nil without --events), where the human log goes,
+// It returns the writer (nil without --events, unless record is set: the
+// events then go there too, for --timeline), where the human log goes,
 // and a func that closes what it opened.
-func (f *devFlags) openEvents(cmd *cobra.Command) (*dev.EventWriter, io.Writer, func(), error) {
+func (f *devFlags) openEvents(cmd *cobra.Command, record *bytes.Buffer) (*dev.EventWriter, io.Writer, func(), error) {
 	out := cmd.OutOrStdout()
+	tee := func(w io.Writer) *dev.EventWriter {
+		switch {
+		case record == nil:
+			return dev.NewEventWriter(w)
+		case w == nil:
+			return dev.NewEventWriter(record)
+		}
+		return dev.NewEventWriter(io.MultiWriter(w, record))
+	}
 	switch f.events {
 	case "":
-		return nil, out, func() {}, nil
+		return tee(nil), out, func() {}, nil
 	case "json":
 	default:
 		return nil, nil, nil, fmt.Errorf("--events=%s: the only format is json (one JSON object per line)", f.events)
 	}
 	if f.eventsFile == "" || f.eventsFile == "-" {
-		return dev.NewEventWriter(out), cmd.ErrOrStderr(), func() {}, nil
+		return tee(out), cmd.ErrOrStderr(), func() {}, nil
 	}
 	file, err := os.OpenFile(f.eventsFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--events-file: %w", err)
 	}
-	return dev.NewEventWriter(file), out, func() { file.Close() }, nil
+	return tee(file), out, func() { file.Close() }, nil
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/timeline"
 )
 
 // devProcess is `opzero dev --events=json` running as a child: its events
@@ -194,6 +196,19 @@ func (p *devProcess) summarize(t0 time.Time) {
 			fmt.Printf("    %9s  %-16s %s\n", at, e.Event, e.Service)
 		}
 	}
+}
+
+// drawTimeline writes the events so far as an SVG timeline to path
+// (package timeline).
+func (p *devProcess) drawTimeline(path string) error {
+	p.mu.Lock()
+	events := slices.Clone(p.events)
+	p.mu.Unlock()
+	svg, err := timeline.SVG(events)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, svg, 0o644)
 }
 
 // stop sends SIGINT (Ctrl-C) and waits for opzero dev to exit.

@@ -201,6 +201,12 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 
 	d.say("What opzero dev reported, from its event stream")
 	d.dev.summarize(d.t0)
+	if f := os.Getenv("OPZERO_DEMO_TIMELINE"); f != "" {
+		if err := d.dev.drawTimeline(f); err != nil {
+			return err
+		}
+		d.note("the session as an SVG timeline: %s (what opzero dev timeline draws from an events file)", f)
+	}
 	d.say("Done in %s", since(d.t0))
 	return nil
 }

@@ -118,6 +118,7 @@ type instance struct {
 	last     time.Time
 	stopping bool
 	why      string // why it is stopping: "idle" or "shutdown"
+	cold     bool   // started while no instance ran
 }
 
 func (i *instance) isReady() bool {
@@ -178,14 +179,27 @@ func (a *Activator) PIDs() []int {
 	return out
 }
 
+// Served says which instance took a request and what it waited for.
+type Served struct {
+	// PID is the instance's process: the one that answered, or the one
+	// whose failed start the request waited for; 0 if none was started.
+	PID int
+	// Cold is set when the request waited for an instance started from
+	// zero instances: it paid a cold start.
+	Cold bool
+}
+
 // ServeHTTP proxies r to an instance, starting one first if needed.
-func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.Serve(w, r) }
+
+// Serve is ServeHTTP that also reports which instance took the request.
+func (a *Activator) Serve(w http.ResponseWriter, r *http.Request) Served {
 	a.Requests.Add(1)
-	inst, err := a.acquire(r.Context())
+	inst, served, err := a.acquire(r.Context())
 	if err != nil {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "activator: "+err.Error(), http.StatusServiceUnavailable)
-		return
+		return served
 	}
 	defer a.release(inst)
 	if a.opts.Timeout > 0 {
@@ -194,6 +208,7 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	inst.proxy.ServeHTTP(w, r)
+	return served
 }
 
 // errTimeout ends a request that outlived Options.Timeout.
@@ -209,7 +224,7 @@ func (a *Activator) proxyError(w http.ResponseWriter, r *http.Request, err error
 	http.Error(w, "activator: the instance did not answer: "+err.Error(), http.StatusBadGateway)
 }
 
-func (a *Activator) acquire(ctx context.Context) (*instance, error) {
+func (a *Activator) acquire(ctx context.Context) (*instance, Served, error) {
 	a.mu.Lock()
 	inst := a.pickLocked()
 	event := ""
@@ -217,10 +232,11 @@ func (a *Activator) acquire(ctx context.Context) (*instance, error) {
 		var err error
 		if inst, event, err = a.startLocked(); err != nil {
 			a.mu.Unlock()
-			return nil, err
+			return nil, Served{}, err
 		}
 	}
 	inst.inflight++
+	served := Served{PID: inst.cmd.Process.Pid, Cold: inst.cold && !inst.isReady()}
 	a.mu.Unlock()
 	if event != "" {
 		a.opts.OnEvent(event, 0) // never under a.mu: a listener may call Instances
@@ -230,13 +246,13 @@ func (a *Activator) acquire(ctx context.Context) (*instance, error) {
 	case <-inst.ready:
 	case <-ctx.Done():
 		a.release(inst)
-		return nil, ctx.Err()
+		return nil, served, ctx.Err()
 	}
 	if inst.err != nil {
 		a.release(inst)
-		return nil, inst.err
+		return nil, served, inst.err
 	}
-	return inst, nil
+	return inst, served, nil
 }
 
 // pickLocked chooses an instance for one more request, or nil when a new
@@ -317,7 +333,7 @@ func (a *Activator) startLocked() (*instance, string, error) {
 	u, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port))
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.ErrorHandler = a.proxyError
-	inst := &instance{cmd: cmd, proxy: proxy, ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now()}
+	inst := &instance{cmd: cmd, proxy: proxy, ready: make(chan struct{}), exited: make(chan struct{}), last: time.Now(), cold: event == "cold-start"}
 	a.insts = append(a.insts, inst)
 	go func() {
 		_ = cmd.Wait()

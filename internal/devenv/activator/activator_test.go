@@ -209,3 +209,40 @@ func TestTimeoutAnswers504(t *testing.T) {
 		t.Fatalf("quick request: %d, want 200", resp.StatusCode)
 	}
 }
+
+// TestServedSaysInstanceAndColdStart: Serve reports the instance that
+// answered (the pid it prints) and whether the request paid a cold start:
+// the first request at zero instances did, the next one on the warm
+// instance did not, and one after scale to zero did again, on a new pid.
+func TestServedSaysInstanceAndColdStart(t *testing.T) {
+	a := New(Options{Idle: 200 * time.Millisecond, Command: backend("1")})
+	serve(t, a) // runs a.Run
+	get := func() (Served, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		s := a.Serve(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != 200 {
+			t.Fatalf("answer %d %s", rec.Code, rec.Body)
+		}
+		return s, rec.Body.String()
+	}
+	first, body := get()
+	if !first.Cold || body != fmt.Sprintf("pid %d", first.PID) {
+		t.Fatalf("first request: %+v, answered %q; want a cold start by the pid that answered", first, body)
+	}
+	warm, _ := get()
+	if warm.Cold || warm.PID != first.PID {
+		t.Fatalf("second request: %+v, want pid %d without a cold start", warm, first.PID)
+	}
+	waitInstances(t, a, 0)
+	again, body := get()
+	if !again.Cold || again.PID == first.PID || body != fmt.Sprintf("pid %d", again.PID) {
+		t.Fatalf("after scale to zero: %+v answered %q, want a cold start of a new instance", again, body)
+	}
+	crash := New(Options{Idle: time.Second, Command: backend("crash")})
+	serve(t, crash)
+	rec := httptest.NewRecorder()
+	if s := crash.Serve(rec, httptest.NewRequest("GET", "/", nil)); rec.Code != 503 || s.PID == 0 || !s.Cold {
+		t.Fatalf("failed start: %d %+v, want 503 naming the instance that did not start", rec.Code, s)
+	}
+}

@@ -153,6 +153,12 @@
 //     container's probe). The Service's timeoutSeconds (default 300) bounds
 //     each request once it reaches an instance: past it the answer is 504,
 //     as from Knative.
+//   - Reconciles are known from the operator's answers (Opzero-Result of a
+//     2xx, the body of the others): the status line, -v and the event
+//     stream count a failed reconcile whether it was answered 500, 422,
+//     503 or 200 "retry recorded" (durable time), but retries an operator
+//     without durable time runs on its own, between deliveries, reach no
+//     answer and are not seen.
 //   - Knative's adapters bind :8080 for health probes (only the first gets
 //     it; dev does not probe it): do not run anything else on 8080.
 package dev

@@ -2,6 +2,7 @@ package dev
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -27,33 +28,48 @@ type Event struct {
 	// and EventError of a restart.
 	Process string `json:"process,omitempty"`
 
-	// EventProcessStarted, EventProcessReady, EventProcessStopped.
-	PID       int     `json:"pid,omitempty"`
-	ColdStart bool    `json:"coldStart,omitempty"` // started with no instance running
-	ReadyMS   float64 `json:"readyMs,omitempty"`   // exec to ready
-	Reason    string  `json:"reason,omitempty"`    // stopped: idle, shutdown or exited; restarted: why
+	// EventProcessStarted, EventProcessReady, EventProcessStopped; of
+	// EventDelivery: the instance that took the request.
+	PID int `json:"pid,omitempty"`
+	// Started with no instance running; of EventDelivery: the request
+	// waited for that start (it paid a cold start).
+	ColdStart bool    `json:"coldStart,omitempty"`
+	ReadyMS   float64 `json:"readyMs,omitempty"` // exec to ready
+	Reason    string  `json:"reason,omitempty"`  // stopped: idle, shutdown or exited; restarted: why
 	ExitCode  *int    `json:"exitCode,omitempty"`
 
 	// EventDelivery: the CloudEvent's source and type, the object it names
-	// (the kind, namespace and name extensions of ApiServerSource events, else
-	// the subject), and the answer.
-	Source     string  `json:"source,omitempty"`
-	Type       string  `json:"type,omitempty"`
-	Kind       string  `json:"kind,omitempty"`
-	Key        string  `json:"key,omitempty"`
-	Code       int     `json:"code,omitempty"`
-	DurationMS float64 `json:"durationMs,omitempty"`
-	Result     string  `json:"result,omitempty"` // the operator's Opzero-Result header
+	// (the kind, namespace and name extensions of ApiServerSource events,
+	// the target of a wakeup, else the subject), why the operator was woken
+	// (Wake* constants; a wakeup's reason), and the answer: code, time
+	// from arrival to answer, Opzero-Result, and Message: the error of a
+	// failed reconcile or delivery (the answer's body if not 2xx).
+	Source       string  `json:"source,omitempty"`
+	Type         string  `json:"type,omitempty"`
+	Kind         string  `json:"kind,omitempty"`
+	Key          string  `json:"key,omitempty"`
+	Wake         string  `json:"wake,omitempty"`
+	WakeupReason string  `json:"wakeupReason,omitempty"`
+	Code         int     `json:"code,omitempty"`
+	DurationMS   float64 `json:"durationMs,omitempty"`
+	Result       string  `json:"result,omitempty"` // the operator's Opzero-Result header
+	// TraceID is the delivery's W3C trace ID, if the operator's answer
+	// names it (Opzero-Trace-Id): find the delivery in the tracing backend.
+	TraceID string `json:"traceId,omitempty"`
 
 	// EventReconciled: how many keys the delivery's answer reports reconciled.
 	Reconciled int `json:"reconciled,omitempty"`
+	// EventReconcileFailed: how many keys' reconciles it reports failed
+	// (Message: their verdicts).
+	Failed int `json:"failed,omitempty"`
 
 	// EventReady: where the session's logs are and what it plays.
 	LogDir   string         `json:"logDir,omitempty"`
 	Services []ServiceEvent `json:"services,omitempty"`
 	Sources  []string       `json:"sources,omitempty"`
 
-	// EventError: what went wrong, in the words of the human log.
+	// EventError: what went wrong, in the words of the human log; also the
+	// error of EventDelivery and EventReconcileFailed.
 	Message string `json:"message,omitempty"`
 }
 
@@ -71,7 +87,10 @@ const (
 	EventProcessStopped = "process-stopped" // an instance exited (scaled down, shut down, or on its own)
 	EventDelivery       = "delivery"        // a request to a Service was answered
 	EventReconciled     = "reconciled"      // a 2xx answer that reports keys reconciled
-	EventScaledToZero   = "scaled-to-zero"  // a Service's last instance stopped for idleness
+	// An answer that reports keys whose reconcile failed: a 200 "retry
+	// recorded" (durable time), a 500, 422 or 503.
+	EventReconcileFailed = "reconcile-failed"
+	EventScaledToZero    = "scaled-to-zero" // a Service's last instance stopped for idleness
 	// A source's process (adapter, ko:// Deployment) was restarted because it
 	// exited, failed its liveness probe, or its watch had a gap; PID is the
 	// new process.
@@ -148,22 +167,69 @@ func (s *Service) onProcess(ew *EventWriter) func(activator.ProcessEvent) {
 
 // emitDelivery reports one answered request, and the reconciles its answer
 // reports.
-func (s *Service) emitDelivery(ew *EventWriter, d Delivery, n int) {
+func (s *Service) emitDelivery(ew *EventWriter, d Delivery) {
 	if ew == nil {
 		return
 	}
 	name := s.Namespace + "/" + s.Name
-	key := d.Name
-	if d.Namespace != "" {
-		key = d.Namespace + "/" + d.Name
-	}
-	if key == "" {
-		key = d.Subject
-	}
-	ew.Write(Event{Time: d.At, Event: EventDelivery, Service: name, Source: d.Source, Type: d.Type, Kind: d.Kind, Key: key,
-		Code: d.Code, DurationMS: ms(d.Took), Result: d.Result})
-	if n > 0 {
-		ew.Write(Event{Event: EventReconciled, Service: name, Kind: d.Kind, Key: key, Reconciled: n,
+	ew.Write(deliveryEvent(name, d))
+	if d.Reconciled > 0 {
+		ew.Write(Event{Event: EventReconciled, Service: name, Kind: d.Kind, Key: d.Key(), Reconciled: d.Reconciled,
 			Result: strings.TrimSpace(d.Result)})
 	}
+	if d.Failed > 0 {
+		ew.Write(Event{Event: EventReconcileFailed, Service: name, Kind: d.Kind, Key: d.Key(), Failed: d.Failed,
+			Code: d.Code, Message: d.Error})
+	}
+}
+
+func deliveryEvent(service string, d Delivery) Event {
+	return Event{Time: d.At, Event: EventDelivery, Service: service, Source: d.Source, Type: d.Type, Kind: d.Kind, Key: d.Key(),
+		Wake: d.Wake, WakeupReason: d.WakeupReason, PID: d.Instance, ColdStart: d.Cold,
+		Code: d.Code, DurationMS: ms(d.Took), Result: d.Result, Message: d.Error, TraceID: d.TraceID}
+}
+
+// DeliveryLine is the line `opzero dev -v` prints for a delivery event:
+// time, Service, why it was woken, the object, the instance (and whether
+// the request waited for a cold start), code, latency, the trace if the
+// operator names it, and the answer.
+func DeliveryLine(e Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s", e.Time.Format("15:04:05.000"), e.Service, firstNonEmpty(e.Wake, WakeExternal))
+	if e.WakeupReason != "" {
+		fmt.Fprintf(&b, " (%s)", e.WakeupReason)
+	}
+	if e.Kind != "" {
+		b.WriteString(" " + e.Kind)
+	}
+	if e.Key != "" {
+		b.WriteString(" " + e.Key)
+	}
+	if e.PID != 0 {
+		fmt.Fprintf(&b, " -> pid %d", e.PID)
+	} else {
+		b.WriteString(" -> no instance")
+	}
+	if e.ColdStart {
+		b.WriteString(" (cold start)")
+	}
+	fmt.Fprintf(&b, ", %d in %s", e.Code, formatMS(e.DurationMS))
+	if e.TraceID != "" {
+		b.WriteString(", trace " + e.TraceID)
+	}
+	if said := firstNonEmpty(e.Message, strings.TrimSpace(e.Result)); said != "" {
+		b.WriteString(": " + said)
+	}
+	return b.String()
+}
+
+// formatMS prints a latency with three significant digits at most.
+func formatMS(v float64) string {
+	switch {
+	case v >= 1000:
+		return strconv.FormatFloat(v/1000, 'f', 2, 64) + " s"
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
 }

@@ -86,9 +86,10 @@ func TestEventStream(t *testing.T) {
 			return e.Event == dev.EventProcessStarted && e.Service == svc && e.ColdStart && e.PID > 0
 		}},
 		{"the process ready", func(e dev.Event) bool { return e.Event == dev.EventProcessReady && e.PID > 0 && e.ReadyMS > 0 }},
-		{"the ConfigWatcher's delivery answered 200", func(e dev.Event) bool {
+		{"the ConfigWatcher's delivery answered 200, a create that paid the cold start", func(e dev.Event) bool {
 			return e.Event == dev.EventDelivery && e.Key == key && e.Kind == "ConfigWatcher" && e.Code == 200 &&
-				e.Type == "dev.knative.apiserver.resource.add" && e.Source != "" && e.DurationMS > 0
+				e.Type == "dev.knative.apiserver.resource.add" && e.Source != "" && e.DurationMS > 0 &&
+				e.Wake == dev.WakeCreate && e.ColdStart && e.PID > 0
 		}},
 		{"its reconcile", func(e dev.Event) bool { return e.Event == dev.EventReconciled && e.Key == key && e.Reconciled == 1 }},
 		{"the process stopped for idleness", func(e dev.Event) bool {
@@ -107,19 +108,21 @@ func TestEventStream(t *testing.T) {
 		}
 		return i == len(want), nil
 	})
-	var started, stopped int
+	var started, stopped, delivered int
 	for _, e := range got {
 		switch {
 		case e.Event == dev.EventProcessStarted && e.Service == svc:
 			started = e.PID
+		case e.Event == dev.EventDelivery && e.Key == key && delivered == 0:
+			delivered = e.PID
 		case e.Event == dev.EventProcessStopped:
 			stopped = e.PID
 		case e.Event == dev.EventError:
 			t.Errorf("error event: %+v", e)
 		}
 	}
-	if started != stopped {
-		t.Errorf("started pid %d, stopped pid %d: want the same process", started, stopped)
+	if started != stopped || delivered != started {
+		t.Errorf("started pid %d, delivered to pid %d, stopped pid %d: want the same process", started, delivered, stopped)
 	}
 	if t.Failed() {
 		t.Logf("events: %+v (logs in %s)", got, filepath.Dir(p.LogPath("x")))

@@ -56,6 +56,8 @@ type Options struct {
 	// Events receives the same as machine-readable Events (nil discards;
 	// events.go).
 	Events *EventWriter
+	// Verbose adds one line per delivery to Out (DeliveryLine).
+	Verbose bool
 }
 
 // Platform is Knative's part, played locally for the applied manifests.

@@ -1,13 +1,12 @@
 package dev
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,21 +26,62 @@ type Service struct {
 	Events     atomic.Int64 // requests answered
 	Reconciles atomic.Int64 // keys the operator reported reconciled
 	Failures   atomic.Int64 // non-2xx answers
+	// FailedReconciles counts keys whose reconcile the answers report
+	// failed: a 200 "reconcile failed, retry recorded" (durable time) as
+	// well as a 500, 422 or 503 that says so. Retries the operator runs on
+	// its own, between deliveries (without durable time), are not seen.
+	FailedReconciles atomic.Int64
 
 	mu         sync.Mutex
 	deliveries []Delivery
+	lastErr    Delivery // the last delivery with an error
 	events     *EventWriter
+	verbose    func(Delivery) // prints one line per delivery (opzero dev -v)
 }
 
 // Delivery is one request the Service answered.
 type Delivery struct {
 	At               time.Time
-	Type, Kind, Name string // CloudEvent type and the kind/name extensions
+	Type, Kind, Name string // CloudEvent type and the kind/name extensions (of a wakeup: its target's)
 	Source, Subject  string // CloudEvent source and subject
-	Namespace        string // the namespace extension
-	Code             int
-	Result           string // the operator's Opzero-Result header
-	Took             time.Duration
+	Namespace        string // the namespace extension (of a wakeup: its target's)
+	// Wake is why the operator was woken (WakeCreate, ...); WakeupReason
+	// the Wakeup's reason (RequeueAfter, Retry, Accepted).
+	Wake, WakeupReason string
+	// Instance is the pid of the instance that took the request (0: none
+	// was started); Cold is set when the request waited for a cold start.
+	Instance int
+	Cold     bool
+	Code     int
+	Result   string // the operator's Opzero-Result header
+	// Reconciled and Failed count the keys the answer reports reconciled
+	// and failed; Error is the failed keys' verdicts, or why the delivery
+	// failed (the answer's body).
+	Reconciled, Failed int
+	Error              string
+	Took               time.Duration
+	// TraceID is the delivery's trace, if the operator reports it
+	// (Opzero-Trace-Id, with telemetry on).
+	TraceID string
+}
+
+// Key is the object a delivery names: namespace/name, else the subject.
+func (d Delivery) Key() string {
+	switch {
+	case d.Name == "":
+		return d.Subject
+	case d.Namespace != "":
+		return d.Namespace + "/" + d.Name
+	}
+	return d.Name
+}
+
+// LastError is the last delivery whose answer reported an error (a failed
+// reconcile or a failed delivery); ok is false if there was none.
+func (s *Service) LastError() (d Delivery, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr, s.lastErr.Error != ""
 }
 
 // Deliveries returns what the Service has answered so far (the last 10000).
@@ -51,37 +91,68 @@ func (s *Service) Deliveries() []Delivery {
 	return append([]Delivery(nil), s.deliveries...)
 }
 
-var reconciledN = regexp.MustCompile(`^reconciled (\d+) key`)
-
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := time.Now()
 	rec := &recorder{ResponseWriter: w, code: 200}
-	s.Activator.ServeHTTP(rec, r)
+	served := s.Activator.Serve(rec, r)
 	s.Events.Add(1)
-	res := rec.Header().Get("Opzero-Result")
-	n := 0
+	h := r.Header
+	d := Delivery{At: t, Type: h.Get("Ce-Type"), Kind: h.Get("Ce-Kind"), Name: h.Get("Ce-Name"), Namespace: h.Get("Ce-Namespace"),
+		Source: h.Get("Ce-Source"), Subject: h.Get("Ce-Subject"), Wake: wakeReason(h), Instance: served.PID, Cold: served.Cold,
+		Code: rec.code, Result: rec.Header().Get("Opzero-Result"), Took: time.Since(t)}
+	if d.Wake == WakeWakeup && d.Name == "" {
+		d.Kind, d.Namespace, d.Name, d.WakeupReason = h.Get("Ce-Targetkind"), h.Get("Ce-Targetnamespace"), h.Get("Ce-Targetname"), h.Get("Ce-Reason")
+	}
+	if wake, detail, ok := operatorsWake(rec.Header().Get(wakeReasonHeader)); ok && h.Get("Ce-Type") == "" {
+		d.Wake = wake // a structured-mode event: the operator read what it was
+		if wake == WakeWakeup {
+			d.WakeupReason = detail
+		} else if d.Kind == "" {
+			d.Kind = detail
+		}
+	}
+	d.TraceID = rec.Header().Get(traceHeader)
+	a := readAnswer(rec.code, d.Result, rec.body.String())
+	d.Reconciled, d.Failed, d.Error = a.reconciled, a.failed, a.err
 	if rec.code < 200 || rec.code > 299 {
 		s.Failures.Add(1)
-	} else if m := reconciledN.FindStringSubmatch(res); m != nil {
-		n, _ = strconv.Atoi(m[1])
-		s.Reconciles.Add(int64(n))
 	}
-	d := Delivery{At: t, Type: r.Header.Get("Ce-Type"), Kind: r.Header.Get("Ce-Kind"), Name: r.Header.Get("Ce-Name"), Code: rec.code, Result: res, Took: time.Since(t),
-		Source: r.Header.Get("Ce-Source"), Subject: r.Header.Get("Ce-Subject"), Namespace: r.Header.Get("Ce-Namespace")}
-	s.emitDelivery(s.events, d, n)
+	s.Reconciles.Add(int64(a.reconciled))
+	s.FailedReconciles.Add(int64(a.failed))
+	s.emitDelivery(s.events, d)
+	if s.verbose != nil {
+		s.verbose(d)
+	}
 	s.mu.Lock()
 	if s.deliveries = append(s.deliveries, d); len(s.deliveries) > 10000 {
 		s.deliveries = s.deliveries[1:]
 	}
+	if d.Error != "" {
+		s.lastErr = d
+	}
 	s.mu.Unlock()
 }
 
+// recorder keeps an answer's code, and the start of its body unless it is
+// a 2xx (whose body stays empty: the reason is in Opzero-Result).
 type recorder struct {
 	http.ResponseWriter
 	code int
+	body bytes.Buffer
 }
 
-func (r *recorder) WriteHeader(code int)        { r.code = code; r.ResponseWriter.WriteHeader(code) }
+// maxErrBody bounds the part of a non-2xx body kept as the error.
+const maxErrBody = 4 << 10
+
+func (r *recorder) WriteHeader(code int) { r.code = code; r.ResponseWriter.WriteHeader(code) }
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if (r.code < 200 || r.code > 299) && r.body.Len() < maxErrBody {
+		r.body.Write(b[:min(len(b), maxErrBody-r.body.Len())])
+	}
+	return r.ResponseWriter.Write(b)
+}
+
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // readBack returns the objects of one kind from the API server, in
@@ -116,6 +187,10 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 		}
 		s := &Service{Name: u.GetName(), Namespace: u.GetNamespace(), URL: "http://" + listeners[i].Addr().String(), Spec: *spec}
 		s.events = p.opts.Events
+		if p.opts.Verbose {
+			name := s.Namespace + "/" + s.Name
+			s.verbose = func(d Delivery) { p.say("%s", DeliveryLine(deliveryEvent(name, d))) }
+		}
 		kc, as, err := p.kubeconfigFor(ctx, u, "spec", "template", "spec")
 		if err != nil {
 			return err

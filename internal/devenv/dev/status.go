@@ -9,7 +9,8 @@ import (
 )
 
 // StatusLine is one line for every Service: instances, events answered
-// (failed ones), keys reconciled as the operator reported them, cold starts.
+// (failed ones), reconciles as the operator's answers reported them
+// (failed ones), cold starts, and the last error with its time.
 func (p *Platform) StatusLine() string {
 	var parts []string
 	for _, s := range p.Services {
@@ -18,10 +19,29 @@ func (p *Platform) StatusLine() string {
 		if n == 1 {
 			inst = "instance"
 		}
-		parts = append(parts, fmt.Sprintf("%s: %d %s, %d events (%d failed), %d reconciles, %d cold starts",
-			s.Name, n, inst, s.Events.Load(), s.Failures.Load(), s.Reconciles.Load(), s.Activator.ColdStarts.Load()))
+		failed := s.FailedReconciles.Load()
+		part := fmt.Sprintf("%s: %d %s, %d events (%d failed), %d reconciles (%d failed), %d cold starts",
+			s.Name, n, inst, s.Events.Load(), s.Failures.Load(), s.Reconciles.Load()+failed, failed, s.Activator.ColdStarts.Load())
+		if d, ok := s.LastError(); ok {
+			part += fmt.Sprintf("; last error %s: %s", d.At.Format("15:04:05"), clip(d.Error, maxErrorOnLine))
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, " | ")
+}
+
+// maxErrorOnLine keeps a status line with an error within a wide terminal
+// (it is rewritten in place, which a wrapped line defeats); -v and the
+// event stream have the whole error.
+const maxErrorOnLine = 100
+
+// clip shortens s to at most n runes, marking the cut with "...".
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
+	}
+	return s
 }
 
 // WatchStatus writes StatusLine to w until ctx ends: on a terminal it
