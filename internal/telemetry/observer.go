@@ -133,7 +133,9 @@ func (d *Delivery) Queued() Arrival {
 
 // Writer wraps w: the answer's code is recorded, and the headers above are
 // set just before it is written.
-func (d *Delivery) Writer(w http.ResponseWriter) http.ResponseWriter { return &writer{ResponseWriter: w, d: d} }
+func (d *Delivery) Writer(w http.ResponseWriter) http.ResponseWriter {
+	return &writer{ResponseWriter: w, d: d}
+}
 
 type writer struct {
 	http.ResponseWriter

@@ -35,8 +35,9 @@ type Options struct {
 // Provider is the OpenTelemetry SDK, set up from the standard OTEL_*
 // environment variables, or nothing (export off). A nil *Provider is off.
 type Provider struct {
-	tp *sdktrace.TracerProvider
-	mp *sdkmetric.MeterProvider
+	tracing bool // Tracing(): spans are exported
+	tp      *sdktrace.TracerProvider
+	mp      *sdkmetric.MeterProvider
 }
 
 // Enabled reports whether the environment asks for OTLP export: an OTLP
@@ -108,8 +109,8 @@ func Setup(ctx context.Context, o Options) (*Provider, error) {
 	return p, nil
 }
 
-// Tracing reports whether spans are exported.
-func (p *Provider) Tracing() bool { return p != nil && p.tp != nil }
+// Traces reports whether spans are exported.
+func (p *Provider) Traces() bool { return p != nil && (p.tp != nil || p.tracing) }
 
 // Shutdown pushes what is left (spans in the batch, the metrics as they
 // are now) and stops the exporters. Called on drain, before the process

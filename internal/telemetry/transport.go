@@ -8,6 +8,11 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
+// Tracing returns a Provider that only says traces are exported, for
+// WrapTransport before Setup has run (the spans go through otel's global
+// TracerProvider, which Setup sets).
+func Tracing() *Provider { return &Provider{tracing: true} }
+
 // WrapTransport is for rest.Config.WrapTransport: it counts the writes to
 // the API server (opzero_api_writes_total: Leases, Wakeups, the rest) and,
 // when p exports traces, makes a client span per API call (otelhttp) named
@@ -15,7 +20,7 @@ import (
 // request's context.
 func (p *Provider) WrapTransport(rt http.RoundTripper) http.RoundTripper {
 	rt = counting{next: rt, m: Default()}
-	if p.Tracing() {
+	if p.Traces() {
 		rt = otelhttp.NewTransport(rt, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			verb, res := apiCall(r)
 			return verb + " " + res
