@@ -92,10 +92,12 @@ func run(grpcAddr, httpAddr, dir string) error {
 
 	f := otlpreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
-	cfg.Protocols.GRPC.Get().NetAddr.Endpoint = grpcAddr
-	cfg.Protocols.HTTP.Get().ServerConfig.NetAddr.Endpoint = httpAddr
+	cfg.Protocols.GRPC.GetOrInsertDefault().NetAddr.Endpoint = grpcAddr
+	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = httpAddr
 	set := receivertest.NewNopSettings(f.Type())
 	ctx := context.Background()
+	// The three share one receiver (one config): create all, then start,
+	// so that its servers serve every signal.
 	var started []component.Component
 	for _, mk := range []func() (component.Component, error){
 		func() (component.Component, error) { return f.CreateTraces(ctx, set, cfg, tc) },
@@ -106,10 +108,12 @@ func run(grpcAddr, httpAddr, dir string) error {
 		if err != nil {
 			return err
 		}
+		started = append(started, r)
+	}
+	for _, r := range started {
 		if err := r.Start(ctx, componenttest.NewNopHost()); err != nil {
 			return err
 		}
-		started = append(started, r)
 	}
 	fmt.Printf("ready grpc=%s http=%s dir=%s\n", grpcAddr, httpAddr, dir)
 	sig := make(chan os.Signal, 1)

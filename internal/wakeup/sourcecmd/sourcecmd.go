@@ -145,4 +145,3 @@ func observeDeliveries(pending func() int) func(ns, name string, due, at time.Ti
 		}
 	}
 }
-
