@@ -56,6 +56,10 @@ type Options struct {
 	// Events receives the same as machine-readable Events (nil discards;
 	// events.go).
 	Events *EventWriter
+	// Env is added to the environment of every operator and ko://
+	// Deployment process, over the manifests' (NAME=value; e.g. the OTEL_*
+	// variables of `opzero dev --otel`).
+	Env []string
 }
 
 // Platform is Knative's part, played locally for the applied manifests.
