@@ -144,6 +144,9 @@ type writer struct {
 }
 
 func (w *writer) WriteHeader(code int) {
+	if w.d.code != 0 {
+		return // written: net/http would say so
+	}
 	w.once.Do(func() {
 		w.d.code = code
 		h := w.Header()
@@ -160,7 +163,9 @@ func (w *writer) WriteHeader(code int) {
 }
 
 func (w *writer) Write(b []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
+	if w.d.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
 	return w.ResponseWriter.Write(b)
 }
 

@@ -8,13 +8,10 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	promb "go.opentelemetry.io/contrib/bridges/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -37,7 +34,7 @@ type Options struct {
 type Provider struct {
 	tracing bool // Tracing(): spans are exported
 	tp      *sdktrace.TracerProvider
-	mp      *sdkmetric.MeterProvider
+	mp      *metricPusher
 }
 
 // Enabled reports whether the environment asks for OTLP export: an OTLP
@@ -58,9 +55,11 @@ func Enabled() bool {
 // Setup starts the SDK if Enabled, else returns nil (and nothing is
 // allocated): traces (batched) and metrics (the Prometheus registry, read
 // every OTEL_METRIC_EXPORT_INTERVAL, 60 s by default) are exported with
-// OTLP over HTTP (http/protobuf, the OTLP default). The exporters read the
-// rest of their settings from the environment themselves (headers,
-// timeouts, certificates, per-signal endpoints). OTEL_TRACES_EXPORTER or
+// OTLP over HTTP (http/protobuf, the OTLP default; otlp.go) to
+// OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces, /v1/metrics) or the signals'
+// own endpoints, with OTEL_EXPORTER_OTLP_HEADERS and _TIMEOUT (also per
+// signal). Trace sampling and batching follow OTEL_TRACES_SAMPLER and
+// OTEL_BSP_* (the SDK reads them). OTEL_TRACES_EXPORTER or
 // OTEL_METRICS_EXPORTER "none" turns that signal off. Call Shutdown on
 // drain: it pushes what is left.
 func Setup(ctx context.Context, o Options) (*Provider, error) {
@@ -85,26 +84,29 @@ func Setup(ctx context.Context, o Options) (*Provider, error) {
 	}
 	p := &Provider{}
 	if os.Getenv("OTEL_TRACES_EXPORTER") != "none" {
-		exp, err := otlptracehttp.New(ctx)
+		pt, err := newPoster("traces")
 		if err != nil {
-			return nil, fmt.Errorf("OTLP trace exporter (check OTEL_EXPORTER_OTLP_ENDPOINT): %w", err)
+			return nil, err
+		}
+		exp, err := otlptrace.New(ctx, traceClient{pt})
+		if err != nil {
+			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 		}
 		p.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 		otel.SetTracerProvider(p.tp)
 		otel.SetTextMapPropagator(propagation.TraceContext{})
 	}
 	if os.Getenv("OTEL_METRICS_EXPORTER") != "none" {
-		exp, err := otlpmetrichttp.New(ctx)
+		pm, err := newPoster("metrics")
 		if err != nil {
 			_ = p.Shutdown(ctx)
-			return nil, fmt.Errorf("OTLP metric exporter (check OTEL_EXPORTER_OTLP_ENDPOINT): %w", err)
+			return nil, err
 		}
 		g := o.Gatherer
 		if g == nil {
 			g = crmetrics.Registry
 		}
-		reader := sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(promb.NewMetricProducer(promb.WithGatherer(g))))
-		p.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
+		p.mp = startPusher(pm, g, res)
 	}
 	return p, nil
 }
@@ -124,7 +126,7 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 		errs = append(errs, p.tp.Shutdown(ctx))
 	}
 	if p.mp != nil {
-		errs = append(errs, p.mp.Shutdown(ctx)) // collects and exports once more
+		errs = append(errs, p.mp.shutdown(ctx)) // reads and pushes once more
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pushing the last telemetry: %w", err)
