@@ -70,7 +70,7 @@ func (e *env) telemetryCost(ctx context.Context, r *report, runs int) error {
 	}
 	set(false)
 	var b strings.Builder
-	fmt.Fprintf(&b, "The serverless-only build of the ConfigWatcher example, with the OTEL_* environment unset (export off, the default) and set (OTLP over HTTP to a local collector, the Collector's OTLP receiver; metrics pushed every 10 s and on drain, every span exported). Alternating, median (min-max) of %d runs each, 0 ConfigMaps.\n\n", k)
+	fmt.Fprintf(&b, "`go run ./bench/suite -only telemetry`: the serverless-only build of the ConfigWatcher example, with the OTEL_* environment unset (export off, the default) and set (OTLP over HTTP to a local collector, the Collector's OTLP receiver; metrics pushed every 10 s and on drain, every span exported). Alternating, median (min-max) of %d runs each, 0 ConfigMaps. The collector runs on the same cores, and writes every span it gets as JSON.\n\n", k)
 	fmt.Fprintf(&b, "| telemetry | exec -> first event reconciled | RSS after it, MiB | per event, warm (300 sequential reconciles) |\n|---|---|---|---|\n")
 	for m, name := range []string{"off", "on (OTLP)"} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, stats(first[m]), fstats(mem[m]), stats(perEvent[m]))
