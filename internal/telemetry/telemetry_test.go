@@ -74,6 +74,11 @@ func TestDeliveryTraceAndMetricsReachACollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	// A call outside any delivery (discovery, a TokenReview) starts no trace.
+	if resp, err = hc.Get(api.URL + "/api/v1/namespaces/ns/secrets/s"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	run.End(telemetry.Result{Label: "success"})
 	rec := httptest.NewRecorder()
 	d.Writer(rec).WriteHeader(http.StatusOK)
@@ -110,6 +115,11 @@ func TestDeliveryTraceAndMetricsReachACollector(t *testing.T) {
 		t.Errorf("reconcile's parent %q, queue wait's %q; want intake %q", recon.ParentSpanID, wait.ParentSpanID, intake.SpanID)
 	case call.ParentSpanID != recon.SpanID:
 		t.Errorf("API call's parent %q, want reconcile %q", call.ParentSpanID, recon.SpanID)
+	}
+	for _, s := range data.Spans {
+		if s.Name == "get secrets" {
+			t.Errorf("a call made outside any trace was traced: %+v", s)
+		}
 	}
 	if recon.Resource["service.name"] != "tracetest" || recon.Resource["service.instance.id"] != "tracetest-1" {
 		t.Errorf("resource %v, want service.name and service.instance.id from Options", recon.Resource)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Tracing returns a Provider that only says traces are exported, for
@@ -17,13 +18,17 @@ func Tracing() *Provider { return &Provider{tracing: true} }
 // the API server (opzero_api_writes_total: Leases, Wakeups, the rest) and,
 // when p exports traces, makes a client span per API call (otelhttp) named
 // after the verb and resource ("create wakeups"), in the trace of the
-// request's context.
+// request's context (calls outside any trace are not traced).
 func (p *Provider) WrapTransport(rt http.RoundTripper) http.RoundTripper {
 	rt = counting{next: rt, m: Default()}
 	if p.Traces() {
 		rt = otelhttp.NewTransport(rt, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			verb, res := apiCall(r)
 			return verb + " " + res
+		}), otelhttp.WithFilter(func(r *http.Request) bool {
+			// Only calls made for a delivery or a reconcile: discovery and
+			// the senders' TokenReviews would each start a trace of their own.
+			return trace.SpanContextFromContext(r.Context()).IsValid()
 		}))
 	}
 	return rt
