@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins opzero test unit demo clean help bench bench-coldstart fuzz
+.PHONY: all bins knative-bins otel-bins opzero test unit demo clean help bench bench-coldstart fuzz
 
 all: opzero
 
@@ -19,10 +19,13 @@ bins: ## make the pinned control plane (etcd, kube-apiserver, kube-controller-ma
 knative-bins: ## make Knative's real ApiServerSource and PingSource adapters and CRDs ready in opzero's cache, linked from bin/
 	@bash hack/build-bins.sh knative
 
+otel-bins: ## make the OpenTelemetry Collector's OTLP receiver (the telemetry tests' real collector) ready in opzero's cache, linked from bin/
+	@bash hack/build-bins.sh otelcol
+
 opzero: ## build the opzero CLI into bin/opzero
 	$(GO) build -o bin/opzero ./cmd/opzero
 
-test: bins knative-bins ## build what the tests need, run every test with -race against a real control plane, then fuzz briefly
+test: bins knative-bins otel-bins ## build what the tests need, run every test with -race against a real control plane, then fuzz briefly
 	$(GOTEST) $(PKGS)
 	@$(MAKE) --no-print-directory fuzz
 

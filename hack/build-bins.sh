@@ -2,8 +2,9 @@
 # build-bins.sh makes opzero's pinned binaries ready the way a user's
 # `opzero install` does, in the same versioned cache (~/.cache/opzero/<pins>),
 # and links them from bin/ for the checkout's scripts. Arguments name the sets:
-# controlplane (etcd, kube-apiserver, kube-controller-manager, kubectl) and/or
-# knative (Knative's ApiServerSource and PingSource adapters and CRDs).
+# controlplane (etcd, kube-apiserver, kube-controller-manager, kubectl),
+# knative (Knative's ApiServerSource and PingSource adapters and CRDs) and/or
+# otelcol (the OpenTelemetry Collector's OTLP receiver, for telemetry tests).
 #
 # Nothing is rebuilt when the cache has them (the cache folder is named after
 # the pins). Binaries in bin/ stamped with the same pins (built by an older
@@ -22,6 +23,7 @@ for set in "$@"; do
   case "$set" in
     controlplane) names="etcd kube-apiserver kube-controller-manager kubectl" ;;
     knative) names="apiserver_receive_adapter mtping knative-crds" ;;
+    otelcol) names="otlp-receiver" ;;
   esac
   for n in $names; do
     rm -rf "bin/$n"

@@ -38,7 +38,9 @@ type Options struct {
 	// LeaderElection (classic) is on unless DisableLeaderElection.
 	DisableLeaderElection   bool
 	LeaderElectionNamespace string
-	// HealthProbeAddr and MetricsAddr (classic); "0" disables, the default.
+	// HealthProbeAddr (classic) and MetricsAddr (Prometheus /metrics, both
+	// modes; serverless serves it on its own listener); "0" disables, the
+	// default.
 	HealthProbeAddr string
 	MetricsAddr     string
 	// EventsAddr (classic) is where an operator that declares WatchesEvents
@@ -149,7 +151,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "classic: namespace of the leader-election Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-addr", o.HealthProbeAddr, "classic: health probe address (0 disables)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "classic: metrics address (0 disables)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics address, e.g. :9090 (0 disables; serverless: off by default, and OTLP push follows the OTEL_* environment variables)")
 	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "classic: where an operator with WatchesEvents takes its Broker's CloudEvents (default :8082; 0 takes none), authenticated as in serverless mode (--audience, --allowed-senders)")
 }
 

@@ -85,13 +85,13 @@ func New(opts Options) (*Runtime, error) {
 		if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 			return nil, errors.New("--tls-cert-file and --tls-key-file go together")
 		}
-		c, err := client.New(rest.CopyConfig(withRate(cfg)), client.Options{Scheme: opts.Scheme})
+		c, err := client.New(withTelemetry(withRate(cfg)), client.Options{Scheme: opts.Scheme})
 		if err != nil {
 			return nil, err
 		}
 		r.client = standin.NewClient(c)
 	case Classic:
-		mgr, err := newManager(cfg, r.opts)
+		mgr, err := newManager(withTelemetry(cfg), r.opts)
 		if err != nil {
 			return nil, err
 		}
@@ -211,6 +211,11 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if r.describeTo != "" {
 		return r.writeDescription()
 	}
+	stop, err := r.startTelemetry(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop() // after the drain: what the last reconciles did is pushed too
 	if r.mgr != nil {
 		return r.mgr.Start(ctx)
 	}

@@ -6,6 +6,7 @@
 //	go run ./bench/suite                 # everything
 //	go run ./bench/suite -only coldstart # exec -> ready / first reconcile at 2000 ConfigMaps
 //	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
+//	go run ./bench/suite -only telemetry # OTLP export off vs on: cold start, RSS, per-event time
 package main
 
 import (
@@ -31,7 +32,7 @@ import (
 var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic"}
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake or scaleout")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout or telemetry")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
 	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
@@ -146,6 +147,11 @@ func run(only string, runs int, out string) error {
 	}
 	if only == "" || only == "scaleout" {
 		if err := e.scaleOut(ctx, r, runs); err != nil {
+			return err
+		}
+	}
+	if only == "" || only == "telemetry" {
+		if err := e.telemetryCost(ctx, r, runs); err != nil {
 			return err
 		}
 	}

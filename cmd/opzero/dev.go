@@ -94,6 +94,7 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
 	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
 	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
+	fs.BoolVar(&f.otel, "otel", false, "start a local OpenTelemetry collector (the Collector's OTLP receiver; see 'opzero install otelcol') and point the operators and the wakeup source at it with the OTEL_* variables: their traces and metrics land as OTLP/JSON lines in the log folder's otel/")
 	fs.StringVar(&f.events, "events", "", "also write what happens as machine-readable events: json writes one JSON object per line (session ready, process started/ready/stopped, delivery, reconciled, reconcile failed, scaled to zero, error, stopped) to standard output, and the human log to standard error")
 	fs.StringVar(&f.eventsFile, "events-file", "-", "where --events go: a file, /dev/fd/N for an inherited descriptor, or - for standard output")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "print one line per delivery: its time, the Service, why the operator was woken (create, update or delete of a kind, sweep, wakeup, external), the instance that took it and whether it waited for a cold start, the HTTP code, the latency and the operator's answer (Opzero-Result, or the error)")
@@ -107,7 +108,7 @@ type devFlags struct {
 	file, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
 	port                                                            int
 	idle                                                            time.Duration
-	noStatus, verbose                                               bool
+	noStatus, verbose, otel                                         bool
 	events, eventsFile, timeline                                    string
 }
 
@@ -158,8 +159,13 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
+	otelEnv, stopOtel, err := f.startOtel(ctx, bins, logDir, lines)
+	if err != nil {
+		return err
+	}
+	defer stopOtel()
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: kc, Objects: objs, Namespace: f.namespace, Dir: logDir, CacheDir: f.cacheDir,
-		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events, BinDir: f.binDir, Prebuilt: ownImage, Verbose: f.verbose})
+		BuildDir: f.buildDir, Port: f.port, Idle: f.idle, Out: lines, Events: events, BinDir: f.binDir, Prebuilt: ownImage, Verbose: f.verbose, Env: otelEnv})
 	if err != nil {
 		return err
 	}

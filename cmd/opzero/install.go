@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,12 +17,14 @@ func newInstallCmd() *cobra.Command {
 		printDir bool
 	)
 	cmd := &cobra.Command{
-		Use:   "install [controlplane|knative]...",
+		Use:   "install [controlplane|knative|otelcol]...",
 		Short: "Build the pinned programs opzero runs (control plane, Knative's adapters and CRDs) ahead of first use",
 		Long: `install makes the programs opzero runs ready: the local control plane (etcd,
 kube-apiserver, kube-controller-manager and kubectl of Kubernetes v1.34.3) and
 Knative's ApiServerSource and PingSource adapters and CRDs (v0.50.0); name one
-set to install only that one. They are built from the pinned Go modules this CLI
+set to install only that one. The otelcol set, installed only when named, is the
+OpenTelemetry Collector's OTLP receiver (v0.160.0) that 'opzero dev --otel' and
+the tests send telemetry to. They are built from the pinned Go modules this CLI
 carries, into a cache folder named after the pins ($XDG_CACHE_HOME/opzero/<pins>,
 by default ~/.cache/opzero/<pins>), or into --bin-dir / $OPZERO_BIN_DIR. What is
 there is kept, so a second run takes a moment.
@@ -37,7 +40,7 @@ of time, like setup-envtest.`,
 		Example: `  opzero install
   export KUBEBUILDER_ASSETS=$(opzero install --print-dir controlplane)   # envtest can use them too
   opzero install --bin-dir ./bin knative`,
-		ValidArgs: []string{"controlplane", "knative"},
+		ValidArgs: []string{"controlplane", "knative", "otelcol"},
 		Args:      cobra.OnlyValidArgs,
 		RunE: func(cmd *cobra.Command, sets []string) error {
 			out := cmd.OutOrStdout()
@@ -79,11 +82,5 @@ of time, like setup-envtest.`,
 
 // inSets reports whether binary belongs to one of the named sets.
 func inSets(binary string, sets []string) bool {
-	knative := binary == pinned.ApiServerSourceAdapter || binary == pinned.PingAdapter
-	for _, s := range sets {
-		if (s == "knative") == knative {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(sets, pinned.SetOf(binary))
 }

@@ -43,7 +43,8 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c, "KUBECONFIG="+kc)
+		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
+			append([]string{"KUBECONFIG=" + kc}, p.opts.Env...)...)
 		if err != nil {
 			return err
 		}

@@ -58,6 +58,10 @@ type Options struct {
 	Events *EventWriter
 	// Verbose adds one line per delivery to Out (DeliveryLine).
 	Verbose bool
+	// Env is added to the environment of every operator and ko://
+	// Deployment process, over the manifests' (NAME=value; e.g. the OTEL_*
+	// variables of `opzero dev --otel`).
+	Env []string
 }
 
 // Platform is Knative's part, played locally for the applied manifests.

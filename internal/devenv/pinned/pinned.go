@@ -26,6 +26,10 @@ const (
 	ApiServerSourceAdapter = "apiserver_receive_adapter"
 	// PingAdapter is Knative's multi-tenant PingSource adapter.
 	PingAdapter = "mtping"
+	// OTLPReceiver is the OpenTelemetry Collector's OTLP receiver run on its
+	// own, writing what arrives to JSON lines (tools/otelcol): the real
+	// collector that tests and `opzero dev --otel` send telemetry to.
+	OTLPReceiver = "otlp-receiver"
 )
 
 // Env is the environment variable naming a folder of pinned binaries.
@@ -50,6 +54,9 @@ type group struct {
 	name     string   // "controlplane": modules/<name>, stamp .<name>.pins
 	files    []string // module files, relative to modules/<name>, without .txt
 	binaries []binary
+	// stampAll: the stamp hashes every file, not only go.mod and go.sum
+	// (a main.go of ours that changes what is built).
+	stampAll bool
 }
 
 var groups = []group{
@@ -62,6 +69,9 @@ var groups = []group{
 	{name: "knative", files: []string{"go.mod", "go.sum"}, binaries: []binary{
 		{ApiServerSourceAdapter, "knative.dev/eventing/cmd/apiserver_receive_adapter", 2.5},
 		{PingAdapter, "knative.dev/eventing/cmd/mtping", 0.5},
+	}},
+	{name: "otelcol", files: []string{"go.mod", "go.sum", "main.go"}, stampAll: true, binaries: []binary{
+		{OTLPReceiver, ".", 1.5},
 	}},
 }
 
@@ -97,7 +107,17 @@ func groupByName(name string) (*group, error) {
 			return &groups[i], nil
 		}
 	}
-	return nil, fmt.Errorf("%q is not a set of pinned binaries: want controlplane or knative", name)
+	return nil, fmt.Errorf("%q is not a set of pinned binaries: want controlplane, knative or otelcol", name)
+}
+
+// SetOf names the set a pinned binary belongs to: controlplane, knative or
+// otelcol ("" for none).
+func SetOf(binary string) string {
+	g, _, err := lookup(binary)
+	if err != nil {
+		return ""
+	}
+	return g.name
 }
 
 // file returns a module file of g (e.g. "go.mod").
@@ -115,6 +135,11 @@ func (g *group) stamp() string {
 	h := sha256.New()
 	h.Write(g.file("go.mod"))
 	h.Write(g.file("go.sum"))
+	if g.stampAll {
+		for _, f := range g.files[2:] {
+			h.Write(g.file(f))
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

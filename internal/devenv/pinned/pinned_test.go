@@ -167,7 +167,7 @@ func TestInstallTakesBinariesWithTheSamePins(t *testing.T) {
 	r := resolver(nil, cache)
 	r.NoBuild = false
 	r.From = []string{stale, good}
-	paths, err := r.Find(ctx, KubeAPIServer, PingAdapter)
+	paths, err := r.Find(ctx, KubeAPIServer, PingAdapter, OTLPReceiver)
 	if err != nil {
 		t.Fatal(err)
 	}

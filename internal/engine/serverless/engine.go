@@ -17,6 +17,7 @@ import (
 	"github.com/opzero/opzero/internal/keyq"
 	"github.com/opzero/opzero/internal/lease"
 	"github.com/opzero/opzero/internal/standin"
+	"github.com/opzero/opzero/internal/telemetry"
 )
 
 // Options tunes an Engine. Zero values take the defaults in parentheses.
@@ -108,6 +109,7 @@ type Engine struct {
 	draining atomic.Bool
 	inFlight chan struct{} // a slot per request being handled
 	stats    Stats
+	obs      *telemetry.Observer
 }
 
 // arrival is one event's contribution to a key's next reconcile.
@@ -117,6 +119,7 @@ type arrival struct {
 	reason  string
 	// check: no event, only a look at the key's Lease at its expiry.
 	check bool
+	obs   telemetry.Arrival // when and in which trace it was queued
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -150,7 +153,8 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		return nil, errors.New("serverless: async mode needs durable time (a wakeup store) to record accepted events")
 	}
 	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: genskip.NewMemo[reconcile.Request](100_000),
-		versions: standin.NewVersions(), inFlight: make(chan struct{}, opts.MaxInFlight)}
+		versions: standin.NewVersions(), inFlight: make(chan struct{}, opts.MaxInFlight),
+		obs: telemetry.NewObserver(op.Name, opts.MaxConcurrentReconciles, opts.Logger)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
 		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
 	if opts.Durable != nil {

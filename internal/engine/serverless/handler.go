@@ -20,6 +20,9 @@ const ResultHeader = "Opzero-Result"
 // have each key reconciled (run, then settle) and answer from the verdicts.
 func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.stats.Requests.Add(1)
+	ctx, d := e.obs.Intake(r)
+	defer d.End()
+	w, r = d.Writer(w), r.WithContext(ctx)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST a CloudEvent here", http.StatusMethodNotAllowed)
@@ -48,7 +51,11 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, err)
 		return
 	}
+	described(d, ev)
 	rt, err := e.route(r.Context(), ev)
+	if err == nil {
+		routedTo(d, rt)
+	}
 	var t transient
 	switch {
 	case errors.As(err, &t):

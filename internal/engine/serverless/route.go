@@ -19,6 +19,7 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/genskip"
 	"github.com/opzero/opzero/internal/standin"
+	"github.com/opzero/opzero/internal/telemetry"
 )
 
 // routed is where one event goes.
@@ -26,6 +27,8 @@ type routed struct {
 	keys    []reconcile.Request
 	why     string
 	objects map[reconcile.Request]*cloudevent.ObjectEvent // stand-ins for primary keys
+	// delivery is the request's telemetry (observe.go), nil for none.
+	delivery *telemetry.Delivery
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -39,6 +42,9 @@ func (rt *routed) add(k reconcile.Request) {
 
 func (rt *routed) arrival(k reconcile.Request) *arrival {
 	a := &arrival{reason: rt.why}
+	if rt.delivery != nil {
+		a.obs = rt.delivery.Queued()
+	}
 	if ev := rt.objects[k]; ev != nil {
 		a.object, a.version = ev.Object, ev.Meta.ResourceVersion
 	}
@@ -121,6 +127,7 @@ func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 		}
 		if e.skip(k, ev) {
 			e.stats.Skipped.Add(1)
+			e.obs.Skipped()
 			rt.why = fmt.Sprintf("skipped: generation %d already observed", m.Generation)
 			return nil
 		}

@@ -87,6 +87,7 @@ func onlyChecks(arrivals []*arrival) bool {
 // (this instance may scale to zero first).
 func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.HeldElsewhere) *Verdict {
 	e.stats.HandOffs.Add(1)
+	e.obs.HandOff()
 	wait := max(time.Until(he.Expires)+handOffMargin, handOffMargin)
 	if e.opts.Durable != nil {
 		if err := e.opts.Durable.Accept(ctx, key, wait); err != nil {
@@ -103,10 +104,13 @@ func (e *Engine) runOnce(ctx context.Context, key reconcile.Request, arrivals []
 	st := standin.New(e.op.Primary.GVK, key.NamespacedName, e.standIn(key, arrivals), e.versions)
 	ctx, cancel := context.WithTimeoutCause(standin.With(ctx, st), e.opts.ReconcileTimeout, errTimeout)
 	defer cancel()
-	ctx = log.IntoContext(ctx, e.logger(key, arrivals))
+	ctx, obs := e.obs.Reconcile(ctx, key.String(), arrivalsOf(arrivals))
+	ctx = log.IntoContext(ctx, e.logger(key, arrivals).WithValues(obs.LogValues()...))
 	e.stats.Reconciles.Add(1)
 	res, err := e.reconcile(ctx, key)
-	return e.settle(ctx, key, st, res, err)
+	v := e.settle(ctx, key, st, res, err)
+	observed(obs, res, v)
+	return v
 }
 
 // standIn is the object that answers the reconcile's first Get of key: the

@@ -16,12 +16,16 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/telemetry"
 	"github.com/opzero/opzero/internal/wakeup"
 )
 
@@ -60,7 +64,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
-	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe) and /readyz (the Wakeups have been listed) on this address, e.g. :8081 (default: not served).")
+	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081 (default: not served). With OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP.")
 }
 
 // Run connects to the API server (KUBECONFIG, else in-cluster) and delivers
@@ -89,16 +93,55 @@ func (f Flags) Run(ctx context.Context) error {
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}
-	src := wakeup.NewSource(c, o)
+	var src *wakeup.Source
+	o.Delivered = observeDeliveries(func() int { return src.Pending() })
+	src = wakeup.NewSource(c, o)
+	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: strings.TrimSuffix("wakeup-source-"+f.Operator, "-"), InstanceID: os.Getenv("POD_NAME")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}()
 	if f.HealthAddr != "" {
 		l, err := net.Listen("tcp", f.HealthAddr)
 		if err != nil {
 			return fmt.Errorf("--health-addr %s: %w (choose another address)", f.HealthAddr, err)
 		}
-		srv := &http.Server{Handler: src.HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", src.HealthHandler())
+		mux.Handle("/metrics", promhttp.HandlerFor(crmetrics.Registry, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
 	log.Info("wakeup source running", "namespace", f.Namespace, "operator", f.Operator, "authenticated", f.Audience != "", "health", f.HealthAddr, "pid", os.Getpid())
 	return src.Run(ctx)
+}
+
+// observeDeliveries registers the wakeup source's metrics and returns the
+// Source's Delivered callback that feeds them: records pending (a gauge
+// read from pending), fired, and how late each fired after its due time
+// (late: more than a second).
+func observeDeliveries(pending func() int) func(ns, name string, due, at time.Time) {
+	reg := crmetrics.Registry
+	fired := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_fired_total", Help: "Wakeups delivered with a 2xx answer"})
+	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_late_total", Help: "Wakeups delivered more than a second after they were due"})
+	lateness := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "opzero_wakeup_lateness_seconds",
+		Help: "How long after its due time a Wakeup was delivered", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)})
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_wakeups_pending", Help: "Wakeups waiting to be delivered"},
+		func() float64 { return float64(pending()) })
+	for _, c := range []prometheus.Collector{fired, late, lateness, gauge} {
+		_ = reg.Register(c) // a second Run in one process (tests) keeps the first's
+	}
+	return func(_, _ string, due, at time.Time) {
+		fired.Inc()
+		d := max(at.Sub(due), 0)
+		lateness.Observe(d.Seconds())
+		if d > time.Second {
+			late.Inc()
+		}
+	}
 }
