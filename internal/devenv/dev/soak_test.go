@@ -193,10 +193,17 @@ func newSoak(t *testing.T, seed uint64) *soak {
 	return s
 }
 
-// prepare sets the sweeps and the operator's soak environment.
+// prepare sets the sweeps and the operator's soak environment, and lets it
+// write its child ConfigMaps (a +kubebuilder:rbac marker would, but `opzero
+// manifests` reads none from a main package).
 func (s *soak) prepare(objs []*unstructured.Unstructured) {
 	for _, o := range objs {
 		switch {
+		case o.GetKind() == "ClusterRole" && o.GetName() == "opzero:"+s.ns+":testop":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			rules = append(rules, map[string]any{"apiGroups": []any{""}, "resources": []any{"configmaps"},
+				"verbs": []any{"create", "update", "patch", "delete"}})
+			_ = unstructured.SetNestedSlice(o.Object, rules, "rules")
 		case o.GetKind() == "PingSource" && strings.HasSuffix(o.GetName(), "full-sweep"):
 			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
 		case o.GetKind() == "PingSource":
