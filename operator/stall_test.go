@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -188,22 +192,52 @@ func TestStalledAPIServer(t *testing.T) {
 	}
 }
 
-// TestClassicHealthzStuckInformer: a classic runtime reaches the real API
-// server through a proxy that starts to refuse connections; once its
-// informers have failed to list or watch for the threshold (shortened to
-// 3 s here; 2 min by default), /healthz fails and names the informers
-// check; once the proxy forwards again and the informers list, it passes
-// again.
+// TestClassicHealthzStuckInformer: a classic runtime runs as a
+// ServiceAccount allowed to read ConfigWatchers on the real API server
+// (through the proxy, which can cut its connections). Its read access is
+// revoked and its watch made to reconnect: the informer's list fails
+// (403) on every try, and once that has lasted the threshold (shortened to
+// 3 s here; 2 min by default) /healthz fails, naming the informers check.
+// Access back, the informer lists again and /healthz passes.
 func TestClassicHealthzStuckInformer(t *testing.T) {
 	if !operator.ClassicAvailable {
 		t.Skip("built with -tags opzero_serverless")
 	}
 	defer operator.SetInformerStuckAfter(3 * time.Second)()
 	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	name := "opzero-test-healthz-" + ns
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "healthz"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"k8spatterns.io"}, Resources: []string{"configwatchers"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := func() *rbacv1.ClusterRoleBinding {
+		return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "healthz", Namespace: ns}}}
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "healthz", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	px := startProxy(t, strings.TrimPrefix(env.Config.Host, "https://"))
+	cfg := rest.AnonymousClientConfig(px.config(t, env.Config))
+	cfg.BearerToken = tok.Status.Token
 	probe := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	rt, err := operator.New(operator.Options{Mode: operator.Classic, Scheme: scheme, Config: px.config(t, env.Config),
-		DisableLeaderElection: true, HealthProbeAddr: probe})
+	rt, err := operator.New(operator.Options{Mode: operator.Classic, Scheme: scheme, Config: cfg, DisableLeaderElection: true, HealthProbeAddr: probe})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +248,8 @@ func TestClassicHealthzStuckInformer(t *testing.T) {
 	}
 	testkit.Background(t, rt.Start)
 	// The informer runs once a reconcile came from it.
-	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: env.Namespace(t)}, Spec: v1.ConfigWatcherSpec{ConfigMap: "c", PodSelector: map[string]string{"a": "b"}}}
-	if err := env.Client.Create(context.Background(), cw); err != nil {
+	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns}, Spec: v1.ConfigWatcherSpec{ConfigMap: "c", PodSelector: map[string]string{"a": "b"}}}
+	if err := env.Client.Create(ctx, cw); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 30*time.Second, "a reconcile", func(context.Context) (bool, error) { return reconciled.Load() > 0, nil })
@@ -228,19 +262,29 @@ func TestClassicHealthzStuckInformer(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	if code, body := health(); code != http.StatusOK {
+		t.Fatalf("/healthz with the informer running: %d %s, want 200", code, body)
+	}
+
+	if err := cs.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	code, body := 0, ""
-	testkit.Eventually(t, 30*time.Second, "/healthz 200 with the API server there", func(context.Context) (bool, error) {
+	kicked := time.Time{}
+	testkit.Eventually(t, time.Minute, "/healthz failing with the informer stuck", func(context.Context) (bool, error) {
 		code, body = health()
-		return code == http.StatusOK, nil
-	})
-	px.set("refuse")
-	testkit.Eventually(t, time.Minute, "/healthz failing with the informers stuck", func(context.Context) (bool, error) {
-		code, body = health()
+		if code == http.StatusOK && time.Since(kicked) > 2*time.Second {
+			px.set("forward") // cut its connections: the watch reconnects, and lists if it must
+			kicked = time.Now()
+		}
 		return code == http.StatusInternalServerError && strings.Contains(body, "informers failed"), nil
 	})
 	t.Logf("stuck: %d %s", code, strings.TrimSpace(body))
-	px.set("forward")
-	testkit.Eventually(t, 2*time.Minute, "/healthz 200 again once the informers list", func(context.Context) (bool, error) {
+
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 2*time.Minute, "/healthz 200 again once the informer lists", func(context.Context) (bool, error) {
 		code, body = health()
 		return code == http.StatusOK, nil
 	})
