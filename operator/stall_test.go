@@ -242,7 +242,10 @@ func TestClassicHealthzStuckInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reconciled atomic.Int64
-	count := func(context.Context, reconcile.Request) (reconcile.Result, error) { reconciled.Add(1); return reconcile.Result{}, nil }
+	count := func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		reconciled.Add(1)
+		return reconcile.Result{}, nil
+	}
 	if err := builder.ControllerManagedBy(rt).For(&v1.ConfigWatcher{}).Complete(reconcile.Func(count)); err != nil {
 		t.Fatal(err)
 	}

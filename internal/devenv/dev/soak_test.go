@@ -18,9 +18,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -113,15 +113,15 @@ type soak struct {
 	wakes string // TESTOP_WAKES
 
 	mu       sync.Mutex
-	live     []string             // names the stream believes exist
-	deaths   map[int]time.Time    // operator pids the test killed
-	faults   map[string]int       // by kind
-	notes    []string             // one per fault
-	paused   atomic.Bool          // the stream holds off (a burst at zero is coming)
-	sent     map[string]int       // create, update, delete
-	failed   atomic.Int64         // calls that failed (the API server away)
-	lastDone time.Time            // the end of the last fault
-	seq      atomic.Int64         // object names
+	live     []string          // names the stream believes exist
+	deaths   map[int]time.Time // operator pids the test killed
+	faults   map[string]int    // by kind
+	notes    []string          // one per fault
+	paused   atomic.Bool       // the stream holds off (a burst at zero is coming)
+	sent     map[string]int    // create, update, delete
+	failed   atomic.Int64      // calls that failed (the API server away)
+	lastDone time.Time         // the end of the last fault
+	seq      atomic.Int64      // object names
 }
 
 func newSoak(t *testing.T, seed uint64) *soak {
@@ -640,7 +640,7 @@ func (s *soak) check() {
 		return len(problems) == 0
 	})
 	took := time.Since(last)
-	tookText := took.Round(100*time.Millisecond).String()
+	tookText := took.Round(100 * time.Millisecond).String()
 	if err != nil {
 		tookText = "not within " + soakConverge.String()
 	}
@@ -748,4 +748,3 @@ func readWants(t *testing.T, file string) map[string][]time.Time {
 	}
 	return out
 }
-
