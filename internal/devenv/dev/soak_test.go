@@ -533,12 +533,18 @@ func parseSoakWake(s string) soakWake {
 	return w
 }
 
-// wakeupDeliveries returns, per key, the times RequeueAfter Wakeups were
-// delivered and answered 2xx, and every 2xx Wakeup delivery's times.
-func (s *soak) wakeupDeliveries() (requeue, any map[string][]time.Time) {
-	requeue, any = map[string][]time.Time{}, map[string][]time.Time{}
+// wakeup is one delivery of a Wakeup to the operator.
+type wakeup struct {
+	at, end time.Time // the request's arrival and answer
+	code    int
+	result  string
+}
+
+// wakeupDeliveries returns every Wakeup delivery, per key (namespace/name).
+func (s *soak) wakeupDeliveries() map[string][]wakeup {
+	out := map[string][]wakeup{}
 	for _, d := range s.p.Services[0].Deliveries() {
-		if d.Type != "dev.opzero.wakeup" || d.Code/100 != 2 {
+		if d.Type != "dev.opzero.wakeup" {
 			continue
 		}
 		// /apis/<group>/<version>/namespaces/<ns>/<Kind>/<name>
@@ -547,12 +553,21 @@ func (s *soak) wakeupDeliveries() (requeue, any map[string][]time.Time) {
 			continue
 		}
 		k := parts[len(parts)-3] + "/" + parts[len(parts)-1]
-		any[k] = append(any[k], d.At)
-		if strings.Contains(d.Result, "wakeup (RequeueAfter)") {
-			requeue[k] = append(requeue[k], d.At)
-		}
+		out[k] = append(out[k], wakeup{at: d.At, end: d.At.Add(d.Took), code: d.Code, result: d.Result})
 	}
-	return requeue, any
+	return out
+}
+
+// fired tells whether a Wakeup fired the RequeueAfter w asked for: the
+// reconcile that saw it due ran while a Wakeup of the key was delivered
+// (a retry's Wakeup counts: an earlier retry takes the record's place, as
+// controller-runtime's queue keeps one entry per key), or a Wakeup was
+// delivered and answered 2xx at or after the due time. A reconcile after
+// the due time for another reason (a sweep, an event) is not a firing.
+func (w soakWake) fired(ds []wakeup) bool {
+	return slices.ContainsFunc(ds, func(d wakeup) bool {
+		return !w.woke.Before(d.at.Truncate(time.Millisecond)) && !w.woke.After(d.end) || d.code/100 == 2 && !d.at.Before(w.due)
+	})
 }
 
 // state lists what is not converged yet, and how many objects there are
@@ -566,7 +581,7 @@ func (s *soak) state() (problems []string, objects, converged int) {
 	if err := s.c.List(s.ctx, cms, client.InNamespace(s.ns)); err != nil {
 		return []string{err.Error()}, 0, 0
 	}
-	_, delivered := s.wakeupDeliveries()
+	delivered := s.wakeupDeliveries()
 	children := map[string]*corev1.ConfigMap{}
 	for i, cm := range cms.Items {
 		if strings.HasSuffix(cm.Name, "-child") {
@@ -601,13 +616,18 @@ func (s *soak) state() (problems []string, objects, converged int) {
 		}
 		if cw.Spec.PodSelector["wake"] != "" {
 			w := parseSoakWake(cw.Status.ConfigMapVersion)
-			fired := slices.ContainsFunc(delivered[s.ns+"/"+cw.Name], func(at time.Time) bool { return !at.Before(w.due) })
+			ds := delivered[s.ns+"/"+cw.Name]
+			fired := w.fired(ds)
 			switch {
 			case w.gen != gen:
 				bad = append(bad, fmt.Sprintf("RequeueAfter not asked for generation %d (status %q)", gen, cw.Status.ConfigMapVersion))
 			case w.woke.IsZero() || !fired:
-				bad = append(bad, fmt.Sprintf("lost wakeup: due %s (%s ago), reconciled after it: %v, a Wakeup delivered after it: %v",
-					w.due.Format(time.StampMilli), time.Since(w.due).Round(time.Millisecond), !w.woke.IsZero(), fired))
+				var seen []string
+				for _, d := range ds {
+					seen = append(seen, fmt.Sprintf("%s-%s %d %q", d.at.Format(time.StampMilli), d.end.Format(time.StampMilli), d.code, d.result))
+				}
+				bad = append(bad, fmt.Sprintf("lost wakeup: due %s (%s ago), reconciled after it at %s; Wakeups delivered: %v",
+					w.due.Format(time.StampMilli), time.Since(w.due).Round(time.Millisecond), w.woke.Format(time.StampMilli), seen))
 			}
 		}
 		if len(bad) == 0 {
@@ -667,14 +687,16 @@ func (s *soak) check() {
 	// Wakeups: none delivered before the due time of every RequeueAfter
 	// asked for its key; lost ones are those state() still reports.
 	wants := readWants(t, s.wakes)
-	requeue, _ := s.wakeupDeliveries()
 	early, fired := 0, 0
-	for k, ats := range requeue {
-		for _, at := range ats {
+	for k, ds := range s.wakeupDeliveries() {
+		for _, d := range ds {
+			if d.code/100 != 2 || !strings.Contains(d.result, "wakeup (RequeueAfter)") {
+				continue
+			}
 			fired++
-			if !slices.ContainsFunc(wants[k], func(due time.Time) bool { return !due.After(at) }) {
+			if !slices.ContainsFunc(wants[k], func(due time.Time) bool { return !due.After(d.at) }) {
 				early++
-				t.Logf("early wakeup: %s delivered at %s, before every due time asked (%v)", k, at.Format(time.StampMilli), wants[k])
+				t.Logf("early wakeup: %s delivered at %s, before every due time asked (%v)", k, d.at.Format(time.StampMilli), wants[k])
 			}
 		}
 	}
