@@ -82,7 +82,7 @@ var faultKinds = []string{"kube-apiserver", "etcd", "adapter", "operator", "wake
 // RequeueAfter fired, none before its due time.
 //
 // -soak=10m (or OPZERO_SOAK=10m) runs it longer; OPZERO_SOAK_SEED replays
-// a seed.
+// a seed's choices (the order of faults, the changes; not their timing).
 func TestFaultSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own and kills its parts")
@@ -95,7 +95,7 @@ func TestFaultSoak(t *testing.T) {
 			t.Fatalf("OPZERO_SOAK_SEED=%q: want a number", s)
 		}
 	}
-	t.Logf("soak: seed %d (OPZERO_SOAK_SEED=%d replays it), faults for %s, sweep %s", seed, seed, d, soakSweepText)
+	t.Logf("soak: seed %d (OPZERO_SOAK_SEED=%d replays its choices), faults for %s, sweep %s", seed, seed, d, soakSweepText)
 	s := newSoak(t, seed)
 	s.run(d)
 }
