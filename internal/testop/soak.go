@@ -116,13 +116,15 @@ func (r *scripted) soak(ctx context.Context, cw *v1.ConfigWatcher) (reconcile.Re
 	st, now := parseWakeState(cw.Status.ConfigMapVersion), time.Now()
 	switch {
 	case st.Gen != cw.Generation:
-		st = wakeState{Gen: cw.Generation, Due: now.Add(wake)}
+		// The due time as status keeps it (milliseconds), so a later
+		// reconcile that asks for the rest asks for the same instant.
+		st = wakeState{Gen: cw.Generation, Due: time.UnixMilli(now.Add(wake).UnixMilli())}
 		cw.Status.ConfigMapVersion = st.String()
 		if err := r.Status().Update(ctx, cw); err != nil {
 			return reconcile.Result{}, err
 		}
 		appendWant(cw, st.Due)
-		return reconcile.Result{RequeueAfter: wake}, nil
+		return reconcile.Result{RequeueAfter: st.Due.Sub(now)}, nil
 	case !st.Woke.IsZero():
 		return reconcile.Result{}, nil
 	case now.Before(st.Due):
