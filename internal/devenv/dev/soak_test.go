@@ -366,10 +366,7 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 		}
 		slices.Sort(adapters)
 		what := adapters[rng.IntN(len(adapters))]
-		if err := syscall.Kill(pids[what], syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		note = fmt.Sprintf("SIGKILL of %s pid %d", what, pids[what])
+		note = fmt.Sprintf("SIGKILL of %s pid %d", what, s.killSupervised(what))
 	case "operator":
 		pid, mid := s.operatorMidReconcile(10 * time.Second)
 		if pid == 0 {
@@ -383,11 +380,7 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 		note = fmt.Sprintf("SIGKILL of pid %d (mid-reconcile: %v)", pid, mid)
 	case "wakeup-source":
 		n := s.pendingWakeups(20 * time.Second)
-		what := "Deployment " + s.ns + "/testop-wakeup-source"
-		pid := s.p.SourcePIDs()[what]
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
+		pid := s.killSupervised("Deployment " + s.ns + "/testop-wakeup-source")
 		note = fmt.Sprintf("SIGKILL of pid %d with %d Wakeups pending", pid, n)
 	case "burst-at-zero":
 		s.paused.Store(true)
@@ -419,6 +412,22 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 	s.lastDone = time.Now()
 	s.mu.Unlock()
 	s.logFault(kind, note)
+}
+
+// killSupervised sends SIGKILL to the process dev supervises as what; one
+// that dev is restarting (gone, its successor not started yet) is waited
+// for, up to a minute.
+func (s *soak) killSupervised(what string) int {
+	var pid int
+	var err error
+	if pollUntil(time.Minute, func() bool {
+		pid = s.p.SourcePIDs()[what]
+		err = syscall.Kill(pid, syscall.SIGKILL)
+		return err == nil
+	}) != nil {
+		s.t.Fatalf("no live process of %s to kill for a minute: pid %d: %v", what, pid, err)
+	}
+	return pid
 }
 
 func (s *soak) logFault(kind, note string) {
