@@ -52,7 +52,9 @@ func (d *flakyDurable) Overdue(context.Context) ([]reconcile.Request, error) { r
 // be lost (the fault soak's SIGKILL between the two writes does the same).
 func TestRequeueRecordedBeforeObservedGeneration(t *testing.T) {
 	p := newProbe()
-	p.result = func(reconcile.Request, int) (reconcile.Result, error) { return reconcile.Result{RequeueAfter: time.Hour}, nil }
+	p.result = func(reconcile.Request, int) (reconcile.Result, error) {
+		return reconcile.Result{RequeueAfter: time.Hour}, nil
+	}
 	d := &flakyDurable{requeued: map[reconcile.Request]int{}}
 	d.fail.Store(true)
 	h := newHarness(t, p, func(b *builder.Builder) *builder.Builder { return b.WithAutoObservedGeneration() }, serverless.Options{Durable: d})
