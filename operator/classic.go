@@ -46,9 +46,17 @@ func (m managed) setup(op *builder.Controller, o Options, c client.Client) error
 }
 
 func newManager(cfg *rest.Config, o Options) (classicManager, error) {
-	mgr, err := manager.New(cfg, managerOptions(o))
+	// /healthz fails while an informer is stuck (its list or watch failing
+	// for informerStuckAfter), so kubelet restarts the pod.
+	informers := &classic.Informers{StuckAfter: informerStuckAfter}
+	mo := managerOptions(o)
+	mo.Cache.DefaultWatchErrorHandler = informers.WatchError
+	mgr, err := manager.New(cfg, mo)
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("informers", informers.Check); err != nil {
+		return nil, err
 	}
 	return managed{mgr}, nil
 }
@@ -73,5 +81,10 @@ func managerOptions(o Options) manager.Options {
 		Metrics:                 metricsserver.Options{BindAddress: metrics},
 		HealthProbeBindAddress:  probes,
 		Logger:                  o.Logger,
+		// The client's calls are bounded (Options.APITimeout); the cache's
+		// watches, made from the manager's own config, are not.
+		NewClient: func(cfg *rest.Config, co client.Options) (client.Client, error) {
+			return client.New(o.withTimeout(cfg), co)
+		},
 	}
 }

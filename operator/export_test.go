@@ -1,5 +1,11 @@
 package operator
 
+import (
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
 // RequestsServed is how many HTTP requests the serverless engine has taken
 // (0 in classic mode or before Register): tests wait on it without the
 // engine's type appearing in the public API.
@@ -9,3 +15,15 @@ func RequestsServed(r *Runtime) int64 {
 	}
 	return r.engine.Stats().Requests.Load()
 }
+
+// SetInformerStuckAfter shortens how long an informer may fail before
+// classic mode's /healthz fails; it returns a func that restores it.
+func SetInformerStuckAfter(d time.Duration) func() {
+	old := informerStuckAfter
+	informerStuckAfter = d
+	return func() { informerStuckAfter = old }
+}
+
+// APIConfig is the rest.Config the serverless client uses, with
+// Options.APITimeout applied.
+func APIConfig(o Options, cfg *rest.Config) *rest.Config { return o.withTimeout(withRate(cfg)) }

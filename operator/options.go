@@ -28,6 +28,13 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// Config reaches the API server; nil means KUBECONFIG, then in-cluster.
 	Config *rest.Config
+	// APITimeout bounds each call to the API server (rest.Config.Timeout),
+	// so an API server that accepts connections but does not answer cannot
+	// hold a reconcile (serverless: the event is answered 503, and every
+	// sender retries). Zero means DefaultAPITimeout, negative no bound; a
+	// Config with its own Timeout keeps it. Classic mode bounds the client's
+	// calls, not the cache's watches, which are long by design.
+	APITimeout time.Duration
 	// Addr is where a serverless operator listens (":$PORT", else ":8080").
 	Addr string
 	// MaxConcurrentReconciles bounds distinct keys reconciling at once.
@@ -101,6 +108,30 @@ type Options struct {
 	Logger logr.Logger
 }
 
+// DefaultAPITimeout is Options.APITimeout's default: longer than any call a
+// reconcile makes to a healthy API server (a List of a page of 500), far
+// shorter than Knative's 5 min request timeout.
+const DefaultAPITimeout = 30 * time.Second
+
+// informerStuckAfter is how long an informer may fail to list or watch
+// before classic mode's /healthz fails (classic.DefaultStuckAfter; tests
+// shorten it).
+var informerStuckAfter = 2 * time.Minute
+
+// withTimeout returns a copy of cfg with Options.APITimeout applied.
+func (o *Options) withTimeout(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	if c.Timeout == 0 {
+		switch {
+		case o.APITimeout == 0:
+			c.Timeout = DefaultAPITimeout
+		case o.APITimeout > 0:
+			c.Timeout = o.APITimeout
+		}
+	}
+	return c
+}
+
 // BindFlags registers the options users set at run time.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	if o.Mode == "" {
@@ -116,6 +147,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			return fmt.Errorf("unknown mode %q: want serverless or classic", s)
 		})
 	fs.StringVar(&o.Addr, "addr", o.Addr, "serverless: listen address (default :$PORT as Knative sets it, else :8080)")
+	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound on each call to the API server, so one that accepts connections but does not answer cannot hold a reconcile (default 30s; a negative duration such as -1ns: no bound)")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once (default 8 serverless, 1 classic)")
 	if o.Audience == "" {
 		o.Audience = os.Getenv("OPZERO_AUDIENCE")

@@ -85,7 +85,7 @@ func New(opts Options) (*Runtime, error) {
 		if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 			return nil, errors.New("--tls-cert-file and --tls-key-file go together")
 		}
-		c, err := client.New(withTelemetry(withRate(cfg)), client.Options{Scheme: opts.Scheme})
+		c, err := client.New(withTelemetry(opts.withTimeout(withRate(cfg))), client.Options{Scheme: opts.Scheme})
 		if err != nil {
 			return nil, err
 		}

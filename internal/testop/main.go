@@ -13,6 +13,12 @@
 // <unix-nanos>" lines to that file, for the overlap check across processes.
 // With $TESTOP_HANG set, every reconcile blocks until the process dies (an
 // instance to be killed mid-reconcile).
+//
+// With $TESTOP_SOAK set (the fault soak; set it for `opzero manifests` too),
+// the operator also owns ConfigMaps, has the engine write
+// status.observedGeneration, and spec.configMap "soak" reconciles as a real
+// operator would (soak.go): a finalizer, one child ConfigMap, and, if
+// spec.podSelector has "wake", a RequeueAfter whose firing it records.
 package main
 
 import (
@@ -27,6 +33,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -58,6 +65,8 @@ func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		select {} // this instance is to be killed
 	}
 	switch cw.Spec.ConfigMap {
+	case "soak":
+		return r.soak(ctx, cw)
 	case "converge":
 		time.Sleep(20 * time.Millisecond)
 		cw.Status.ObservedGeneration = cw.Generation
@@ -94,7 +103,11 @@ func main() {
 	_ = v1.AddToScheme(opts.Scheme)
 	rt, err := operator.New(opts)
 	if err == nil {
-		err = builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{}).Complete(&scripted{Client: rt.GetClient()})
+		b := builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{})
+		if os.Getenv("TESTOP_SOAK") != "" {
+			b = b.Owns(&corev1.ConfigMap{}).WithAutoObservedGeneration()
+		}
+		err = b.Complete(&scripted{Client: rt.GetClient()})
 	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

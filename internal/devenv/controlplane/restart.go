@@ -33,7 +33,8 @@ func (p *Plane) Kill(name string) error {
 // Restart starts the named component again with the arguments it was
 // first started with (same ports, data and keys), its output appended to
 // the same log, and returns once it is ready (etcd /health, kube-apiserver
-// /readyz); it refuses a component that still runs. The plane is
+// /readyz; after etcd, also kube-apiserver's /readyz if it runs, as it
+// reconnects to etcd on its own); it refuses a component that still runs. The plane is
 // recorded again in state.json with the new PID.
 func (p *Plane) Restart(ctx context.Context, name string, dieWithParent bool) error {
 	pr, err := p.process(name)
@@ -55,6 +56,9 @@ func (p *Plane) Restart(ctx context.Context, name string, dieWithParent bool) er
 	switch name {
 	case "etcd":
 		err = waitHTTP(ctx, pr, p.EtcdURL+"/health", "", time.Minute)
+		if api, aerr := p.process("kube-apiserver"); err == nil && aerr == nil && api.alive() {
+			err = waitHTTP(ctx, api, p.Server+"/readyz", token, time.Minute)
+		}
 	case "kube-apiserver":
 		err = waitHTTP(ctx, pr, p.Server+"/readyz", token, time.Minute)
 	}

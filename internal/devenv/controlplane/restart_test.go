@@ -16,6 +16,8 @@ import (
 // TestKillAndRestart: a kube-apiserver killed with SIGKILL is restarted
 // with its arguments (same port, same etcd): the kubeconfig still works
 // and what was written before is there; Restart refuses a running one.
+// The same for etcd: once Restart returns, the API server serves again
+// (it waited for its /readyz), with what was written before.
 func TestKillAndRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a second control plane")
@@ -49,5 +51,15 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{}); err != nil {
 		t.Fatalf("reading back after the restart: %v", err)
+	}
+
+	if err := p.Kill("etcd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(ctx, "etcd", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{}); err != nil {
+		t.Fatalf("reading back after the etcd restart: %v", err)
 	}
 }

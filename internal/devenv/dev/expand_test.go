@@ -21,3 +21,26 @@ func TestExpand(t *testing.T) {
 		}
 	}
 }
+
+// TestRewrite: a Service's in-cluster URLs become its local URL, the long
+// form whole (map order once left "http://127.0.0.1:8080.cluster.local",
+// which the wakeup source could not parse).
+func TestRewrite(t *testing.T) {
+	s := &serviceSpec{Name: "op", NS: "ns"}
+	local := map[string]string{}
+	for _, c := range s.clusterURLs() {
+		local[c] = "http://127.0.0.1:8080"
+	}
+	for in, want := range map[string]string{
+		"--wakeup-sink=http://op.ns.svc.cluster.local":      "--wakeup-sink=http://127.0.0.1:8080",
+		"--wakeup-sink=http://op.ns.svc":                    "--wakeup-sink=http://127.0.0.1:8080",
+		"http://op.ns.svc.cluster.local/x http://op.ns.svc": "http://127.0.0.1:8080/x http://127.0.0.1:8080",
+		"http://other.ns.svc":                               "http://other.ns.svc",
+	} {
+		for range 20 { // map order varies from call to call
+			if got := rewrite(in, local); got != want {
+				t.Fatalf("rewrite(%q) = %q, want %q", in, got, want)
+			}
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package dev
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,12 +148,17 @@ func (s *serviceSpec) clusterURLs() []string {
 	return []string{base + ".svc.cluster.local", base + ".svc"}
 }
 
-// rewrite replaces every Service's in-cluster URL in v with its local URL.
+// rewrite replaces every Service's in-cluster URL in v with its local URL,
+// longest first: http://<name>.<ns>.svc.cluster.local must not become the
+// local URL of http://<name>.<ns>.svc followed by ".cluster.local".
 func rewrite(v string, local map[string]string) string {
-	for from, to := range local {
-		v = strings.ReplaceAll(v, from, to)
+	froms := slices.Collect(maps.Keys(local))
+	slices.SortFunc(froms, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	pairs := make([]string, 0, 2*len(froms))
+	for _, from := range froms {
+		pairs = append(pairs, from, local[from])
 	}
-	return v
+	return strings.NewReplacer(pairs...).Replace(v)
 }
 
 // serviceStatus is what Knative's controllers would write once the

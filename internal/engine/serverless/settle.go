@@ -23,18 +23,34 @@ import (
 //     durable time, a failure because the API server is away (connection
 //     refused or reset, timeouts, 429/503/504) is Unavailable, so that the
 //     sender delivers again;
-//   - otherwise a success: status.observedGeneration is written (with
-//     WithAutoObservedGeneration; if that fails, the reconcile counts as
-//     failed), then Result.RequeueAfter schedules a reconcile after that
-//     long (replacing a pending retry), Result.Requeue one after the key's
-//     backoff (rate limited, as controller-runtime's workqueue does; an
-//     earlier pending one wins), and a plain success cancels a pending
-//     retry. All are Reconciled; if a requeue cannot be recorded: Unavailable.
+//   - otherwise a success: Result.RequeueAfter schedules a reconcile after
+//     that long (replacing a pending retry), Result.Requeue one after the
+//     key's backoff (rate limited, as controller-runtime's workqueue does;
+//     an earlier pending one wins), then status.observedGeneration is
+//     written (with WithAutoObservedGeneration; if that fails, the
+//     reconcile counts as failed), and a plain success cancels a pending
+//     retry. All are Reconciled; if a requeue cannot be recorded:
+//     Unavailable, with the generation left unobserved, so the sweep
+//     reconciles the object again (written first, it would look handled
+//     and the requeue would be lost).
 //
 // It is the only place that does, with durable time or without: e.retry
 // is the one difference.
 func (e *Engine) settle(ctx context.Context, key reconcile.Request, st *standin.State, res reconcile.Result, err error) *Verdict {
 	logger := log.FromContext(ctx)
+	var requeued *Verdict // a success's requeue, recorded before observedGeneration
+	if err == nil && res.RequeueAfter > 0 {
+		if rerr := e.retry.requeue(ctx, key, res.RequeueAfter); rerr != nil {
+			return unavailableVerdict(key, fmt.Errorf("reconciled, but the requeue could not be recorded: %w", rerr))
+		}
+		requeued = &Verdict{Key: key, Outcome: Reconciled, Next: res.RequeueAfter, Note: fmt.Sprintf("requeued in %s", res.RequeueAfter)}
+	} else if err == nil && res.Requeue { //nolint:staticcheck // honoured for reconcilers written against it
+		next, rerr := e.retry.backoff(ctx, key)
+		if rerr != nil {
+			return unavailableVerdict(key, fmt.Errorf("reconciled, but the requeue could not be recorded: %w", rerr))
+		}
+		requeued = &Verdict{Key: key, Outcome: Reconciled, Next: next, Note: fmt.Sprintf("requeued (rate limited) in %s", next)}
+	}
 	if err == nil && e.op.AutoObservedGeneration {
 		if werr := standin.WriteObservedGeneration(ctx, e.c, e.op.Primary.GVK, key.NamespacedName, st.Generation()); werr != nil {
 			err = fmt.Errorf("reconciled, but writing status.observedGeneration failed: %w", werr)
@@ -62,17 +78,8 @@ func (e *Engine) settle(ctx context.Context, key reconcile.Request, st *standin.
 			return &Verdict{Key: key, Outcome: Unavailable, Err: fmt.Errorf("the API server cannot be reached or is overloaded (retry scheduled here too): %w", err), Next: next}
 		}
 		return &Verdict{Key: key, Outcome: Retrying, Err: err, Next: next}
-	case res.RequeueAfter > 0:
-		if rerr := e.retry.requeue(ctx, key, res.RequeueAfter); rerr != nil {
-			return unavailableVerdict(key, fmt.Errorf("reconciled, but the requeue could not be recorded: %w", rerr))
-		}
-		return &Verdict{Key: key, Outcome: Reconciled, Next: res.RequeueAfter, Note: fmt.Sprintf("requeued in %s", res.RequeueAfter)}
-	case res.Requeue: //nolint:staticcheck // honoured for reconcilers written against it
-		next, rerr := e.retry.backoff(ctx, key)
-		if rerr != nil {
-			return unavailableVerdict(key, fmt.Errorf("reconciled, but the requeue could not be recorded: %w", rerr))
-		}
-		return &Verdict{Key: key, Outcome: Reconciled, Next: next, Note: fmt.Sprintf("requeued (rate limited) in %s", next)}
+	case requeued != nil:
+		return requeued
 	}
 	e.forget(ctx, key)
 	return &Verdict{Key: key, Outcome: Reconciled}
