@@ -60,6 +60,18 @@ type Controller struct {
 	// Env are the environment variables the operator declared it needs
 	// (builder.WithEnv, WithSecretEnv), in the order declared.
 	Env []EnvVar `json:"env,omitempty"`
+	// Rules are RBAC rules the operator needs beyond what its kinds imply,
+	// known only when it runs (opzero-metacontroller: the parent and child
+	// resources its controllers name), where +kubebuilder:rbac markers
+	// cannot say them.
+	Rules []Rule `json:"rules,omitempty"`
+}
+
+// Rule is one RBAC rule (rbac.authorization.k8s.io PolicyRule's fields).
+type Rule struct {
+	APIGroups []string `json:"apiGroups"`
+	Resources []string `json:"resources"`
+	Verbs     []string `json:"verbs"`
 }
 
 // EnvVar is one environment variable of the operator's container: a
