@@ -191,10 +191,11 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *Controller, parent *u
 			}
 		case m == "Recreate", m == "RollingRecreate":
 			dry := d.DeepCopy()
-			if err := r.apply(ctx, dry, true); err != nil {
+			err := r.apply(ctx, dry, true)
+			if err != nil && !apierrors.IsInvalid(err) {
 				return err
 			}
-			if !sameObject(o, dry) {
+			if err != nil || !sameObject(o, dry) { // invalid: an immutable field (a Pod's spec) differs
 				if err := r.delete(ctx, o); err != nil {
 					return err
 				}
