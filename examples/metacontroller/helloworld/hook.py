@@ -40,6 +40,12 @@ def sync(parent, children):
 
 
 class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        # opzero dev (and a readiness probe) asks /healthz.
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self):
         if TOKEN and self.headers.get("Authorization") != "Bearer " + TOKEN:
             self.send_error(401, "bad token")
@@ -65,7 +71,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, fmt, *args):
-        print("hook:", self.command, self.path, fmt % args, flush=True)
+        if self.command == "POST":
+            print("hook: POST %s %s" % (self.path, fmt % args), flush=True)
 
 
 if __name__ == "__main__":
