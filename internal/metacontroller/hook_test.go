@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -100,5 +101,12 @@ func TestHookClientErrorIsNotRetried(t *testing.T) {
 	err := (&HookClient{Backoff: time.Millisecond}).Call(context.Background(), url, time.Second, CompositeSyncRequest{}, &resp)
 	if err == nil || !strings.Contains(err.Error(), "400") || calls.Load() != 1 {
 		t.Fatalf("err %v after %d calls; want one call and the status", err, calls.Load())
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
