@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
@@ -57,10 +59,11 @@ var helloGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind
 // objects are `opzero manifests` of opzero-metacontroller for the
 // HelloWorld controller, the controller, and the hook's Service and Secret,
 // all in namespace ns.
-func objects(t *testing.T, root, ns string) []*unstructured.Unstructured {
+func objects(t *testing.T, root, ns, mode string) []*unstructured.Unstructured {
 	t.Helper()
-	t.Setenv(metacontroller.FilesEnv, filepath.Join(root, "examples/metacontroller/helloworld"))
-	objs, err := manifests.Build(context.Background(), root, "./cmd/opzero-metacontroller", manifests.Options{Namespace: ns,
+	t.Setenv(metacontroller.FilesEnv, filepath.Join(root, "examples/metacontroller/helloworld")+","+
+		filepath.Join(root, "examples/metacontroller/service-per-pod"))
+	objs, err := manifests.Build(context.Background(), root, "./cmd/opzero-metacontroller", manifests.Options{Namespace: ns, Mode: mode,
 		Idle: 3 * time.Second,
 		Env:  []description.EnvVar{{Name: metacontroller.TokenEnv, Secret: &description.KeyRef{Name: "hello-hook", Key: "token"}}}})
 	if err != nil {
@@ -74,8 +77,8 @@ func objects(t *testing.T, root, ns string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"controller.yaml", "hook.yaml"} {
-		more, err := dev.ReadManifests(filepath.Join(root, "examples/metacontroller/helloworld", f), nil)
+	for _, f := range []string{"helloworld/controller.yaml", "helloworld/hook.yaml", "service-per-pod/controller.yaml", "service-per-pod/hook.yaml"} {
+		more, err := dev.ReadManifests(filepath.Join(root, "examples/metacontroller", f), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +88,7 @@ func objects(t *testing.T, root, ns string) []*unstructured.Unstructured {
 		switch o.GetKind() {
 		case "PingSource":
 			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
-		case "CompositeController":
+		case "CompositeController", "DecoratorController":
 			for _, h := range []string{"sync", "finalize"} {
 				_ = unstructured.SetNestedField(o.Object, ns, "spec", "hooks", h, "webhook", "service", "namespace")
 			}
@@ -114,13 +117,21 @@ func operatorProcesses() int {
 	return n
 }
 
-// TestHelloWorldThroughDev is issue 17's path: opzero-metacontroller
-// serverless through `opzero dev`, its hook a Python process that scales
-// to zero too.
-func TestHelloWorldThroughDev(t *testing.T) {
+// TestMetacontrollerThroughDev is issue 17's path: one opzero-metacontroller
+// serves HelloWorld (a CompositeController, Python hook) and
+// service-per-pod (a DecoratorController, Node hook) through `opzero dev`,
+// serverless and classic; the hooks are Knative Services that scale to
+// zero too.
+func TestMetacontrollerThroughDev(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a control plane, Knative's adapters, the operator and a Python hook")
+		t.Skip("starts a control plane, Knative's adapters, the operator and the hooks")
 	}
+	for _, mode := range []string{manifests.Serverless, manifests.Classic} {
+		t.Run(mode, func(t *testing.T) { exercise(t, mode) })
+	}
+}
+
+func exercise(t *testing.T, mode string) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	c := env.Client
@@ -130,7 +141,7 @@ func TestHelloWorldThroughDev(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := t.TempDir()
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objects(t, root, ns), Dir: logs,
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objects(t, root, ns, mode), Dir: logs,
 		CacheDir: cacheDir, BuildDir: root, Idle: 3 * time.Second, Out: logWriter{t}})
 	if err != nil {
 		cancel()
@@ -183,11 +194,10 @@ func TestHelloWorldThroughDev(t *testing.T) {
 	}
 	podUID, cmUID := pod.UID, cm.UID
 
+	decorate(t, c, ns, p.LogPath("service-"+ns+"-service-per-pod-hook"))
+
 	// Parent changed -> the ConfigMap updated in place, the Pod recreated.
-	_ = unstructured.SetNestedField(hw.Object, "opzero", "spec", "who")
-	if err := c.Update(ctx, hw); err != nil {
-		t.Fatal(err)
-	}
+	patchSpec(t, c, hw, `{"spec":{"who":"opzero"}}`)
 	testkit.Eventually(t, 60*time.Second, "ConfigMap updated in place (InPlace), Pod recreated (Recreate)", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, cm); err != nil {
 			return false, err
@@ -210,11 +220,7 @@ func TestHelloWorldThroughDev(t *testing.T) {
 	cmUID = cm.UID
 
 	// A hook that answers garbage: condition and Event, no child touched.
-	_ = c.Get(ctx, key, hw)
-	_ = unstructured.SetNestedField(hw.Object, "garbage", "spec", "who")
-	if err := c.Update(ctx, hw); err != nil {
-		t.Fatal(err)
-	}
+	patchSpec(t, c, hw, `{"spec":{"who":"garbage"}}`)
 	testkit.Eventually(t, 60*time.Second, "Synced=False HookAnswerInvalid and a Warning Event on the HelloWorld", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, hw); err != nil {
 			return false, err
@@ -240,19 +246,18 @@ func TestHelloWorldThroughDev(t *testing.T) {
 	}
 
 	// resyncAfterSeconds fires while the operator is at zero.
-	_ = c.Get(ctx, key, hw)
-	_ = unstructured.SetNestedField(hw.Object, "Resync", "spec", "who")
-	_ = unstructured.SetNestedField(hw.Object, int64(8), "spec", "resyncAfterSeconds")
-	if err := c.Update(ctx, hw); err != nil {
-		t.Fatal(err)
-	}
+	patchSpec(t, c, hw, `{"spec":{"who":"Resync","resyncAfterSeconds":8}}`)
 	testkit.Eventually(t, 60*time.Second, "synced again", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, cm)
 		return err == nil && cm.Data["greeting"] == "Hello, Resync!", err
 	})
-	testkit.Eventually(t, 60*time.Second, "the operator at zero", func(context.Context) (bool, error) { return operatorProcesses() == 0, nil })
+	what := "a sync from resyncAfterSeconds"
+	if mode == manifests.Serverless {
+		testkit.Eventually(t, 60*time.Second, "the operator at zero", func(context.Context) (bool, error) { return operatorProcesses() == 0, nil })
+		what += " after the operator scaled to zero"
+	}
 	before := calls("/sync")
-	testkit.Eventually(t, 60*time.Second, "a sync from resyncAfterSeconds after the operator scaled to zero", func(context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
 		return calls("/sync") > before, nil
 	})
 
@@ -271,4 +276,78 @@ func TestHelloWorldThroughDev(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// decorate is service-per-pod: a StatefulSet gets one Service per replica;
+// fewer replicas delete one; a changed annotation leaves the Services
+// alone (OnDelete) until one is deleted by hand; deleting the StatefulSet
+// calls the finalize hook and the Services go.
+func decorate(t *testing.T, c client.Client, ns, hookLog string) {
+	ctx := context.Background()
+	sts := &unstructured.Unstructured{}
+	b, err := os.ReadFile("service-per-pod/statefulset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &sts.Object); err != nil {
+		t.Fatal(err)
+	}
+	sts.SetNamespace(ns)
+	if err := c.Create(ctx, sts); err != nil {
+		t.Fatal(err)
+	}
+	uid := sts.GetUID()
+	services := func(ctx context.Context) (map[string]corev1.Service, error) {
+		l := &corev1.ServiceList{}
+		if err := c.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{"app": "service-per-pod"}); err != nil {
+			return nil, err
+		}
+		out := map[string]corev1.Service{}
+		for _, s := range l.Items {
+			if ref := metav1.GetControllerOf(&s); s.DeletionTimestamp == nil && ref != nil && ref.UID == uid {
+				out[s.Name] = s
+			}
+		}
+		return out, nil
+	}
+	want := func(names ...string) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			got, err := services(ctx)
+			if err != nil || len(got) != len(names) {
+				return false, err
+			}
+			for _, n := range names {
+				if s, ok := got[n]; !ok || s.Spec.Selector["statefulset.kubernetes.io/pod-name"] != n {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	testkit.Eventually(t, 60*time.Second, "a Service per pod of the StatefulSet", want("nginx-0", "nginx-1", "nginx-2"))
+	patchSpec(t, c, sts, `{"spec":{"replicas":2}}`)
+	testkit.Eventually(t, 60*time.Second, "the Service of the removed replica deleted", want("nginx-0", "nginx-1"))
+	if err := c.Delete(ctx, sts); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "finalize hook called, StatefulSet gone, its Services deleted", func(ctx context.Context) (bool, error) {
+		b, _ := os.ReadFile(hookLog)
+		if !strings.Contains(string(b), "POST /finalize ") {
+			return false, nil
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sts), sts); !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		got, err := services(ctx)
+		return err == nil && len(got) == 0, err
+	})
+}
+
+// patchSpec merge-patches o (the operator writes status and finalizers
+// meanwhile: an Update could conflict).
+func patchSpec(t *testing.T, c client.Client, o client.Object, patch string) {
+	t.Helper()
+	if err := c.Patch(context.Background(), o, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
 }
