@@ -151,7 +151,17 @@ func exercise(t *testing.T, mode string) {
 		cancel()
 		p.Stop()
 		if t.Failed() {
+			wl := &unstructured.UnstructuredList{}
+			wl.SetAPIVersion("opzero.dev/v1alpha1")
+			wl.SetKind("WakeupList")
+			if err := c.List(context.Background(), wl, client.InNamespace(ns)); err == nil {
+				for _, w := range wl.Items {
+					t.Logf("Wakeup %s: %v", w.GetName(), w.Object["spec"])
+				}
+			}
 			matches, _ := filepath.Glob(filepath.Join(logs, "service-*"))
+			more, _ := filepath.Glob(filepath.Join(logs, "deployment-*"))
+			matches = append(matches, more...)
 			for _, m := range matches {
 				b, _ := os.ReadFile(m)
 				t.Logf("%s:\n%s", m, b)

@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"log/slog"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/description"
@@ -51,6 +54,9 @@ func Run(ctx context.Context, args []string) error {
 		return err
 	}
 	opts.Scheme = scheme
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	ctrllog.SetLogger(log)
+	opts.Logger = log
 	if target := os.Getenv(description.Env); target != "" {
 		return describe(opts, target)
 	}
@@ -70,6 +76,7 @@ func Run(ctx context.Context, args []string) error {
 	if err := Describe(builder.ControllerManagedBy(rt), cfg).Complete(r); err != nil {
 		return err
 	}
+	log.Info("serving", "controllers", len(cfg.Controllers), "mode", string(opts.Mode))
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
