@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -29,6 +30,15 @@ func newManager(cfg *rest.Config, o Options) (classicManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
+	// The generated Deployment probes /healthz on the probe port: the
+	// manager serves it only once a check is added (404 otherwise, and the
+	// process is killed as unhealthy).
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
 	return managed{mgr}, nil
 }
 
@@ -49,8 +59,10 @@ func managerOptions(o Options) manager.Options {
 		LeaderElection:          !o.DisableLeaderElection,
 		LeaderElectionID:        "opzero-leader",
 		LeaderElectionNamespace: ns,
-		Metrics:                 metricsserver.Options{BindAddress: metrics},
-		HealthProbeBindAddress:  probes,
-		Logger:                  o.Logger,
+		// The process exits when the manager stops: let the next one lead at once.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: metrics},
+		HealthProbeBindAddress:        probes,
+		Logger:                        o.Logger,
 	}
 }

@@ -2,8 +2,9 @@ package metacontroller_test
 
 import (
 	"bytes"
-	"fmt"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,10 +266,45 @@ func exercise(t *testing.T, mode string) {
 	if mode == manifests.Serverless {
 		testkit.Eventually(t, 60*time.Second, "the operator at zero", func(context.Context) (bool, error) { return operatorProcesses() == 0, nil })
 		what += " after the operator scaled to zero"
+	} else {
+		// No sync for 2 s: what the edit caused is over (the resync is 8 s).
+		last, since := calls("/sync"), time.Now()
+		testkit.Eventually(t, 60*time.Second, "the syncs the edit caused to end", func(context.Context) (bool, error) {
+			if n := calls("/sync"); n != last {
+				last, since = n, time.Now()
+			}
+			return time.Since(since) > 2*time.Second, nil
+		})
 	}
 	before := calls("/sync")
 	testkit.Eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
 		return calls("/sync") > before, nil
+	})
+
+	// A changed controller restarts the operator, which then serves it.
+	cc := &unstructured.Unstructured{}
+	cc.SetAPIVersion("metacontroller.k8s.io/v1alpha1")
+	cc.SetKind("CompositeController")
+	cc.SetName("hello-controller")
+	patchSpec(t, c, cc, `{"spec":{"parentResource":{"revisionHistory":{"fieldPaths":["spec.`+mode+`"]}}}}`)
+	opLog := p.LogPath("service-" + ns + "-metacontroller")
+	if mode == manifests.Classic {
+		opLog = p.LogPath("deployment-" + ns + "-metacontroller")
+	}
+	testkit.Eventually(t, 60*time.Second, "the operator restarting after the CompositeController changed", func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(opLog)
+		return strings.Contains(string(b), "CompositeController hello-controller changed"), nil
+	})
+	second := &unstructured.Unstructured{}
+	second.SetGroupVersionKind(helloGVK)
+	second.SetNamespace(ns)
+	second.SetName("second")
+	if err := c.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "the restarted operator syncing a new HelloWorld", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(second), &corev1.ConfigMap{})
+		return err == nil, client.IgnoreNotFound(err)
 	})
 
 	// Parent deleted -> finalize hook called, children garbage-collected.
@@ -337,6 +373,29 @@ func decorate(t *testing.T, c client.Client, ns, hookLog string) {
 	testkit.Eventually(t, 60*time.Second, "a Service per pod of the StatefulSet", want("nginx-0", "nginx-1", "nginx-2"))
 	patchSpec(t, c, sts, `{"spec":{"replicas":2}}`)
 	testkit.Eventually(t, 60*time.Second, "the Service of the removed replica deleted", want("nginx-0", "nginx-1"))
+
+	// OnDelete: new ports leave the Services alone until one is deleted.
+	syncs := func() int { b, _ := os.ReadFile(hookLog); return strings.Count(string(b), "POST /sync ") }
+	before := syncs()
+	patchSpec(t, c, sts, `{"metadata":{"annotations":{"service-per-pod-ports":"80:9090"}}}`)
+	testkit.Eventually(t, 60*time.Second, "a sync after the ports changed", func(context.Context) (bool, error) { return syncs() > before, nil })
+	target := func(ctx context.Context, name string) (int32, error) {
+		got, err := services(ctx)
+		if s, ok := got[name]; ok && len(s.Spec.Ports) == 1 {
+			return s.Spec.Ports[0].TargetPort.IntVal, err
+		}
+		return 0, err
+	}
+	if tp, err := target(ctx, "nginx-1"); err != nil || tp != 8080 {
+		t.Fatalf("OnDelete: Service nginx-1 targets %d (%v), want 8080 until it is deleted", tp, err)
+	}
+	if err := c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nginx-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "Service nginx-1 recreated with the new port", func(ctx context.Context) (bool, error) {
+		tp, err := target(ctx, "nginx-1")
+		return tp == 9090, err
+	})
 	if err := c.Delete(ctx, sts); err != nil {
 		t.Fatal(err)
 	}
@@ -360,4 +419,10 @@ func patchSpec(t *testing.T, c client.Client, o client.Object, patch string) {
 	if err := c.Patch(context.Background(), o, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func equalJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,4 +201,3 @@ func completeDescription(d *description.Controller, cfg *Config) {
 	}
 	d.Rules = rules
 }
-
