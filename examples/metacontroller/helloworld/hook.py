@@ -58,9 +58,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 body = json.dumps(sync(parent, req["children"])).encode()
         elif self.path == "/finalize":
-            # Say goodbye: no children left, then finalized.
-            body = json.dumps({"status": {"greeting": "Goodbye"}, "children": [],
-                               "finalized": True}).encode()
+            # Done at once; the children stay until the garbage collector
+            # removes them with their parent.
+            answer = sync(parent, req["children"])
+            answer["finalized"] = True
+            body = json.dumps(answer).encode()
         else:
             self.send_error(404)
             return
