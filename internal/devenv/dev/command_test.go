@@ -41,3 +41,24 @@ func TestLocalCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestRewriteLongestFirst: the full in-cluster name is rewritten whole,
+// never as its .svc prefix followed by ".cluster.local" (it was, one time
+// in two: map order is random).
+func TestRewriteLongestFirst(t *testing.T) {
+	s := &serviceSpec{Name: "op", NS: "ns"}
+	local := map[string]string{}
+	for _, u := range s.clusterURLs() {
+		local[u] = "http://127.0.0.1:4000"
+	}
+	for i := 0; i < 50; i++ {
+		for in, want := range map[string]string{
+			"--wakeup-sink=http://op.ns.svc.cluster.local": "--wakeup-sink=http://127.0.0.1:4000",
+			"--wakeup-sink=http://op.ns.svc/path":          "--wakeup-sink=http://127.0.0.1:4000/path",
+		} {
+			if got := rewrite(in, local); got != want {
+				t.Fatalf("rewrite(%q) = %q, want %q", in, got, want)
+			}
+		}
+	}
+}

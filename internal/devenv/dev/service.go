@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -177,12 +178,25 @@ func (s *serviceSpec) clusterURLs() []string {
 	return []string{base + ".svc.cluster.local", base + ".svc"}
 }
 
-// rewrite replaces every Service's in-cluster URL in v with its local URL.
+// rewrite replaces every Service's in-cluster URL in v with its local URL,
+// longest first: http://x.ns.svc is a prefix of http://x.ns.svc.cluster.local,
+// which must not become <local URL>.cluster.local (map order is random).
 func rewrite(v string, local map[string]string) string {
-	for from, to := range local {
-		v = strings.ReplaceAll(v, from, to)
+	from := make([]string, 0, len(local))
+	for f := range local {
+		from = append(from, f)
 	}
-	return v
+	sort.Slice(from, func(i, j int) bool {
+		if len(from[i]) != len(from[j]) {
+			return len(from[i]) > len(from[j])
+		}
+		return from[i] < from[j]
+	})
+	r := make([]string, 0, 2*len(from))
+	for _, f := range from {
+		r = append(r, f, local[f])
+	}
+	return strings.NewReplacer(r...).Replace(v)
 }
 
 // serviceStatus is what Knative's controllers would write once the
