@@ -119,7 +119,10 @@ func (r *Reconciler) finalizer(ctx context.Context, c *Controller, parent *unstr
 		has = has || x == f
 	}
 	if parent.GetDeletionTimestamp() != nil {
-		return true, !has || c.Finalize == nil, nil
+		if has && c.Finalize == nil { // the finalize hook was removed: let go
+			return true, true, r.removeFinalizer(ctx, parent, f)
+		}
+		return true, !has, nil
 	}
 	if c.Finalize != nil && !has {
 		_, err := reconcileutil.EnsureFinalizer(ctx, r.Client, parent, f)
