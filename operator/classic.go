@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -58,6 +59,11 @@ func newManager(cfg *rest.Config, o Options) (classicManager, error) {
 	if err := mgr.AddHealthzCheck("informers", informers.Check); err != nil {
 		return nil, err
 	}
+	// The generated Deployment probes /readyz too: the manager serves it
+	// only once a check is added (404 otherwise).
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
 	return managed{mgr}, nil
 }
 
@@ -78,9 +84,11 @@ func managerOptions(o Options) manager.Options {
 		LeaderElection:          !o.DisableLeaderElection,
 		LeaderElectionID:        "opzero-leader",
 		LeaderElectionNamespace: ns,
-		Metrics:                 metricsserver.Options{BindAddress: metrics},
-		HealthProbeBindAddress:  probes,
-		Logger:                  o.Logger,
+		// The process exits when the manager stops: let the next one lead at once.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: metrics},
+		HealthProbeBindAddress:        probes,
+		Logger:                        o.Logger,
 		// The client's calls are bounded (Options.APITimeout); the cache's
 		// watches, made from the manager's own config, are not.
 		NewClient: func(cfg *rest.Config, co client.Options) (client.Client, error) {

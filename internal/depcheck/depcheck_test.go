@@ -74,6 +74,9 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "testenv", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages", "github.com/spf13/cobra", mod + "internal/manifests", mod + "cmd/"}},
 		{pkg: mod + "api/v1alpha1", forbidden: cliOnly},
 		{pkg: mod + "examples/configwatcher", forbidden: cliOnly},
+		{pkg: mod + "internal/metacontroller", forbidden: cliOnly},
+		{pkg: mod + "cmd/opzero-metacontroller", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",
+			"github.com/spf13/cobra", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero/"}},
 		// The always-on wakeup source: its own small binary, with neither the
 		// CLI nor the controller-runtime manager (a client is all it needs).
 		{pkg: mod + "cmd/wakeup-source", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",

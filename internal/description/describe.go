@@ -71,6 +71,11 @@ type Controller struct {
 	// Events are the external CloudEvents the operator takes from its
 	// Broker (builder.WatchesEvents), in the order declared: one Trigger each.
 	Events []EventWatch `json:"events,omitempty"`
+	// Rules are RBAC rules the operator needs beyond what its kinds imply,
+	// known only when it runs (opzero-metacontroller: the parent and child
+	// resources its controllers name), where +kubebuilder:rbac markers
+	// cannot say them.
+	Rules []Rule `json:"rules,omitempty"`
 }
 
 // EventWatch is one Trigger's filter: Knative's spec.filter.attributes or
@@ -90,6 +95,13 @@ type TriggerFilter struct {
 	Exact  map[string]string `json:"exact,omitempty"`
 	Prefix map[string]string `json:"prefix,omitempty"`
 	Suffix map[string]string `json:"suffix,omitempty"`
+}
+
+// Rule is one RBAC rule (rbac.authorization.k8s.io PolicyRule's fields).
+type Rule struct {
+	APIGroups []string `json:"apiGroups"`
+	Resources []string `json:"resources"`
+	Verbs     []string `json:"verbs"`
 }
 
 // EnvVar is one environment variable of the operator's container: a

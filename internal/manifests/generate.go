@@ -208,12 +208,22 @@ func (g *gen) operatorRBAC() []Object {
 		r.add("authentication.k8s.io", "tokenreviews", "create")
 	}
 	r.addRules(g.markerRules())
+	r.addRules(describedRules(g.op.Rules))
 	var leases rules
 	leases.add("coordination.k8s.io", "leases", leaseVerbs...)
 	l := g.labels("operator")
 	objs := []Object{serviceAccount(g.o.Namespace, g.op.Name, l)}
 	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.op.Name, r.list(), l)...)
 	return append(objs, role(g.op.Name+"-leases", g.o.Namespace, g.op.Name, leases.list(), l)...)
+}
+
+// describedRules are the rules the operator's description names.
+func describedRules(in []description.Rule) []rbacv1.PolicyRule {
+	out := make([]rbacv1.PolicyRule, 0, len(in))
+	for _, r := range in {
+		out = append(out, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs})
+	}
+	return out
 }
 
 func sortedStrings(in []string) []string {

@@ -19,7 +19,11 @@
 //     Environment) and is buffered until /healthz answers;
 //     more instances start while every one is busy at containerConcurrency
 //     (or the autoscaling target, 100 by default), up to max-scale (0: 10
-//     locally); min-scale instances are kept running. The Service's status gets url and address.url = the local
+//     locally); min-scale instances are kept running. A Service annotated
+//     dev.opzero.dev/command (a JSON array: program, arguments; relative
+//     paths from Options.BuildDir) runs that command instead of its image,
+//     with the same environment and PORT: a hook in Python or JavaScript
+//     scales to zero like an operator (examples/metacontroller). The Service's status gets url and address.url = the local
 //     URL, the revision names and Ready=True, as Knative's controllers would
 //     write, so sources resolve their sink from it.
 //   - ApiServerSource: Knative's real receive adapter (knative.dev/eventing

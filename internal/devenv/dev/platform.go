@@ -208,7 +208,9 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 			for _, c := range s.clusterURLs() {
 				p.localURLs[c] = local
 			}
-			pkgs = append(pkgs, s.Pkg)
+			if s.Pkg != "" {
+				pkgs = append(pkgs, s.Pkg)
+			}
 		case isKind(u, "apps", "Deployment"):
 			if pkg, ok, err := deploymentImage(u); err != nil {
 				closeAll(listeners)

@@ -2,8 +2,10 @@ package dev
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +42,8 @@ const (
 type serviceSpec struct {
 	obj         *unstructured.Unstructured
 	Name, NS    string
-	Pkg         string // Go import path of the ko:// image
+	Pkg         string   // Go import path of the ko:// image ("" with Command)
+	Command     []string // the local command of annCommand, instead of the image
 	Args        []string
 	Container   map[string]any // its one container (env is resolved when it starts)
 	Idle        time.Duration
@@ -63,10 +66,15 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 	c, _ := containers[0].(map[string]any)
 	image, _, _ := unstructured.NestedString(c, "image")
 	var err error
-	if s.Pkg, err = importPath(image, where); err != nil {
+	if s.Command, err = localCommand(u, where); err != nil {
 		return nil, err
 	}
-	if cmd, _, _ := unstructured.NestedStringSlice(c, "command"); len(cmd) > 0 {
+	if s.Command == nil {
+		if s.Pkg, err = importPath(image, where); err != nil {
+			return nil, err
+		}
+	}
+	if cmd, _, _ := unstructured.NestedStringSlice(c, "command"); len(cmd) > 0 && s.Command == nil {
 		return nil, fmt.Errorf("%s: container command %v: a ko:// image runs its own binary; pass flags in args", where, cmd)
 	}
 	s.Args, _, _ = unstructured.NestedStringSlice(c, "args")
@@ -105,6 +113,30 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 		}
 	}
 	return s, nil
+}
+
+// annCommand on a Knative Service runs it locally as this command (a JSON
+// array: the program, then its arguments; relative paths from the build
+// folder) instead of its image: a hook written in Python or JavaScript runs
+// as a process like an operator built from ko://. Knative ignores it.
+const annCommand = "dev.opzero.dev/command"
+
+// localCommand reads annCommand; nil if the Service has none.
+func localCommand(u *unstructured.Unstructured, where string) ([]string, error) {
+	v, ok := u.GetAnnotations()[annCommand]
+	if !ok {
+		return nil, nil
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(v), &argv); err != nil || len(argv) == 0 || argv[0] == "" {
+		return nil, fmt.Errorf("%s: annotation %s %q: want a JSON array of the program and its arguments, e.g. [\"python3\", \"hook.py\"]", where, annCommand, v)
+	}
+	p, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: annotation %s: %w (install it, or name it by its path)", where, annCommand, err)
+	}
+	argv[0] = p
+	return argv, nil
 }
 
 // idleFrom is the scale-to-zero period: the pod retention period if set

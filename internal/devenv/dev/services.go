@@ -216,9 +216,12 @@ func (p *Platform) startServices(ctx context.Context, listeners []net.Listener) 
 func (s *Service) logName() string { return "service-" + s.Namespace + "-" + s.Name }
 
 func (p *Platform) startActivator(s *Service, kubeconfig string) error {
-	exe, err := p.build.build(p.ctx, s.Spec.Pkg)
-	if err != nil {
-		return err
+	exe := s.Spec.Command
+	if exe == nil {
+		var err error
+		if exe, err = p.build.build(p.ctx, s.Spec.Pkg); err != nil {
+			return err
+		}
 	}
 	logf, err := p.logFile(s.logName())
 	if err != nil {
@@ -243,6 +246,9 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 		Command: func() *exec.Cmd {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], args)...)
 			cmd.Env = env
+			if s.Spec.Command != nil {
+				cmd.Dir = p.build.buildDir
+			}
 			cmd.Stdout, cmd.Stderr = logf, logf
 			return cmd
 		},

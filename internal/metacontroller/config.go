@@ -1,0 +1,378 @@
+package metacontroller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
+)
+
+// Resource is a resource resolved to its kind.
+type Resource struct {
+	GVR schema.GroupVersionResource
+	GVK schema.GroupVersionKind
+	// Namespaced is false for cluster-scoped resources.
+	Namespaced bool
+}
+
+// APIVersion is the resource's group/version.
+func (r Resource) APIVersion() string { return r.GVK.GroupVersion().String() }
+
+// Child is one child (attachment) resource and how it is updated.
+type Child struct {
+	Resource
+	Method v1alpha1.ChildUpdateMethod
+}
+
+// Decorated is one resource a DecoratorController decorates, with its selectors.
+type Decorated struct {
+	Resource
+	Labels      labels.Selector
+	Annotations labels.Selector
+}
+
+// Controller is one CompositeController or DecoratorController, resolved.
+type Controller struct {
+	// Kind is CompositeController or DecoratorController.
+	Kind string
+	Name string
+	// Object is the controller as read (sent to hooks as "controller").
+	Object any
+	// Parents: one for a CompositeController, one or more for a DecoratorController.
+	Parents  []Decorated
+	Children []Child
+	Sync     *v1alpha1.Hook
+	Finalize *v1alpha1.Hook
+	// ResyncPeriodSeconds, 0 if unset.
+	ResyncPeriodSeconds int32
+	// Hash identifies the spec the operator started with.
+	Hash string
+}
+
+// Finalizer is the finalizer Metacontroller puts on parents when the
+// controller has a finalize hook.
+func (c *Controller) Finalizer() string {
+	return "metacontroller.io/" + strings.ToLower(c.Kind) + "-" + c.Name
+}
+
+// Config is every controller the operator serves.
+type Config struct {
+	Controllers []*Controller
+}
+
+// Mapper resolves a resource to its kind (a RESTMapper).
+type Mapper interface {
+	KindFor(resource schema.GroupVersionResource) (schema.GroupVersionKind, error)
+	RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error)
+}
+
+// Load reads every CompositeController and DecoratorController from the
+// cluster and resolves their resources with m.
+func Load(ctx context.Context, c client.Reader, m Mapper) (*Config, error) {
+	var cc v1alpha1.CompositeControllerList
+	if err := c.List(ctx, &cc); err != nil {
+		return nil, fmt.Errorf("listing CompositeControllers (are config/metacontroller's CRDs installed?): %w", err)
+	}
+	var dc v1alpha1.DecoratorControllerList
+	if err := c.List(ctx, &dc); err != nil {
+		return nil, fmt.Errorf("listing DecoratorControllers (are config/metacontroller's CRDs installed?): %w", err)
+	}
+	return resolve(cc.Items, dc.Items, m)
+}
+
+func resolve(ccs []v1alpha1.CompositeController, dcs []v1alpha1.DecoratorController, m Mapper) (*Config, error) {
+	cfg := &Config{}
+	var errs []error
+	for i := range ccs {
+		c, err := resolveComposite(&ccs[i], m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CompositeController %s: %w", ccs[i].Name, err))
+			continue
+		}
+		cfg.Controllers = append(cfg.Controllers, c)
+	}
+	for i := range dcs {
+		c, err := resolveDecorator(&dcs[i], m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("DecoratorController %s: %w", dcs[i].Name, err))
+			continue
+		}
+		cfg.Controllers = append(cfg.Controllers, c)
+	}
+	sort.Slice(cfg.Controllers, func(i, j int) bool {
+		a, b := cfg.Controllers[i], cfg.Controllers[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+	return cfg, errors.Join(errs...)
+}
+
+func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, error) {
+	cc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CompositeController"))
+	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: hash(cc.Spec)}
+	p, err := resolveResource(cc.Spec.ParentResource.ResourceRule, m)
+	if err != nil {
+		return nil, fmt.Errorf("parentResource: %w", err)
+	}
+	c.Parents = []Decorated{{Resource: p}}
+	for i, r := range cc.Spec.ChildResources {
+		res, err := resolveResource(r.ResourceRule, m)
+		if err != nil {
+			return nil, fmt.Errorf("childResources[%d]: %w", i, err)
+		}
+		ch := Child{Resource: res, Method: v1alpha1.ChildUpdateOnDelete}
+		if r.UpdateStrategy != nil && r.UpdateStrategy.Method != "" {
+			ch.Method = r.UpdateStrategy.Method
+		}
+		if err := checkMethod(ch.Method); err != nil {
+			return nil, fmt.Errorf("childResources[%d]: %w", i, err)
+		}
+		c.Children = append(c.Children, ch)
+	}
+	if h := cc.Spec.Hooks; h != nil {
+		c.Sync, c.Finalize = h.Sync, h.Finalize
+	}
+	if c.Sync == nil || c.Sync.Webhook == nil {
+		return nil, errors.New("hooks.sync.webhook is required")
+	}
+	if cc.Spec.ResyncPeriodSeconds != nil {
+		c.ResyncPeriodSeconds = *cc.Spec.ResyncPeriodSeconds
+	}
+	return c, nil
+}
+
+func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, error) {
+	dc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DecoratorController"))
+	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: hash(dc.Spec)}
+	if len(dc.Spec.Resources) == 0 {
+		return nil, errors.New("resources is empty")
+	}
+	for i, r := range dc.Spec.Resources {
+		res, err := resolveResource(r.ResourceRule, m)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		d := Decorated{Resource: res, Labels: labels.Everything(), Annotations: labels.Everything()}
+		if r.LabelSelector != nil {
+			if d.Labels, err = metav1.LabelSelectorAsSelector(r.LabelSelector); err != nil {
+				return nil, fmt.Errorf("resources[%d].labelSelector: %w", i, err)
+			}
+		}
+		if a := r.AnnotationSelector; a != nil {
+			if d.Annotations, err = metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: a.MatchAnnotations, MatchExpressions: a.MatchExpressions}); err != nil {
+				return nil, fmt.Errorf("resources[%d].annotationSelector: %w", i, err)
+			}
+		}
+		c.Parents = append(c.Parents, d)
+	}
+	for i, r := range dc.Spec.Attachments {
+		res, err := resolveResource(r.ResourceRule, m)
+		if err != nil {
+			return nil, fmt.Errorf("attachments[%d]: %w", i, err)
+		}
+		ch := Child{Resource: res, Method: v1alpha1.ChildUpdateOnDelete}
+		if r.UpdateStrategy != nil && r.UpdateStrategy.Method != "" {
+			ch.Method = r.UpdateStrategy.Method
+		}
+		if err := checkMethod(ch.Method); err != nil {
+			return nil, fmt.Errorf("attachments[%d]: %w", i, err)
+		}
+		c.Children = append(c.Children, ch)
+	}
+	if h := dc.Spec.Hooks; h != nil {
+		c.Sync, c.Finalize = h.Sync, h.Finalize
+	}
+	if c.Sync == nil || c.Sync.Webhook == nil {
+		return nil, errors.New("hooks.sync.webhook is required")
+	}
+	if dc.Spec.ResyncPeriodSeconds != nil {
+		c.ResyncPeriodSeconds = *dc.Spec.ResyncPeriodSeconds
+	}
+	return c, nil
+}
+
+func checkMethod(m v1alpha1.ChildUpdateMethod) error {
+	switch m {
+	case v1alpha1.ChildUpdateOnDelete, v1alpha1.ChildUpdateRecreate, v1alpha1.ChildUpdateInPlace,
+		v1alpha1.ChildUpdateRollingRecreate, v1alpha1.ChildUpdateRollingInPlace:
+		return nil
+	}
+	return fmt.Errorf("updateStrategy.method %q: want OnDelete, Recreate, InPlace, RollingRecreate or RollingInPlace", m)
+}
+
+func resolveResource(r v1alpha1.ResourceRule, m Mapper) (Resource, error) {
+	gv, err := schema.ParseGroupVersion(r.APIVersion)
+	if err != nil || r.APIVersion == "" {
+		return Resource{}, fmt.Errorf("apiVersion %q: want group/version (or v1)", r.APIVersion)
+	}
+	if r.Resource == "" {
+		return Resource{}, errors.New("resource is empty: want the plural, e.g. pods")
+	}
+	gvr := gv.WithResource(r.Resource)
+	gvk, err := m.KindFor(gvr)
+	if err != nil {
+		return Resource{}, fmt.Errorf("resource %s in %s: %w (is its CRD installed?)", r.Resource, r.APIVersion, err)
+	}
+	out := Resource{GVR: gvr, GVK: gvk, Namespaced: true}
+	if rm, err := m.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+		out.Namespaced = rm.Scope.Name() == meta.RESTScopeNameNamespace
+	}
+	return out, nil
+}
+
+func hash(spec any) string {
+	b, _ := json.Marshal(spec)
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:8])
+}
+
+// FileMapper resolves resources without an API server: from the CRDs among
+// the files, then from client-go's built-in kinds. `opzero manifests` runs
+// the operator so (OPZERO_DESCRIBE), with no cluster.
+type FileMapper struct {
+	m *meta.DefaultRESTMapper
+}
+
+// KindFor implements Mapper.
+func (f *FileMapper) KindFor(r schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	return f.m.KindFor(r)
+}
+
+// RESTMapping implements Mapper.
+func (f *FileMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	return f.m.RESTMapping(gk, versions...)
+}
+
+// clusterScoped are the built-in cluster-scoped kinds a controller may name.
+var clusterScoped = map[string]bool{"Namespace": true, "Node": true, "PersistentVolume": true, "ClusterRole": true,
+	"ClusterRoleBinding": true, "CustomResourceDefinition": true, "StorageClass": true, "PriorityClass": true}
+
+func newFileMapper(crds []apiextv1.CustomResourceDefinition) *FileMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	for gvk := range clientgoscheme.Scheme.AllKnownTypes() {
+		if strings.HasSuffix(gvk.Kind, "List") || gvk.Version == "__internal" {
+			continue
+		}
+		scope := meta.RESTScopeNamespace
+		if clusterScoped[gvk.Kind] {
+			scope = meta.RESTScopeRoot
+		}
+		m.Add(gvk, scope)
+	}
+	for _, c := range crds {
+		scope := meta.RESTScopeNamespace
+		if c.Spec.Scope == apiextv1.ClusterScoped {
+			scope = meta.RESTScopeRoot
+		}
+		for _, v := range c.Spec.Versions {
+			gvk := schema.GroupVersionKind{Group: c.Spec.Group, Version: v.Name, Kind: c.Spec.Names.Kind}
+			m.AddSpecific(gvk, gvk.GroupVersion().WithResource(c.Spec.Names.Plural),
+				gvk.GroupVersion().WithResource(c.Spec.Names.Singular), scope)
+		}
+	}
+	return &FileMapper{m: m}
+}
+
+// LoadFiles reads controllers (and the CRDs of their resources) from YAML
+// files or folders of them, for an operator that describes itself.
+func LoadFiles(paths []string) (*Config, error) {
+	var ccs []v1alpha1.CompositeController
+	var dcs []v1alpha1.DecoratorController
+	var crds []apiextv1.CustomResourceDefinition
+	for _, p := range paths {
+		files, err := yamlFiles(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			if err := readDocs(f, &ccs, &dcs, &crds); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(ccs)+len(dcs) == 0 {
+		return nil, fmt.Errorf("no CompositeController or DecoratorController in %s", strings.Join(paths, ", "))
+	}
+	return resolve(ccs, dcs, newFileMapper(crds))
+}
+
+func yamlFiles(p string) ([]string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return []string{p}, nil
+	}
+	var out []string
+	err = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			out = append(out, path)
+		}
+		return err
+	})
+	return out, err
+}
+
+func readDocs(file string, ccs *[]v1alpha1.CompositeController, dcs *[]v1alpha1.DecoratorController, crds *[]apiextv1.CustomResourceDefinition) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		var tm metav1.TypeMeta
+		if len(raw) == 0 || json.Unmarshal(raw, &tm) != nil {
+			continue
+		}
+		var err error
+		switch {
+		case tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "CompositeController":
+			var c v1alpha1.CompositeController
+			if err = json.Unmarshal(raw, &c); err == nil {
+				*ccs = append(*ccs, c)
+			}
+		case tm.APIVersion == v1alpha1.GroupVersion.String() && tm.Kind == "DecoratorController":
+			var c v1alpha1.DecoratorController
+			if err = json.Unmarshal(raw, &c); err == nil {
+				*dcs = append(*dcs, c)
+			}
+		case tm.Kind == "CustomResourceDefinition":
+			var c apiextv1.CustomResourceDefinition
+			if err = json.Unmarshal(raw, &c); err == nil {
+				*crds = append(*crds, c)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", file, tm.Kind, err)
+		}
+	}
+}

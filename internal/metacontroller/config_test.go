@@ -1,0 +1,89 @@
+package metacontroller
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func TestLoadFilesResolvesTheExamples(t *testing.T) {
+	cfg, err := LoadFiles([]string{"../../examples/metacontroller/helloworld", "../../examples/metacontroller/service-per-pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Controllers) != 2 {
+		t.Fatalf("%d controllers, want 2", len(cfg.Controllers))
+	}
+	hello, spp := cfg.Controllers[0], cfg.Controllers[1]
+	if hello.Name != "hello-controller" || hello.Parents[0].GVK.Kind != "HelloWorld" || !hello.Parents[0].Namespaced ||
+		len(hello.Children) != 2 || hello.Children[0].GVK.Kind != "Pod" || hello.Children[0].Method != "Recreate" ||
+		hello.Children[1].GVK.Kind != "ConfigMap" || hello.Children[1].Method != "InPlace" || hello.ResyncPeriodSeconds != 3600 {
+		t.Fatalf("hello-controller resolved as %+v", hello)
+	}
+	if spp.Kind != "DecoratorController" || spp.Parents[0].GVK.Kind != "StatefulSet" || spp.Children[0].GVK.Kind != "Service" ||
+		spp.Children[0].Method != "OnDelete" || spp.Finalizer() != "metacontroller.io/decoratorcontroller-service-per-pod" {
+		t.Fatalf("service-per-pod resolved as %+v", spp)
+	}
+	kinds := map[string]int{}
+	for _, k := range cfg.kinds() {
+		kinds[k.gvk.Kind] = len(k.parents) + len(k.childOf)
+	}
+	if len(kinds) != 5 {
+		t.Fatalf("watched kinds %v, want HelloWorld, Pod, ConfigMap, StatefulSet, Service once each", kinds)
+	}
+}
+
+func TestLoadFilesRefusesAnUnknownResource(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/c.yaml", `apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: x}
+spec:
+  parentResource: {apiVersion: example.com/v1, resource: nothings}
+  hooks: {sync: {webhook: {url: "http://h/sync"}}}
+`)
+	_, err := LoadFiles([]string{dir})
+	if err == nil || !strings.Contains(err.Error(), "nothings") || !strings.Contains(err.Error(), "CRD") {
+		t.Fatalf("want an error naming the resource and the CRD, got %v", err)
+	}
+}
+
+func TestDesiredChildrenRefusesBadAnswersWhole(t *testing.T) {
+	cfg, err := LoadFiles([]string{"../../examples/metacontroller/helloworld"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Controllers[0]
+	parent := obj("example.com/v1", "HelloWorld", "ns", "p")
+	good := obj("v1", "ConfigMap", "", "p")
+	for name, children := range map[string][]*unstructured.Unstructured{
+		"unmanaged kind":  {good, obj("v1", "Secret", "", "s")},
+		"no name":         {obj("v1", "ConfigMap", "", "")},
+		"other namespace": {obj("v1", "ConfigMap", "elsewhere", "p")},
+		"twice":           {good, obj("v1", "ConfigMap", "ns", "p")},
+		"null":            {good, nil},
+	} {
+		if _, err := desiredChildren(c, parent, children); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	d, err := desiredChildren(c, parent, []*unstructured.Unstructured{good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range d {
+		if o.GetNamespace() != "ns" || len(o.GetOwnerReferences()) != 1 || !*o.GetOwnerReferences()[0].Controller {
+			t.Fatalf("child not completed: %v", o.Object)
+		}
+	}
+}
+
+func obj(apiVersion, kind, ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}

@@ -1,0 +1,54 @@
+// Package metacontroller serves Metacontroller's hooks with opzero: the
+// CompositeController and DecoratorController API (package v1alpha1) and
+// the sync/finalize hook protocol, run by one reconcile.Reconciler that
+// opzero's builder runs classic or serverless (cmd/opzero-metacontroller).
+//
+// # Expected flow
+//
+// Run reads every CompositeController and DecoratorController at start
+// (Load) and resolves their resources by discovery. Describe registers one
+// controller with opzero's builder: CompositeController is the primary
+// kind; DecoratorControllers and every parent, decorated, child and
+// attachment resource are watched, each kind once, with a map function that
+// knows every role it plays. Requests have synthetic names:
+// "composite/<controller>/<parent>", "decorator/<controller>/<resource.group>/<object>"
+// (in the parent's namespace), a bare controller name or
+// "decorator/<name>" for the controllers themselves.
+//
+// A sync reads the parent, keeps Metacontroller's finalizer on it while the
+// controller has a finalize hook, lists its children (objects of the child
+// resources whose controller ownerReference is the parent), calls the sync
+// hook (the finalize hook while the parent is being deleted), checks the
+// answer whole, applies the children, writes the status and returns the
+// resync as RequeueAfter.
+//
+// # Guarantees
+//
+//   - A hook answer that cannot be used (HookClient: not JSON, not an
+//     object, the wrong shape; desiredChildren: a kind the controller does
+//     not manage, no name, another namespace, a duplicate) changes nothing:
+//     the parent gets Synced=False with reason HookAnswerInvalid and a
+//     Warning Event, and the sync is retried with the engine's backoff.
+//   - Children are written with server-side apply (field manager
+//     opzero-metacontroller, forced) and carry a controller ownerReference
+//     with blockOwnerDeletion, so the garbage collector removes them with
+//     their parent. A child the hook stops answering is deleted, by UID.
+//   - Update strategies: OnDelete (the default) never updates; InPlace
+//     applies; Recreate deletes a child whose server-side dry-run apply
+//     differs (or is refused: an immutable field), and its deletion's event
+//     creates it again. Rolling variants behave as their plain ones.
+//   - The hook's status replaces the parent's, with observedGeneration, and
+//     is written only when it differs.
+//   - A CompositeController or DecoratorController that differs from the
+//     one loaded (created, changed, deleted) calls OnChange: Run returns
+//     ErrRestart and the process exits for its supervisor to restart it.
+//
+// # Caveats
+//
+// The customize hook is not called and related objects are never sent.
+// Orphans are not adopted by selector. Serverless, child events arrive in
+// Reference mode: a deleted child whose owner cannot be read any more
+// syncs every parent in its namespace that may own it. New resources need
+// new ApiServerSources: run `opzero manifests` again after adding a
+// controller (OPZERO_METACONTROLLER_FILES).
+package metacontroller

@@ -1,0 +1,203 @@
+package metacontroller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/internal/description"
+	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
+	"github.com/opzero/opzero/operator"
+)
+
+// FilesEnv names the controllers' YAML files (comma-separated files or
+// folders, with the CRDs of their custom resources) an operator run with
+// OPZERO_DESCRIBE describes itself from: `opzero manifests` has no cluster.
+const FilesEnv = "OPZERO_METACONTROLLER_FILES"
+
+// TokenEnv, if set, is the bearer token sent to hooks (e.g. from a Secret).
+const TokenEnv = "METACONTROLLER_HOOK_TOKEN"
+
+// ErrRestart is returned by Run when a controller changed: the process
+// exits and its supervisor (Kubernetes, Knative, opzero dev) starts it again.
+var ErrRestart = errors.New("the CompositeControllers or DecoratorControllers changed: restarting to watch what they name")
+
+// Run is the operator's main: flags, then serve every CompositeController
+// and DecoratorController in the cluster until ctx ends (or one changes).
+func Run(ctx context.Context, args []string) error {
+	fs := flag.CommandLine
+	var opts operator.Options
+	opts.BindFlags(fs)
+	tokenFile := fs.String("hook-token-file", "", "A file whose content is sent to hooks as a bearer token, read again for every call (a projected service account token rotates). The environment variable "+TokenEnv+" does the same with a fixed token.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	opts.Scheme = scheme
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	ctrllog.SetLogger(log)
+	opts.Logger = log
+	if target := os.Getenv(description.Env); target != "" {
+		return describe(opts, target)
+	}
+	rt, err := operator.New(opts)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadFromCluster(ctx, rt.GetConfig(), scheme)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &Reconciler{Client: rt.GetClient(), Config: cfg, Recorder: rt.GetEventRecorderFor("metacontroller"),
+		Hooks:    &HookClient{Token: token(*tokenFile)},
+		OnChange: func(why string) { cancel(fmt.Errorf("%w (%s)", ErrRestart, why)) }}
+	if err := Describe(builder.ControllerManagedBy(rt), cfg).Complete(r); err != nil {
+		return err
+	}
+	log.Info("serving", "controllers", len(cfg.Controllers), "mode", string(opts.Mode))
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrRestart) {
+		return cause
+	}
+	return nil
+}
+
+func loadFromCluster(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (*Config, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: m, HTTPClient: hc})
+	if err != nil {
+		return nil, err
+	}
+	return Load(ctx, c, m)
+}
+
+func token(file string) func(context.Context) (string, error) {
+	fixed := os.Getenv(TokenEnv)
+	if file == "" && fixed == "" {
+		return nil
+	}
+	return func(context.Context) (string, error) {
+		if file == "" {
+			return fixed, nil
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--hook-token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+}
+
+// describe writes the operator's description from the controllers in the
+// files FilesEnv names: the runtime's own description (kinds, flags,
+// deploy settings), with the true resources of the kinds and the RBAC rules
+// the controllers need.
+func describe(opts operator.Options, target string) error {
+	files := os.Getenv(FilesEnv)
+	if files == "" {
+		return fmt.Errorf("opzero-metacontroller describes the controllers it will serve: set %s to their YAML files or folders "+
+			"(comma-separated, with the CRDs of their custom resources), e.g. %s=examples/metacontroller/helloworld", FilesEnv, FilesEnv)
+	}
+	cfg, err := LoadFiles(strings.Split(files, ","))
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "opzero-metacontroller-describe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	inner := filepath.Join(tmp, "description.json")
+	if err := os.Setenv(description.Env, inner); err != nil {
+		return err
+	}
+	rt, err := operator.New(opts)
+	if err != nil {
+		return err
+	}
+	if err := Describe(builder.ControllerManagedBy(rt), cfg).Complete(&Reconciler{}); err != nil {
+		return err
+	}
+	if err := rt.Start(context.Background()); err != nil {
+		return err
+	}
+	f, err := os.Open(inner)
+	if err != nil {
+		return err
+	}
+	d, err := description.Read(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	completeDescription(&d.Operators[0], cfg)
+	out := os.Stdout
+	if target != "1" && target != "-" {
+		if out, err = os.Create(target); err != nil {
+			return err
+		}
+		defer out.Close()
+	}
+	return description.Write(out, d)
+}
+
+// completeDescription puts the true resource names in and the rules the
+// controllers need: parents get/update/patch (finalizers), their status and
+// finalizers subresources (blockOwnerDeletion); children everything a
+// sync does; Knative Services get (a hook's service reference).
+func completeDescription(d *description.Controller, cfg *Config) {
+	res := map[[2]string]string{}
+	var rules []description.Rule
+	for _, c := range cfg.Controllers {
+		for _, p := range c.Parents {
+			res[[2]string{p.GVK.Group, p.GVK.Kind}] = p.GVR.Resource
+			rules = append(rules, description.Rule{APIGroups: []string{p.GVK.Group}, Resources: []string{p.GVR.Resource},
+				Verbs: []string{"get", "list", "watch", "update", "patch"}},
+				description.Rule{APIGroups: []string{p.GVK.Group}, Resources: []string{p.GVR.Resource + "/status", p.GVR.Resource + "/finalizers"},
+					Verbs: []string{"get", "update", "patch"}})
+		}
+		for _, ch := range c.Children {
+			res[[2]string{ch.GVK.Group, ch.GVK.Kind}] = ch.GVR.Resource
+			rules = append(rules, description.Rule{APIGroups: []string{ch.GVK.Group}, Resources: []string{ch.GVR.Resource},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
+		}
+	}
+	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}})
+	for i, k := range d.Watched {
+		if r := res[[2]string{k.Group, k.Kind}]; r != "" {
+			d.Watched[i].Resource = r
+		}
+	}
+	d.Rules = rules
+}
