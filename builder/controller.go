@@ -20,6 +20,9 @@ type Controller struct {
 	Owned []Kind
 	// Watched kinds map to keys through their MapFunc.
 	Watched []Watch
+	// Events are external CloudEvents (WatchesEvents): one Knative Trigger
+	// each on the operator's Broker, mapped to keys through their EventMapFunc.
+	Events []EventWatch
 	// Filters drop events before they reach the queue; all must pass.
 	Filters []Filter
 	// Skip says which updates of the Primary kind are acknowledged without a

@@ -4,12 +4,16 @@ package operator
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/internal/auth"
 	"github.com/opzero/opzero/internal/engine/classic"
 )
 
@@ -20,8 +24,25 @@ const ClassicAvailable = true
 // managed is classic mode: a controller-runtime manager.
 type managed struct{ manager.Manager }
 
-func (m managed) setup(op *builder.Controller, maxConcurrentReconciles int) error {
-	return classic.Setup(m.Manager, op, classic.Options{MaxConcurrentReconciles: maxConcurrentReconciles})
+func (m managed) setup(op *builder.Controller, o Options, c client.Client) error {
+	co := classic.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles}
+	if len(op.Events) > 0 {
+		// The Broker's Triggers deliver with OIDC tokens, as to a serverless
+		// operator: the same --audience, --allowed-senders, --insecure-no-auth.
+		co.Events = classic.EventsOptions{Addr: o.EventsAddr, Ready: func(a net.Addr) {
+			o.Logger.Info("classic operator taking Broker events", "addr", a.String(), "operator", op.Name)
+		}}
+		switch {
+		case o.InsecureNoAuth:
+			o.Logger.Info("WARNING: --insecure-no-auth: Broker events are accepted without authentication")
+		case o.Audience == "" && o.EventsAddr != "0":
+			return fmt.Errorf("operator %s takes Broker events (WatchesEvents) on --events-addr: set --audience to the Triggers' subscriber audience, or --insecure-no-auth, or --events-addr=0 to take none", op.Name)
+		default:
+			ao := auth.Options{Authenticator: auth.NewTokenReviewer(c, o.Audience, 0), Allowed: o.AllowedSenders, Log: o.Logger}
+			co.Events.Wrap = func(h http.Handler) http.Handler { return auth.Middleware(ao, h) }
+		}
+	}
+	return classic.Setup(m.Manager, op, co)
 }
 
 func newManager(cfg *rest.Config, o Options) (classicManager, error) {

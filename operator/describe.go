@@ -62,8 +62,25 @@ func describe(op *builder.Controller) description.Controller {
 	for _, w := range op.Watched {
 		out.Watched = append(out.Watched, describeKind(w.Kind))
 	}
+	for _, e := range op.Events {
+		out.Events = append(out.Events, description.EventWatch{Name: e.Name, Attributes: e.Filter.Attributes,
+			Filters: describeFilters(e.Filter.Filters)})
+	}
 	sortKinds(out.Owned)
 	sortKinds(out.Watched)
+	return out
+}
+
+func describeFilters(fs []builder.TriggerFilter) []description.TriggerFilter {
+	var out []description.TriggerFilter
+	for _, f := range fs {
+		d := description.TriggerFilter{Exact: f.Exact, Prefix: f.Prefix, Suffix: f.Suffix,
+			All: describeFilters(f.All), Any: describeFilters(f.Any)}
+		if f.Not != nil {
+			d.Not = &describeFilters([]builder.TriggerFilter{*f.Not})[0]
+		}
+		out = append(out, d)
+	}
 	return out
 }
 

@@ -41,6 +41,10 @@ type Options struct {
 	// HealthProbeAddr and MetricsAddr (classic); "0" disables, the default.
 	HealthProbeAddr string
 	MetricsAddr     string
+	// EventsAddr (classic) is where an operator that declares WatchesEvents
+	// takes its Broker's events (":8082"; "0" takes none). Serverless
+	// operators take them on Addr with every other event.
+	EventsAddr string
 
 	// Audience is the OIDC audience senders' tokens must carry (serverless;
 	// required unless InsecureNoAuth). AllowedSenders, if set, lists the
@@ -114,8 +118,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	if o.Audience == "" {
 		o.Audience = os.Getenv("OPZERO_AUDIENCE")
 	}
-	fs.StringVar(&o.Audience, "audience", o.Audience, "serverless: OIDC audience that senders' bearer tokens must carry (Knative sink.audience); env OPZERO_AUDIENCE")
-	fs.Func("allowed-senders", "serverless: comma-separated senders allowed to deliver (system:serviceaccount:<ns>:<name>); default any authenticated sender",
+	fs.StringVar(&o.Audience, "audience", o.Audience, "serverless (and classic with Broker events): OIDC audience that senders' bearer tokens must carry (Knative sink.audience); env OPZERO_AUDIENCE")
+	fs.Func("allowed-senders", "serverless (and classic with Broker events): comma-separated senders allowed to deliver (system:serviceaccount:<ns>:<name>); default any authenticated sender",
 		func(s string) error {
 			for _, v := range strings.Split(s, ",") {
 				if v = strings.TrimSpace(v); v != "" {
@@ -124,7 +128,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
-	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "serverless: accept events without a bearer token (anyone who reaches the port can drive the operator)")
+	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "serverless (and classic with Broker events): accept events without a bearer token (anyone who reaches the port can drive the operator)")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serverless: serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
 	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile (default 2ms; a negative duration such as -1ns never holds)")
@@ -146,6 +150,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "classic: namespace of the leader-election Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-addr", o.HealthProbeAddr, "classic: health probe address (0 disables)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "classic: metrics address (0 disables)")
+	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "classic: where an operator with WatchesEvents takes its Broker's CloudEvents (default :8082; 0 takes none), authenticated as in serverless mode (--audience, --allowed-senders)")
 }
 
 func envOr(k, def string) string {

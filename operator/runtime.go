@@ -53,7 +53,7 @@ type classicManager interface {
 	GetEventRecorder(name string) recorder.EventRecorder
 	GetEventRecorderFor(name string) record.EventRecorder
 	Start(ctx context.Context) error
-	setup(op *builder.Controller, maxConcurrentReconciles int) error
+	setup(op *builder.Controller, o Options, c client.Client) error
 }
 
 // New connects to the API server and prepares the mode's machinery; nothing
@@ -148,7 +148,7 @@ func (r *Runtime) Register(op *builder.Controller) error {
 	}
 	switch r.opts.Mode {
 	case Classic:
-		if err := r.mgr.setup(op, r.opts.MaxConcurrentReconciles); err != nil {
+		if err := r.mgr.setup(op, r.opts, r.client); err != nil {
 			return err
 		}
 	default:

@@ -43,11 +43,16 @@ that description; there is no second list to keep in sync:
   wakeup-source.yaml  serverless with durable time: the wakeup source (its own
                       small binary, cmd/wakeup-source) as a Deployment with its
                       ServiceAccount and RBAC
-  broker.yaml         with --broker: a Broker and a Trigger with a delivery policy
+  broker.yaml         when the operator takes Broker events (builder.WatchesEvents):
+                      its Broker (named after it, or --broker) and one Trigger
+                      per filter, <operator>-<name>, with the delivery flags;
+                      classic mode also gets a Service in front of the
+                      operator's --events-addr. Without WatchesEvents,
+                      --broker adds a Broker and one Trigger (--trigger-type)
 
 Sources send OIDC tokens for --audience, which the operator is started with;
 it accepts only its own senders (--allowed-senders: the OIDC service accounts
-Knative creates for its sources and trigger, and the wakeup source's).
+Knative creates for its sources and triggers, and the wakeup source's).
 The operator's environment is declared once and goes into the Knative Service
 and the classic Deployment alike: what the operator declares itself
 (builder.WithEnv, WithSecretEnv), then --env, --env-secret, --env-from-secret and
@@ -124,12 +129,12 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (scale-to-zero-pod-retention-period; 0: Knative's default)")
-	f.StringVar(&o.Broker, "broker", "", "serverless: also emit a Broker of this name and a Trigger to the operator")
-	f.StringVar(&o.TriggerType, "trigger-type", "", "with --broker: only CloudEvents of this type")
-	f.IntVar(&o.Delivery.Retry, "retry", 5, "with --broker: delivery retries")
-	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "with --broker: exponential or linear")
-	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "with --broker: ISO-8601 delay before the first retry")
-	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "with --broker: URI that gets events whose retries are exhausted")
+	f.StringVar(&o.Broker, "broker", "", "the Broker's name (default: the operator's when it takes Broker events); without WatchesEvents, serverless: also emit a Broker of this name and a Trigger to the operator")
+	f.StringVar(&o.TriggerType, "trigger-type", "", "with --broker and no WatchesEvents: only CloudEvents of this type")
+	f.IntVar(&o.Delivery.Retry, "retry", 5, "Broker and Triggers: delivery retries")
+	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "Broker and Triggers: exponential or linear")
+	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "Broker and Triggers: ISO-8601 backoff delay (exponential: the first retry waits it, each next twice as long; linear: the first retry is immediate, the n-th waits n-1 times it)")
+	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "Broker and Triggers: URI that gets events whose retries are exhausted")
 	f.StringArrayVar(&env.env, "env", nil, "NAME=VALUE: an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.secret, "env-secret", nil, "NAME=SECRET:KEY: an environment variable of the operator set from a key of a Secret in --namespace (repeatable)")
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")

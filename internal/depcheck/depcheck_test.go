@@ -60,6 +60,9 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "internal/devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
 		{pkg: mod + "internal/devenv/dev", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
 		{pkg: mod + "internal/devenv/activator", stdlib: true},
+		{pkg: mod + "internal/devenv/broker", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "knative.dev"}},
+		// Knative's filter semantics, ported: what an operator binary links
+		{pkg: mod + "internal/eventfilter", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/", "knative.dev"}},
 		// the wire format of an operator's self-description
 		{pkg: mod + "internal/description", stdlib: true},
 		// controller-tools is for the CLI's manifest generator, never in an operator binary

@@ -28,8 +28,13 @@ import (
 	"io"
 )
 
-// APIVersion is the version of this format.
-const APIVersion = "opzero.dev/describe/v1"
+// APIVersion is the version of this format. v2 added Controller.Events
+// (external CloudEvents through a Broker); Read still accepts v1, which is
+// v2 without them.
+const APIVersion = "opzero.dev/describe/v2"
+
+// apiVersionV1 is the previous version, a subset of this one.
+const apiVersionV1 = "opzero.dev/describe/v1"
 
 // Env is the environment variable that makes an operator binary describe
 // itself instead of serving: "1" or "-" writes to stdout, anything else is a
@@ -60,6 +65,28 @@ type Controller struct {
 	// Env are the environment variables the operator declared it needs
 	// (builder.WithEnv, WithSecretEnv), in the order declared.
 	Env []EnvVar `json:"env,omitempty"`
+	// Events are the external CloudEvents the operator takes from its
+	// Broker (builder.WatchesEvents), in the order declared: one Trigger each.
+	Events []EventWatch `json:"events,omitempty"`
+}
+
+// EventWatch is one Trigger's filter: Knative's spec.filter.attributes or
+// spec.filters, with Knative's JSON field names.
+type EventWatch struct {
+	// Name names the Trigger.
+	Name       string            `json:"name"`
+	Attributes map[string]string `json:"attributes,omitempty"`
+	Filters    []TriggerFilter   `json:"filters,omitempty"`
+}
+
+// TriggerFilter is one entry of a Trigger's spec.filters (one dialect set).
+type TriggerFilter struct {
+	All    []TriggerFilter   `json:"all,omitempty"`
+	Any    []TriggerFilter   `json:"any,omitempty"`
+	Not    *TriggerFilter    `json:"not,omitempty"`
+	Exact  map[string]string `json:"exact,omitempty"`
+	Prefix map[string]string `json:"prefix,omitempty"`
+	Suffix map[string]string `json:"suffix,omitempty"`
 }
 
 // EnvVar is one environment variable of the operator's container: a
@@ -123,6 +150,9 @@ func Read(r io.Reader) (Description, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
 		return Description{}, fmt.Errorf("not an opzero operator description (%s JSON): %w", APIVersion, err)
+	}
+	if d.APIVersion == apiVersionV1 {
+		d.APIVersion = APIVersion
 	}
 	if d.APIVersion != APIVersion {
 		return Description{}, fmt.Errorf("description version %q, this opzero reads %q: build the operator and the opzero CLI from the same opzero version", d.APIVersion, APIVersion)

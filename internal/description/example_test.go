@@ -22,3 +22,10 @@ func ExampleRead() {
 	// k8spatterns.io/v1 configwatchers <nil>
 	// true
 }
+
+// A description written by an older operator (v1, before Events) still reads.
+func ExampleRead_v1() {
+	d, err := description.Read(bytes.NewBufferString(`{"apiVersion":"opzero.dev/describe/v1","mode":"serverless","operators":[]}`))
+	fmt.Println(d.APIVersion, err)
+	// Output: opzero.dev/describe/v2 <nil>
+}

@@ -21,7 +21,7 @@ func TestServerSideDryRunApply(t *testing.T) {
 	for name, o := range goldenCases {
 		t.Run(name, func(t *testing.T) {
 			o.Namespace = env.Namespace(t)
-			objs := generate(t, o)
+			objs := generateCase(t, name, o)
 			kinds := map[string]int{}
 			for _, obj := range objs {
 				u, err := unstructuredOf(obj)

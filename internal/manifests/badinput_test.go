@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/manifests"
 )
 
@@ -55,6 +56,33 @@ func TestBadOptions(t *testing.T) {
 	} {
 		if _, err := manifests.Generate(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want an error containing %q", tc.o, err, tc.want)
+		}
+	}
+}
+
+// TestBadEventFilters: a description whose event filters Knative would
+// refuse or misread, or options that conflict with them, are refused with
+// an error that says what to do.
+func TestBadEventFilters(t *testing.T) {
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		events []description.EventWatch
+		o      manifests.Options
+		want   string
+	}{
+		{eventWatches, manifests.Options{Broker: "default", TriggerType: "x"}, "drop --trigger-type"},
+		{[]description.EventWatch{{Name: "x", Attributes: map[string]string{"Type": "a"}}}, manifests.Options{}, "attributes[Type]"},
+		{[]description.EventWatch{{Name: "x", Filters: []description.TriggerFilter{{}}}}, manifests.Options{}, "filters[0]: no dialect set"},
+		{[]description.EventWatch{{Name: "x", Filters: []description.TriggerFilter{{Exact: map[string]string{"type": "a"}, Not: &description.TriggerFilter{}}}}},
+			manifests.Options{}, "exact and not are set"},
+	} {
+		in := in
+		in.Operator.Events = tc.events
+		if _, err := manifests.Generate(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", tc.events, err, tc.want)
 		}
 	}
 }

@@ -105,6 +105,9 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err := g.checkNames(); err != nil {
 		return nil, err
 	}
+	if err := g.checkEvents(); err != nil {
+		return nil, err
+	}
 	var objs []Object
 	for _, c := range in.CRDs {
 		objs = append(objs, Object{File: FileCRDs, Raw: c.YAML,
@@ -113,6 +116,10 @@ func Generate(in Input, o Options) ([]Object, error) {
 	objs = append(objs, g.operatorRBAC()...)
 	if o.Mode == Classic {
 		objs = append(objs, g.deployment())
+		if len(op.Events) > 0 {
+			objs = append(objs, g.eventsService())
+			objs = append(objs, g.broker()...)
+		}
 	} else {
 		objs = append(objs, g.service())
 		objs = append(objs, g.apiServerSources()...)
@@ -120,7 +127,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 		if o.durable() {
 			objs = append(objs, g.wakeupSource()...)
 		}
-		if o.Broker != "" {
+		if g.brokerName() != "" {
 			objs = append(objs, g.broker()...)
 		}
 	}
@@ -197,7 +204,7 @@ func (g *gen) operatorRBAC() []Object {
 	if g.o.durable() {
 		r.add("opzero.dev", "wakeups", wakeupVerbs...)
 	}
-	if g.o.Mode == Serverless {
+	if g.o.Mode == Serverless || len(g.op.Events) > 0 { // the events endpoint checks tokens
 		r.add("authentication.k8s.io", "tokenreviews", "create")
 	}
 	r.addRules(g.markerRules())

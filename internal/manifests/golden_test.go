@@ -26,8 +26,12 @@ var goldenCases = map[string]manifests.Options{
 	"serverless-broker": {Mode: manifests.Serverless, Namespace: "ops", Idle: 3 * time.Second, Broker: "default",
 		TriggerType: "com.example.config.changed", Delivery: manifests.Delivery{DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
 	"serverless-no-durable-time": {Mode: manifests.Serverless, NoDurableTime: true},
-	"serverless-env":             envOptions(manifests.Serverless),
-	"classic-env":                envOptions(manifests.Classic),
+	// the operator also takes external events (eventCases): its own Broker, a Trigger per filter
+	"serverless-events": {Mode: manifests.Serverless, Namespace: "ops", Delivery: manifests.Delivery{Retry: 3,
+		BackoffPolicy: "linear", BackoffDelay: "PT0.2S", DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
+	"classic-events": {Mode: manifests.Classic, Namespace: "ops"},
+	"serverless-env": envOptions(manifests.Serverless),
+	"classic-env":    envOptions(manifests.Classic),
 }
 
 // envOptions are the environment and extra arguments of
@@ -40,6 +44,39 @@ func envOptions(mode string) manifests.Options {
 		EnvFrom: []manifests.EnvFrom{{Kind: "Secret", Name: "cw-credentials"}, {Kind: "ConfigMap", Name: "cw-settings"}},
 		Args:    []string{"--max-concurrent-reconciles=4"},
 	}
+}
+
+// eventCases are the golden cases whose operator also declares
+// WatchesEvents: the ConfigWatcher's description with eventWatches added.
+var eventCases = map[string]bool{"serverless-events": true, "classic-events": true}
+
+var eventWatches = []description.EventWatch{
+	{Name: "hook", Attributes: map[string]string{"type": "com.example.config.changed", "source": ""}},
+	{Name: "drift", Filters: []description.TriggerFilter{
+		{Prefix: map[string]string{"type": "com.example.drift."}},
+		{Any: []description.TriggerFilter{{Exact: map[string]string{"subject": "settings"}}, {Suffix: map[string]string{"source": "/prod"}}}},
+		{Not: &description.TriggerFilter{Exact: map[string]string{"dryrun": "true"}}},
+	}},
+}
+
+// generateCase generates a golden case (with eventWatches if it is one of eventCases).
+func generateCase(t *testing.T, name string, o manifests.Options) []manifests.Object {
+	t.Helper()
+	if !eventCases[name] {
+		return generate(t, o)
+	}
+	tg := *configWatcher(t)
+	tg.Desc.Operators = append([]description.Controller(nil), tg.Desc.Operators...)
+	tg.Desc.Operators[0].Events = eventWatches
+	in, err := manifests.Prepare(context.Background(), &tg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Generate(in, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 var (
@@ -79,7 +116,7 @@ func generate(t *testing.T, o manifests.Options) []manifests.Object {
 func TestGolden(t *testing.T) {
 	for name, o := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			files, err := manifests.Files(generate(t, o))
+			files, err := manifests.Files(generateCase(t, name, o))
 			if err != nil {
 				t.Fatal(err)
 			}

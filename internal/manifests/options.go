@@ -2,12 +2,12 @@ package manifests
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/internal/devenv/broker"
 )
 
 // Modes of deployment.
@@ -122,8 +122,8 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	if d.BackoffDelay == "" {
 		d.BackoffDelay = "PT0.5S"
 	}
-	if !strings.HasPrefix(d.BackoffDelay, "PT") && !strings.HasPrefix(d.BackoffDelay, "P") {
-		return o, fmt.Errorf("--backoff-delay=%q: want an ISO-8601 duration such as PT0.5S", d.BackoffDelay)
+	if _, err := broker.ParseDuration(d.BackoffDelay); err != nil { // as Knative parses it
+		return o, fmt.Errorf("--backoff-delay: %w", err)
 	}
 	if d.Retry == 0 {
 		d.Retry = 5

@@ -41,7 +41,7 @@ func TestKnativeFieldsAreDeclared(t *testing.T) {
 	}
 	checked := 0
 	for name, o := range goldenCases {
-		for _, obj := range generate(t, o) {
+		for _, obj := range generateCase(t, name, o) {
 			u, err := unstructuredOf(obj)
 			if err != nil {
 				t.Fatal(err)

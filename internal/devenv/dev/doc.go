@@ -35,6 +35,18 @@
 //   - PingSource: the statuses mtping needs (Ready=True, sinkUri, OIDC
 //     identity) are written first, then one real mtping runs for all of them
 //     (SYSTEM_NAMESPACE knative-eventing, --disable-ha).
+//   - Broker and Trigger (eventing.knative.dev/v1): package broker, in
+//     memory like Knative's in-memory channel. One ingress on a free local
+//     port serves every Broker at /<namespace>/<name>, its
+//     status.address.url. Each Trigger of it gets the events that pass its
+//     filter (Knative's semantics), delivered to its resolved subscriber
+//     with its delivery (else its Broker's): retries, linear or exponential
+//     backoff, dead-letter sink; with a subscriber audience dev creates the
+//     Trigger's OIDC ServiceAccount (<name>-oidc-eventing.knative.dev-trigger)
+//     and sends its TokenRequest tokens. Statuses as Knative's controllers
+//     write them (every condition True; Broker address; Trigger
+//     subscriberUri, deadLetterSinkUri, auth.serviceAccountName). Brokers
+//     are played before the sources, so a source may sink to one.
 //   - Deployment whose one container has a ko:// image (the wakeup source):
 //     one always-on process. Other Deployments are only applied.
 //
@@ -129,8 +141,9 @@
 //     up; restart opzero dev. namespaceSelector is resolved once, at start,
 //     and so are the Secrets and ConfigMaps of the env: a change is seen
 //     after a restart of opzero dev (a cluster sees it at the next pod).
-//     Sinks other than Knative Services and plain URIs (Brokers, Channels)
-//     are refused. valueFrom.resourceFieldRef is not supported.
+//     Sinks other than Knative Services, Brokers and plain URIs (Channels)
+//     are refused; a Trigger's spec.brokerRef and the cesql filter dialect
+//     are not supported. valueFrom.resourceFieldRef is not supported.
 //   - mtping is multi-tenant: a second opzero dev on the same cluster also
 //     pings the first one's PingSources (their sends fail and are logged).
 //     Use one opzero dev per control plane.

@@ -152,7 +152,7 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 			break
 		}
 	}
-	for _, step := range []func(context.Context, []net.Listener) error{p.startServices, p.startApiServerSources, p.startPingSources, p.startDeployments} {
+	for _, step := range []func(context.Context, []net.Listener) error{p.startServices, p.startBrokers, p.startApiServerSources, p.startPingSources, p.startDeployments} {
 		if err := step(ctx, listeners); err != nil {
 			return nil, err
 		}

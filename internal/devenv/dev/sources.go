@@ -25,41 +25,50 @@ type sink struct {
 	Audience string
 }
 
-// resolveSink reads spec.sink of a source: a ref to a Knative Service (its
-// status.url, read back from the API server, plus ref-relative uri) or a
-// plain uri. Other refs (Broker, Channel) are not played locally.
+// resolveSink reads spec.sink of a source (resolveDestination).
 func (p *Platform) resolveSink(ctx context.Context, u *unstructured.Unstructured) (sink, error) {
+	return p.resolveDestination(ctx, u, "spec", "sink")
+}
+
+// resolveDestination reads a Knative Destination at path in u: a ref to a
+// Knative Service or a Broker (its status.address.url, read back from the
+// API server, plus a ref-relative uri) or a plain uri. Other refs
+// (Channel, ...) are not played locally.
+func (p *Platform) resolveDestination(ctx context.Context, u *unstructured.Unstructured, path ...string) (sink, error) {
 	where := u.GetKind() + " " + key(u)
+	field := strings.Join(path, ".")
 	s := sink{}
-	s.Audience, _, _ = unstructured.NestedString(u.Object, "spec", "sink", "audience")
-	uri, _, _ := unstructured.NestedString(u.Object, "spec", "sink", "uri")
-	ref, ok, _ := unstructured.NestedStringMap(u.Object, "spec", "sink", "ref")
+	s.Audience, _, _ = unstructured.NestedString(u.Object, append(path, "audience")...)
+	uri, _, _ := unstructured.NestedString(u.Object, append(path, "uri")...)
+	ref, ok, _ := unstructured.NestedStringMap(u.Object, append(path, "ref")...)
 	if !ok {
 		if uri == "" {
-			return s, fmt.Errorf("%s: spec.sink has neither ref nor uri", where)
+			return s, fmt.Errorf("%s: %s has neither ref nor uri", where, field)
 		}
 		s.URI = rewrite(uri, p.localURLs)
 		return s, nil
 	}
-	if ref["kind"] != "Service" || !strings.HasPrefix(ref["apiVersion"], "serving.knative.dev/") {
-		return s, fmt.Errorf("%s: sink ref %s %s: opzero dev resolves only Knative Services (serving.knative.dev) and uris", where, ref["apiVersion"], ref["kind"])
+	isService := ref["kind"] == "Service" && strings.HasPrefix(ref["apiVersion"], "serving.knative.dev/")
+	isBroker := ref["kind"] == "Broker" && strings.HasPrefix(ref["apiVersion"], "eventing.knative.dev/")
+	if !isService && !isBroker {
+		return s, fmt.Errorf("%s: %s ref %s %s: opzero dev resolves only Knative Services (serving.knative.dev), Brokers (eventing.knative.dev) and uris", where, field, ref["apiVersion"], ref["kind"])
 	}
 	ns := ref["namespace"]
 	if ns == "" {
 		ns = u.GetNamespace()
 	}
-	svc := &unstructured.Unstructured{}
-	svc.SetAPIVersion(ref["apiVersion"])
-	svc.SetKind("Service")
-	svc.SetNamespace(ns)
-	svc.SetName(ref["name"])
-	got, err := p.apply.get(ctx, svc)
+	target := &unstructured.Unstructured{}
+	target.SetAPIVersion(ref["apiVersion"])
+	target.SetKind(ref["kind"])
+	target.SetNamespace(ns)
+	target.SetName(ref["name"])
+	got, err := p.apply.get(ctx, target)
 	if err != nil {
-		return s, fmt.Errorf("%s: sink: %w", where, err)
+		return s, fmt.Errorf("%s: %s: %w", where, field, err)
 	}
 	base, _, _ := unstructured.NestedString(got.Object, "status", "address", "url")
 	if base == "" {
-		return s, fmt.Errorf("%s: sink Service %s/%s has no status.address.url (is it in the manifests?)", where, ns, ref["name"])
+		return s, fmt.Errorf("%s: %s %s %s/%s has no status.address.url (is it in the manifests?)", where, field, ref["kind"], ns, ref["name"])
 	}
 	s.URI = strings.TrimRight(base, "/") + uri
 	return s, nil

@@ -2,6 +2,9 @@
 // manager: informers, a workqueue, leader election. It is the always-on
 // counterpart of package serverless, with the same description, the same
 // generation-aware skipping and the same automatic observedGeneration.
+// External events (builder.WatchesEvents) arrive on an HTTP endpoint
+// beside the manager (events.go), routed by the serverless engine's code
+// (package eventroute) into the controller's workqueue.
 package classic
 
 import (
@@ -18,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/genskip"
@@ -27,6 +31,9 @@ import (
 // Options tunes the controller.
 type Options struct {
 	MaxConcurrentReconciles int
+	// Events configures the endpoint for the operator's external events
+	// (builder.WatchesEvents); unused when it declares none.
+	Events EventsOptions
 }
 
 // Setup registers op with mgr. The reconciler should use a client wrapped by
@@ -50,6 +57,20 @@ func Setup(mgr manager.Manager, op *builder.Controller, opts Options) error {
 			}
 			return keys
 		}), filters)
+	}
+	if len(op.Events) > 0 && opts.Events.Addr != "0" {
+		// External events: an HTTP endpoint beside the manager routes them
+		// (package eventroute, as in serverless mode) into this
+		// controller's queue, which a raw source hands over when it starts.
+		ev := &events{op: op, c: mgr.GetClient()}
+		b = b.WatchesRawSource(source.Func(ev.setQueue))
+		o := opts.Events
+		if o.Addr == "" {
+			o.Addr = DefaultEventsAddr
+		}
+		if err := mgr.Add(serve{h: ev, o: o}); err != nil {
+			return fmt.Errorf("adding the Broker events endpoint of %s: %w", op.Name, err)
+		}
 	}
 	if err := b.Complete(&reconciler{op: op, c: mgr.GetClient()}); err != nil {
 		return fmt.Errorf("setting up controller %s: %w", op.Name, err)

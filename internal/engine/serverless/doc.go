@@ -1,7 +1,11 @@
 // Package serverless runs an operator (builder.Controller) as an HTTP
 // CloudEvents receiver: the shape a Knative Service that scales to zero
 // needs. Events come from Knative ApiServerSource (Resource and Reference
-// mode) for the primary, owned and watched kinds, and from PingSource.
+// mode) for the primary, owned and watched kinds, from PingSource, and from
+// the operator's Broker through its Triggers (builder.WatchesEvents: any
+// other CloudEvent that passes a Trigger's filter, matched with Knative's
+// semantics, goes through its map function to the per-key queue like any
+// other event; external.go).
 //
 // # The path of an event, top to bottom
 //
@@ -75,7 +79,9 @@
 //	     Opzero-Result header
 //	202  async mode (Options.Async): the event is durably recorded and will be
 //	     reconciled after the answer
-//	400  malformed or unroutable event: never retried; the body names the problem
+//	400  malformed or unroutable event (an external event that passes no
+//	     WatchesEvents filter, or whose map function returned a
+//	     reconcile.TerminalError): never retried; the body names the problem
 //	422  the reconcile returned a reconcile.TerminalError: retrying cannot help
 //	     (no sender retries 422; a Broker dead-letters it)
 //	200  also: the reconcile failed and its retry is a durable Wakeup
@@ -85,7 +91,8 @@
 //	413  the event is larger than Options.MaxBodyBytes
 //	429  more than Options.MaxInFlight requests at once (Retry-After is set)
 //	503  shutting down, the key's wait exceeded Options.MaxWait, the API
-//	     server could not be read while routing, a reconcile failed because
+//	     server could not be read while routing (or a WatchesEvents map
+//	     function failed), a reconcile failed because
 //	     the API server could not be reached or was overloaded (connection
 //	     refused or reset, network timeout, 429, 503, 504; without durable
 //	     time, and a retry is scheduled in this process too), or a retry,

@@ -54,8 +54,7 @@ func (e *Engine) route(ctx context.Context, ev any) (*routed, error) {
 	case *cloudevent.Wakeup:
 		return e.routeWakeup(ev)
 	case *cloudevent.Other:
-		return nil, fmt.Errorf("no route for event type %q from %q: operator %s takes ApiServerSource events for %s and PingSource events",
-			ev.Event.Type(), ev.Event.Source(), e.op.Name, strings.Join(e.kinds(), ", "))
+		return e.routeExternal(ctx, ev)
 	}
 	return nil, fmt.Errorf("no route for %T", ev)
 }
