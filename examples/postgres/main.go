@@ -77,6 +77,7 @@ func run() error {
 		Named("postgres").
 		For(&v1alpha1.Database{}).
 		Owns(&corev1.Secret{}).
+		WatchesEvents("changed", builder.EventFilter{Attributes: map[string]string{"type": controller.ChangedEventType}}, controller.DatabasesForEvent).
 		WithSecretEnv("PG_ADMIN_DSN", "postgres-admin", "dsn").
 		WithSweep("*/10 * * * *", "*/30 * * * *"). // the full sweep puts back drift the bridge did not report
 		Complete(r)
