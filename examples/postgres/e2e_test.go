@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,8 +123,10 @@ func serverState(t *testing.T, conn *pgx.Conn) string {
 // `opzero manifests` and played by `opzero dev` (Knative Service, the
 // ApiServerSources, the Broker and its Trigger), and the bridge, against
 // a real PostgreSQL: create, change, drift made by hand while the operator
-// is at zero instances healed through bridge -> Broker -> Trigger, a bad
-// name refused, delete. Passwords appear in no log, Event or status.
+// is at zero instances healed through bridge -> Broker -> Trigger (the
+// time from the change to healed is logged), an event naming no database
+// answered 400, drift with the bridge stopped healed by the full sweep, a
+// bad name refused, delete. Passwords appear in no log, Event or status.
 func TestDatabaseThroughDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the operator through opzero dev against PostgreSQL and a control plane")
@@ -297,6 +300,68 @@ func TestDatabaseThroughDev(t *testing.T) {
 	}
 	app.Close(ctx)
 	orders.Close(ctx)
+
+	// An event of the bridge's type that names no database is bad input:
+	// the operator answers 400 (the Broker does not retry it) and reconciles nothing.
+	mark := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, sink, strings.NewReader(`{"note":"no database"}`))
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Id": "bad-1", "Ce-Type": controller.ChangedEventType,
+		"Ce-Source": "/e2e", "Content-Type": "application/json"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("the Broker's ingress: %v %v, want 202", resp, err)
+	}
+	resp.Body.Close()
+	testkit.Eventually(t, 90*time.Second, "the event without pgdatabase answered 400", func(context.Context) (bool, error) {
+		for _, ev := range evs.since(mark, dev.EventDelivery) {
+			if ev.Type == controller.ChangedEventType && ev.Code == http.StatusBadRequest {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if n := len(evs.since(mark, dev.EventReconciled)); n != 0 {
+		t.Errorf("%d reconciles after an event naming no database, want 0", n)
+	}
+
+	// Drift the bridge does not report (it is stopped) waits for the full
+	// sweep: its PingSource, moved from once a year to every minute, heals it.
+	if err := bridge.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
+	atZero("the bridge stopped")
+	start := time.Now()
+	if _, err := conn.Exec(ctx, "ALTER DATABASE orders CONNECTION LIMIT 2"); err != nil {
+		t.Fatal(err)
+	}
+	ps := &unstructured.Unstructured{}
+	ps.SetAPIVersion("sources.knative.dev/v1")
+	ps.SetKind("PingSource")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "postgres-full-sweep"}, ps); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(ps.Object, "* * * * *", "spec", "schedule")
+	if err := c.Update(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 150*time.Second, "the full sweep heals the connection limit", func(context.Context) (bool, error) {
+		return scalar[int32](t, conn, "SELECT datconnlimit FROM pg_database WHERE datname = 'orders'") == 5, nil
+	})
+	t.Logf("drift with the bridge stopped: healed by the full sweep (every minute here) in %s", time.Since(start).Round(time.Millisecond))
+	testkit.Eventually(t, 30*time.Second, "the PingSource's tick delivered (reported once answered)", func(context.Context) (bool, error) {
+		for _, ev := range evs.since(start, dev.EventDelivery) {
+			if ev.Type == "dev.knative.sources.ping" && ev.Code == http.StatusOK {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(ps), ps); err == nil { // back to once a year
+		_ = unstructured.SetNestedField(ps.Object, "0 0 1 1 *", "spec", "schedule")
+		_ = c.Update(ctx, ps)
+	}
 
 	// A name PostgreSQL would refuse: a condition, an Event, nothing in the server.
 	before := serverState(t, conn)
