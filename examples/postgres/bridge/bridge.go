@@ -38,8 +38,8 @@ type options struct {
 // Change is an event's data.
 type Change struct {
 	Database string `json:"database"`
-	Object   string `json:"object"`         // role, database or extension
-	Change   string `json:"change"`         // present (at start), altered, dropped, or the DDL tag
+	Object   string `json:"object"`           // role, database or extension
+	Change   string `json:"change"`           // present (at start), altered, dropped, or the DDL tag
 	Detail   string `json:"detail,omitempty"` // the event trigger's tag and event
 }
 

@@ -167,7 +167,9 @@ func serverState(t *testing.T) string {
 		UNION ALL SELECT 'role ' || rolname || ' ' || rolcanlogin || ' ' || coalesce(rolpassword, '') FROM pg_authid) s`)
 }
 
-func ready(db *v1alpha1.Database) *metav1.Condition { return meta.FindStatusCondition(db.Status.Conditions, "Ready") }
+func ready(db *v1alpha1.Database) *metav1.Condition {
+	return meta.FindStatusCondition(db.Status.Conditions, "Ready")
+}
 
 // checkNoPassword fails if password is in the captured log, the Events or
 // the status.
