@@ -108,6 +108,9 @@ func sql(t *testing.T, db string, stmts ...string) {
 }
 
 func TestBridgeReportsChangesToManagedObjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
 	const marker = managedPrefix + "ns/app (uid 1)"
 	sql(t, "postgres",
 		"CREATE ROLE app LOGIN PASSWORD 'app-password-1234'", "COMMENT ON ROLE app IS '"+marker+"'",

@@ -12,6 +12,9 @@ import (
 )
 
 func TestStartConnectStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
 	ctx := context.Background()
 	s, err := pgtest.Start(ctx)
 	if err != nil {
