@@ -84,12 +84,20 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if (rl.exists && rl.comment != marker) || (d.exists && d.comment != marker) {
 		return reconcile.Result{}, r.refuse(ctx, db, "NameTaken", fmt.Sprintf("PostgreSQL already has a database or role %q that this Database did not create: choose another spec.databaseName (nothing was changed)", name))
 	}
-	if _, err := reconcileutil.EnsureFinalizer(ctx, r.Client, db, Finalizer); err != nil {
-		return reconcile.Result{}, err
-	}
 	secretName := db.Spec.SecretName
 	if secretName == "" {
 		secretName = db.Name + "-credentials"
+	}
+	sec := &corev1.Secret{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: secretName}, sec)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, fmt.Errorf("reading Secret %s: %w", secretName, err)
+	}
+	if err == nil && !metav1.IsControlledBy(sec, db) {
+		return reconcile.Result{}, r.refuse(ctx, db, "SecretTaken", fmt.Sprintf("Secret %s exists and is not this Database's: set spec.secretName to another name (nothing was changed)", secretName))
+	}
+	if _, err := reconcileutil.EnsureFinalizer(ctx, r.Client, db, Finalizer); err != nil {
+		return reconcile.Result{}, err
 	}
 	password, secretDone, err := r.ensureSecret(ctx, db, secretName, name)
 	if err != nil {
@@ -176,8 +184,8 @@ func (r *DatabaseReconciler) ensureSecret(ctx context.Context, db *v1alpha1.Data
 		return "", nil, fmt.Errorf("reading Secret %s: %w", secretName, err)
 	}
 	exists := err == nil
-	if exists && !metav1.IsControlledBy(sec, db) {
-		return "", nil, reconcile.TerminalError(fmt.Errorf("Secret %s/%s exists and is not this Database's: set spec.secretName to another name", db.Namespace, secretName))
+	if exists && !metav1.IsControlledBy(sec, db) { // read again since Reconcile checked: taken meanwhile
+		return "", nil, fmt.Errorf("Secret %s/%s exists and is not this Database's", db.Namespace, secretName)
 	}
 	password := string(sec.Data["password"])
 	var done []string

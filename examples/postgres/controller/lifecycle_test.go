@@ -162,6 +162,26 @@ func TestBadNamesTouchNothing(t *testing.T) {
 	}
 }
 
+func TestSecretTakenTouchesNothing(t *testing.T) {
+	h := newHarness(t)
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "shop-credentials"}, StringData: map[string]string{"password": "theirs"}}
+	if err := h.env.Client.Create(h.ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	before := serverState(t)
+	db := h.reconcile(h.create("shop", v1alpha1.DatabaseSpec{}))
+	if c := ready(db); c == nil || c.Reason != "SecretTaken" || len(db.Finalizers) != 0 {
+		t.Fatalf("Ready %+v, finalizers %v; want SecretTaken and none", c, db.Finalizers)
+	}
+	if after := serverState(t); after != before {
+		t.Errorf("the server changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	got := &corev1.Secret{}
+	if err := h.env.Client.Get(h.ctx, client.ObjectKeyFromObject(theirs), got); err != nil || string(got.Data["password"]) != "theirs" {
+		t.Errorf("their Secret changed: %v %q", err, got.Data["password"])
+	}
+}
+
 func TestNameTakenTouchesNothing(t *testing.T) {
 	h := newHarness(t)
 	admin(t, "postgres", "CREATE DATABASE someone_elses")
