@@ -63,8 +63,9 @@ type EventWatch struct {
 
 // WatchesEvents adds external CloudEvents: those posted to the operator's
 // Knative Broker that pass filter are mapped by fn to requests. name names
-// the Trigger that `opzero manifests` generates for it (a DNS label,
-// unique within the operator).
+// the Trigger that `opzero manifests` generates for it, as
+// <operator>-<name> like every object it generates (a DNS label, unique
+// within the operator).
 func (b *Builder) WatchesEvents(name string, filter EventFilter, fn EventMapFunc) *Builder {
 	var errs []error
 	for _, msg := range validation.IsDNS1123Label(name) {

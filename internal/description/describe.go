@@ -11,8 +11,11 @@
 //     that says which binary and which reader disagree.
 //   - Lists are sorted (kinds by group, version, kind; flags by name) or
 //     kept in the order the operator declared them (env: a later value may
-//     refer to an earlier variable as $(NAME)), so the same operator always
-//     describes itself byte for byte the same way.
+//     refer to an earlier variable as $(NAME); events), so the same operator
+//     always describes itself byte for byte the same way.
+//   - Events carry each external-event filter in Knative Trigger JSON
+//     (spec.filter.attributes, spec.filters), so a reader writes the
+//     Trigger without translating it.
 //
 // # Caveats
 //

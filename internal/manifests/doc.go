@@ -10,8 +10,15 @@
 //   - serverless: a Knative Service (scale bounds, concurrency, timeout,
 //     autoscaling annotations), one ApiServerSource per kind each with its own
 //     ServiceAccount allowed only get/list/watch on that kind, PingSources for
-//     the sweeps, the wakeup source, optionally a Broker and Trigger;
-//   - classic: a Deployment with leader election instead.
+//     the sweeps, the wakeup source;
+//   - classic: a Deployment with leader election instead;
+//   - when the operator takes external events (builder.WatchesEvents): its
+//     Broker (the operator's name, or Options.Broker) and one Trigger per
+//     filter, <operator>-<name>, with the filter as declared, the delivery
+//     policy and the subscriber audience; in classic mode also --events-addr
+//     and a Service in front of it, the Triggers' subscriber. Without
+//     WatchesEvents, Options.Broker adds a Broker and one Trigger
+//     (Options.TriggerType).
 //
 // The operator's container gets the same environment and extra arguments in
 // either mode: the generated variables (POD_NAMESPACE, OPZERO_MAX_SCALE),
@@ -45,7 +52,7 @@
 //     (describe.Kind.Resource); CRD kinds use the generated CRD's plural.
 //   - The operator accepts only its own senders (--allowed-senders): the
 //     OIDC service accounts Knative creates for its ApiServerSources,
-//     PingSources and Trigger (named as Knative names them, internal/kmeta)
+//     PingSources and Triggers (named as Knative names them, internal/knativenames)
 //     and the wakeup source's service account.
 //   - One wakeup source per operator (--operator), watching that operator's
 //     Wakeups in every namespace.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -187,6 +188,23 @@ func TestBrokerThroughDev(t *testing.T) {
 	if n, f := svc.Events.Load(), svc.Failures.Load(); n != 4 || f != 3 {
 		t.Errorf("the operator answered %d events (%d failed), want 4 (3 failed: 1 attempt + 2 retries)", n, f)
 	}
+	// The attempts' times: the second retry came at least backoffDelay
+	// (50 ms) after the first (linear: retry n waits (n-1)*delay). Only a
+	// lower bound: timers never fire early, so this cannot flake.
+	var at []int64
+	b2, _ := os.ReadFile(logFile)
+	for _, l := range strings.Split(string(b2), "\n") {
+		if ts, ok := strings.CutPrefix(l, "fail "); ok {
+			n, _ := strconv.ParseInt(ts, 10, 64)
+			at = append(at, n)
+		}
+	}
+	if len(at) != 3 {
+		t.Fatalf("the map function saw %d attempts of the failing event, want 3", len(at))
+	}
+	if gap := time.Duration(at[2] - at[1]); gap < 50*time.Millisecond {
+		t.Errorf("the second retry came %s after the first, want at least the 50ms backoff", gap)
+	}
 
 	// Bad input: 400, nothing delivered.
 	for _, tc := range []struct{ name, ctype, body string }{
@@ -204,6 +222,18 @@ func TestBrokerThroughDev(t *testing.T) {
 	}
 	if n := svc.Events.Load(); n != 4 {
 		t.Errorf("bad input reached the operator: %d events, want 4", n)
+	}
+
+	// After the session, nothing reads the dead ingress as Ready.
+	p.Stop()
+	for _, kind := range []string{"Broker", "Trigger"} {
+		name := map[string]string{"Broker": "eventsop", "Trigger": "eventsop-drift"}[kind]
+		u := get(kind, name)
+		url, _, _ := unstructured.NestedString(u.Object, "status", "address", "url")
+		sub, _, _ := unstructured.NestedString(u.Object, "status", "subscriberUri")
+		if ready(u) || url != "" || sub != "" {
+			t.Errorf("%s %s after Stop: status %v, want not Ready and no local URL", kind, name, u.Object["status"])
+		}
 	}
 }
 

@@ -142,8 +142,10 @@
 //     and so are the Secrets and ConfigMaps of the env: a change is seen
 //     after a restart of opzero dev (a cluster sees it at the next pod).
 //     Sinks other than Knative Services, Brokers and plain URIs (Channels)
-//     are refused; a Trigger's spec.brokerRef and the cesql filter dialect
-//     are not supported. valueFrom.resourceFieldRef is not supported.
+//     are refused, so is a Trigger whose subscriber is a core Service (a
+//     classic operator's --events-addr): play those on a cluster. A
+//     Trigger's spec.brokerRef and the cesql filter dialect are not
+//     supported. valueFrom.resourceFieldRef is not supported.
 //   - mtping is multi-tenant: a second opzero dev on the same cluster also
 //     pings the first one's PingSources (their sends fail and are logged).
 //     Use one opzero dev per control plane.

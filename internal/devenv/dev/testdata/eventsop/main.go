@@ -3,7 +3,8 @@
 // Broker (WatchesEvents "drift": types com.example.drift.*, the subject
 // names the ConfigMap as namespace/name; the subject "fail" makes the map
 // function fail, so the engine answers 503 and the Broker retries). Each
-// reconcile appends "namespace/name" to the file $EVENTSOP_LOG.
+// reconcile appends "namespace/name" to the file $EVENTSOP_LOG, each failing
+// map call "fail <unix nanoseconds>".
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,6 +29,17 @@ import (
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/operator"
 )
+
+// note appends a line to $EVENTSOP_LOG.
+func note(line string) error {
+	f, err := os.OpenFile(os.Getenv("EVENTSOP_LOG"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintln(f, line)
+	return err
+}
 
 func main() {
 	var opts operator.Options
@@ -53,16 +66,13 @@ func run(opts operator.Options) error {
 		if err := c.Get(ctx, req.NamespacedName, &v1.ConfigMap{}); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
-		f, err := os.OpenFile(os.Getenv("EVENTSOP_LOG"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		defer f.Close()
-		_, err = fmt.Fprintln(f, req.String())
-		return reconcile.Result{}, err
+		return reconcile.Result{}, note(req.String())
 	})
 	bySubject := func(_ context.Context, _ client.Reader, e event.Event) ([]reconcile.Request, error) {
-		if e.Subject() == "fail" {
+		if e.Subject() == "fail" { // each attempt noted with its time, for the backoff check
+			if err := note(fmt.Sprintf("fail %d", time.Now().UnixNano())); err != nil {
+				return nil, err
+			}
 			return nil, errors.New("the map function failed on purpose")
 		}
 		ns, name, ok := strings.Cut(e.Subject(), "/")
