@@ -39,7 +39,7 @@ type options struct {
 type Change struct {
 	Database string `json:"database"`
 	Object   string `json:"object"`           // role, database or extension
-	Change   string `json:"change"`           // present (at start), altered, dropped, or the DDL tag
+	Change   string `json:"change"`           // present (at start), appeared, altered, dropped, or the DDL tag
 	Detail   string `json:"detail,omitempty"` // the event trigger's tag and event
 }
 
@@ -148,8 +148,9 @@ func readCatalog(ctx context.Context, conn *pgx.Conn, last map[string]entry) (ma
 	return now, err
 }
 
-// diff lists what changed between two readings; with no last reading,
-// every managed database is reported present once.
+// diff lists what changed between two readings: managed objects that
+// appeared, were altered or were dropped; with no last reading, every
+// managed database is reported present once.
 func diff(last, now map[string]entry) []Change {
 	var out []Change
 	for key, e := range now {
@@ -158,6 +159,10 @@ func diff(last, now map[string]entry) []Change {
 		switch {
 		case last == nil && object == "database":
 			out = append(out, Change{Database: name, Object: object, Change: "present"})
+		case last != nil && !was:
+			// Usually the operator's own creation; reported because a change
+			// made before this reading would otherwise pass for the initial state.
+			out = append(out, Change{Database: name, Object: object, Change: "appeared"})
 		case was && old != e:
 			out = append(out, Change{Database: name, Object: object, Change: "altered"})
 		}
@@ -172,7 +177,7 @@ func diff(last, now map[string]entry) []Change {
 }
 
 // send posts one change to the sink, retrying with backoff (100ms, 200ms,
-// ... 5 attempts) while the Broker does not accept it.
+// ... 5 attempts, each at most 10s) while the Broker does not accept it.
 func (b *bridge) send(ctx context.Context, c Change) {
 	e := cloudevents.NewEvent()
 	e.SetID(uuid.NewString())
@@ -187,7 +192,9 @@ func (b *bridge) send(ctx context.Context, c Change) {
 	}
 	delay := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		res := b.client.Send(ctx, e)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res := b.client.Send(sctx, e)
+		cancel()
 		if cloudevents.IsACK(res) {
 			b.log.Info("sent", "id", e.ID(), "database", c.Database, "object", c.Object, "change", c.Change)
 			return

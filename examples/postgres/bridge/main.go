@@ -19,8 +19,12 @@
 //     DATABASE): PostgreSQL fires no event trigger for these shared
 //     objects, so the bridge reads pg_authid and pg_database every
 //     --interval (default 250ms; one small catalog query) and compares.
-//     Latency: up to the interval. A change undone within one interval is
-//     not seen; the operator's sweep still catches anything missed.
+//     Latency: up to the interval. A role or database that appears is
+//     reported too (usually the operator's own creation: one extra
+//     reconcile), since a change made before the bridge first saw it would
+//     otherwise pass for its initial state. A change undone within one
+//     interval is not seen; the operator's sweep still catches anything
+//     missed.
 //   - Not detected: changes inside a database other than extensions (the
 //     operator does not manage them), GRANTs on the database, and anything
 //     while the bridge is down (it reports every managed database once when
