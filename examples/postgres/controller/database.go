@@ -58,19 +58,28 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	name := DatabaseNameFor(db.Spec.DatabaseName, db.Name)
-	if err := CheckName(name); err != nil {
-		return reconcile.Result{}, r.refuse(ctx, db, "InvalidName", "PostgreSQL would refuse or misread the database name: "+err.Error()+"; set spec.databaseName")
-	}
-	if exts := slices.DeleteFunc(slices.Clone(db.Spec.Extensions), func(e string) bool { return CheckName(e) == nil || reserved[e] }); len(exts) > 0 {
-		return reconcile.Result{}, r.refuse(ctx, db, "InvalidExtension", fmt.Sprintf("extension names %q are not PostgreSQL identifiers (a-z, 0-9, _)", exts))
+	inUse := db.Status.DatabaseName // what earlier reconciles made, if any
+	if inUse == "" {
+		inUse = name
 	}
 	marker := "managed by the Kubernetes Database " + db.Namespace + "/" + db.Name + " (uid " + string(db.UID) + ")"
-
 	deleting, err := reconcileutil.HandleDeletion(ctx, r.Client, db, Finalizer, func(ctx context.Context) error {
-		return r.drop(ctx, db, name, marker)
+		if CheckName(inUse) != nil {
+			return nil // nothing was made under a name the operator refuses
+		}
+		return r.drop(ctx, db, inUse, marker)
 	})
 	if deleting || err != nil {
 		return reconcile.Result{}, err
+	}
+	if err := CheckName(name); err != nil {
+		return reconcile.Result{}, r.refuse(ctx, db, "InvalidName", "PostgreSQL would refuse or misread the database name: "+err.Error()+"; set spec.databaseName")
+	}
+	if name != inUse {
+		return reconcile.Result{}, r.refuse(ctx, db, "NameChanged", fmt.Sprintf("the database is %s and cannot be renamed to %s by this Database: set spec.databaseName back, or create another Database", inUse, name))
+	}
+	if exts := slices.DeleteFunc(slices.Clone(db.Spec.Extensions), func(e string) bool { return CheckName(e) == nil || reserved[e] }); len(exts) > 0 {
+		return reconcile.Result{}, r.refuse(ctx, db, "InvalidExtension", fmt.Sprintf("extension names %q are not PostgreSQL identifiers (a-z, 0-9, _)", exts))
 	}
 
 	rl, err := r.Server.readRole(ctx, name)

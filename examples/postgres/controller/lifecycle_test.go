@@ -100,11 +100,29 @@ func TestLifecycle(t *testing.T) {
 	}
 	conn.Close(context.Background())
 
-	// A reconcile with nothing to do changes nothing and says nothing.
-	before := len(h.events(db.Name))
+	// A rename is refused and changes nothing; setting the name back works.
+	db.Spec.DatabaseName = "orders_renamed"
+	if err := h.env.Client.Update(h.ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	before := serverState(t)
 	db = h.reconcile(db)
-	if after := len(h.events(db.Name)); after != before || db.Status.Heals != 2 {
-		t.Errorf("an idle reconcile: Events %d -> %d, heals %d (want 2)", before, after, db.Status.Heals)
+	if c := ready(db); c == nil || c.Reason != "NameChanged" || serverState(t) != before {
+		t.Fatalf("after a rename: Ready %+v, server changed %v; want NameChanged and no change", c, serverState(t) != before)
+	}
+	db.Spec.DatabaseName = ""
+	if err := h.env.Client.Update(h.ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if db = h.reconcile(db); ready(db).Status != metav1.ConditionTrue {
+		t.Fatalf("after the name was set back: Ready %+v", ready(db))
+	}
+
+	// A reconcile with nothing to do changes nothing and says nothing.
+	evBefore := len(h.events(db.Name))
+	db = h.reconcile(db)
+	if after := len(h.events(db.Name)); after != evBefore || db.Status.Heals != 2 {
+		t.Errorf("an idle reconcile: Events %d -> %d, heals %d (want 2)", evBefore, after, db.Status.Heals)
 	}
 	h.checkNoPassword(db, password)
 
