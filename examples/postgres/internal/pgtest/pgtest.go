@@ -14,7 +14,8 @@
 //     given to that user;
 //   - the server dies with the process that started it (a parent-death
 //     signal), so a killed test leaves no server behind; Stop shuts it down
-//     fast and removes the folder.
+//     fast and removes the folder; Start removes the folders of servers
+//     that are gone (a test killed before Stop), once 10 minutes old.
 package pgtest
 
 import (
@@ -100,6 +101,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	removeStale()
 	dir, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
 		return nil, err
@@ -244,4 +246,23 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// removeStale removes the folders of earlier servers whose postmaster is
+// gone; a folder younger than 10 minutes may be another package's initdb.
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "pgtest-*"))
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || time.Since(fi.ModTime()) < 10*time.Minute {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			pid, _ := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+			if pid > 0 && syscall.Kill(pid, 0) == nil {
+				continue
+			}
+		}
+		_ = os.RemoveAll(d)
+	}
 }
