@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins opzero test unit demo clean help bench bench-coldstart fuzz
+.PHONY: all bins knative-bins otel-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz
 
 all: opzero
 
@@ -22,11 +22,15 @@ knative-bins: ## make Knative's real ApiServerSource and PingSource adapters and
 otel-bins: ## make the OpenTelemetry Collector's OTLP receiver (the telemetry tests' real collector) ready in opzero's cache, linked from bin/
 	@bash hack/build-bins.sh otelcol
 
+postgres: ## find PostgreSQL's server binaries (initdb, postgres), or install Debian's postgresql package when root (for examples/postgres)
+	@bash hack/install-postgres.sh >/dev/null
+
 opzero: ## build the opzero CLI into bin/opzero
 	$(GO) build -o bin/opzero ./cmd/opzero
 
-test: bins knative-bins otel-bins ## build what the tests need, run every test with -race against a real control plane, then fuzz briefly
+test: bins knative-bins otel-bins postgres ## build what the tests need, run every test with -race against a real control plane (and PostgreSQL for examples/postgres), then fuzz briefly
 	$(GOTEST) $(PKGS)
+	cd examples/postgres && $(GOTEST) ./...
 	@$(MAKE) --no-print-directory fuzz
 
 FUZZTIME ?= 10s
@@ -36,9 +40,13 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s; e.g. FUZZTIME=1000000x 
 
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)
+	cd examples/postgres && $(GOTEST) -short ./...
 
 demo: bins knative-bins ## the main job: ConfigWatcher running serverless through `opzero dev` on the local control plane
 	@bash hack/demo.sh
+
+demo-postgres: bins knative-bins postgres ## the Database operator for a real PostgreSQL: drift made by hand wakes it from zero through the bridge, a Broker and a Trigger
+	@bash hack/demo-postgres.sh
 
 clean: ## remove bin/ (the pinned binaries stay in opzero's cache: `go run ./cmd/opzero install --print-dir`)
 	rm -rf bin
