@@ -59,6 +59,11 @@ type Options struct {
 	WakeupSink string
 	// Async answers as soon as an event is durably recorded (needs WakeupSink).
 	Async bool
+	// AnswerAdmitted answers an ApiServerSource event as soon as its keys
+	// are queued, and reconciles afterwards (serverless; opt-in): one
+	// source then feeds several reconciles at once. A SIGKILL can lose
+	// admitted reconciles, which the sweeps heal; see --answer.
+	AnswerAdmitted bool
 	// WakeupNamespace holds Wakeups of cluster-scoped objects ($POD_NAMESPACE, else default).
 	WakeupNamespace string
 
@@ -131,6 +136,15 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
 	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this URL (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
+	fs.Func("answer", "serverless: when to answer an ApiServerSource event: reconciled (after its reconciles, the default) or admitted (once its objects are queued; faster with one source, but a SIGKILL can lose queued reconciles until the next sweep)",
+		func(s string) error {
+			switch s {
+			case "reconciled", "admitted":
+				o.AnswerAdmitted = s == "admitted"
+				return nil
+			}
+			return fmt.Errorf("unknown answer %q: want reconciled or admitted", s)
+		})
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	if o.MaxScale == 0 {
 		if n, err := strconv.Atoi(os.Getenv("OPZERO_MAX_SCALE")); err == nil {

@@ -58,6 +58,18 @@ type Options struct {
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
+	// AnswerAdmitted answers an ApiServerSource event (an object event) 200
+	// as soon as its keys are admitted to the per-key queue, and reconciles
+	// afterwards, so that one sender that delivers one event at a time
+	// feeds up to MaxConcurrentReconciles reconciles at once. What 2xx then
+	// means, what a SIGKILL can lose and what heals it: the package
+	// documentation. PingSource sweeps and wakeups are still answered after
+	// their reconciles.
+	AnswerAdmitted bool
+	// MaxAdmitted bounds the keys admitted and not yet reconciled (256);
+	// past it, an event is answered after its reconciles, as without
+	// AnswerAdmitted: the sender is slowed to the reconciles' pace.
+	MaxAdmitted int
 	// Locker, if set, serializes each key across instances with a
 	// coordination.k8s.io Lease (package lease): for operators that may
 	// run more than one instance. nil keeps serialization in memory only.
@@ -98,6 +110,12 @@ type Engine struct {
 	// checks looks again at a Lease another instance held when it
 	// expires (Options.Locker), in case its holder died.
 	checks *backoff.Tracker[reconcile.Request]
+	// readmit submits again, after the key's backoff, a key whose admitted
+	// event's run could not happen (Options.AnswerAdmitted): nobody waits
+	// for its answer to deliver it again.
+	readmit *backoff.Tracker[reconcile.Request]
+	// admitted counts the admitted arrivals not yet taken by a run.
+	admitted atomic.Int64
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
@@ -117,6 +135,8 @@ type arrival struct {
 	reason  string
 	// check: no event, only a look at the key's Lease at its expiry.
 	check bool
+	// admitted: its request was answered at admission (Options.AnswerAdmitted).
+	admitted bool
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -130,6 +150,8 @@ type Stats struct {
 	// Lease; Reruns the extra reconciles such marks caused here.
 	HandOffs atomic.Int64
 	Reruns   atomic.Int64
+	// Admitted counts events answered at admission (Options.AnswerAdmitted).
+	Admitted atomic.Int64
 }
 
 // New returns an engine for op. c must read from the API server (no cache);
@@ -146,6 +168,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		c = standin.NewClient(c) // so the engine's own writes are known to standin.Versions
 	}
 	opts = opts.withDefaults()
+	if opts.Async && opts.AnswerAdmitted {
+		return nil, errors.New("serverless: async mode and answering at admission exclude each other; choose one")
+	}
 	if opts.Async && opts.Durable == nil {
 		return nil, errors.New("serverless: async mode needs durable time (a wakeup store) to record accepted events")
 	}
@@ -162,6 +187,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 	}
 	e.checks = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
 		e.queue.Submit(key, &arrival{reason: "lease expiry check", check: true})
+	})
+	e.readmit = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
+		e.queue.Submit(key, &arrival{reason: "retry of an event answered at admission"})
 	})
 	return e, nil
 }
@@ -191,6 +219,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1000
+	}
+	if o.MaxAdmitted <= 0 {
+		o.MaxAdmitted = 256
 	}
 	if o.FollowUpSettle == 0 {
 		o.FollowUpSettle = 2 * time.Millisecond

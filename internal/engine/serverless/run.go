@@ -28,7 +28,36 @@ const handOffMargin = 250 * time.Millisecond
 // run is the queue's RunFunc: one reconcile of key, never concurrent with
 // another of the same key (across instances too, with a Locker). arrivals
 // are the events folded into this run. Its error is always its *Verdict.
+// If an arrival was answered at admission and the run could not happen
+// (Unavailable, and nothing scheduled), the key is submitted again after
+// its backoff: no sender will deliver it again.
 func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arrival) error {
+	n := countAdmitted(arrivals)
+	v := e.runLocked(ctx, key, arrivals)
+	if n == 0 {
+		return v
+	}
+	e.admitted.Add(-n)
+	if v.Outcome == Unavailable && v.Next == 0 {
+		d, _ := e.readmit.Failure(key)
+		e.log.Info("an event answered at admission could not be reconciled; retrying", "key", key.String(), "error", v.Error(), "retryIn", d)
+	} else {
+		e.readmit.Success(key)
+	}
+	return v
+}
+
+func countAdmitted(arrivals []*arrival) (n int64) {
+	for _, a := range arrivals {
+		if a != nil && a.admitted {
+			n++
+		}
+	}
+	return n
+}
+
+// runLocked is run: with the key's Lease when there is a Locker.
+func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals []*arrival) *Verdict {
 	if e.opts.Locker == nil {
 		return e.runOnce(ctx, key, arrivals)
 	}

@@ -87,9 +87,15 @@ func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	defer cancel()
 	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
 	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
-	errQ := e.queue.Shutdown(ctx)
+	var errQ error
+	if e.opts.AnswerAdmitted {
+		errQ = e.queue.Drain(ctx) // the admitted events' reconciles: nobody waits for them
+	} else {
+		errQ = e.queue.Shutdown(ctx)
+	}
 	e.retry.stop()
 	e.checks.Stop()
+	e.readmit.Stop()
 	if err := errors.Join(errHTTP, errQ); err != nil {
 		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
 	}
