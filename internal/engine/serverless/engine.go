@@ -74,6 +74,15 @@ type Options struct {
 	// coordination.k8s.io Lease (package lease): for operators that may
 	// run more than one instance. nil keeps serialization in memory only.
 	Locker *lease.Locker
+	// LeaseKeepIdle (with a Locker) keeps a key's Lease after its run, renewed,
+	// for the key's next run, and releases it once the key has had no run
+	// for that long, or on shutdown: a stream of events for a key costs two
+	// Lease writes (and a renewal every third of the Lease's duration)
+	// instead of two per reconcile. An event for the key that reaches
+	// another instance meanwhile is handed off and reconciled here when
+	// the Lease is released: up to LeaseKeepIdle later (1 s; negative:
+	// release after each run).
+	LeaseKeepIdle time.Duration
 	// Logger (logr.Discard()). Each reconcile's context carries it with the
 	// controller, the key and a reconcile ID, as controller-runtime's does.
 	Logger logr.Logger
@@ -116,6 +125,8 @@ type Engine struct {
 	readmit *backoff.Tracker[reconcile.Request]
 	// admitted counts the admitted arrivals not yet taken by a run.
 	admitted atomic.Int64
+	// keeper holds the Leases kept between a key's runs (Options.LeaseKeepIdle).
+	keeper keeper
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
@@ -137,6 +148,10 @@ type arrival struct {
 	check bool
 	// admitted: its request was answered at admission (Options.AnswerAdmitted).
 	admitted bool
+	// release: no event, the key's kept Lease has been idle
+	// (Options.LeaseKeepIdle) since its idle period seq began.
+	release bool
+	seq     int
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -219,6 +234,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1000
+	}
+	if o.LeaseKeepIdle == 0 {
+		o.LeaseKeepIdle = time.Second
 	}
 	if o.MaxAdmitted <= 0 {
 		o.MaxAdmitted = 256
