@@ -74,6 +74,9 @@ type Options struct {
 	MaxScale int
 	// LeaseDuration is how long a key's Lease outlives its holder (15 s).
 	LeaseDuration time.Duration
+	// LeaseKeepIdle keeps a key's Lease between its reconciles until the key
+	// has had none for that long (1 s; negative: release after each).
+	LeaseKeepIdle time.Duration
 	// InstanceID is the Leases' holder identity ($POD_NAME, else the host
 	// name, which is the pod name in Kubernetes, plus "-<pid>" if not PID 1).
 	InstanceID string
@@ -153,6 +156,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	}
 	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE); above 1, per-key Leases serialize reconciles across instances")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
+	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile (default 1s; a negative duration such as -1ns releases after each reconcile)")
 	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")

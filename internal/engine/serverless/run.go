@@ -68,7 +68,7 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 		if k == nil {
 			return &Verdict{Key: key, Outcome: Reconciled, Note: "its Lease was used again since"}
 		}
-		return e.withLease(ctx, key, k, nil)
+		return e.withLease(ctx, key, k, nil, false)
 	}
 	k := e.keeper.take(key, -1)
 	if k != nil && k.isLost() {
@@ -78,7 +78,7 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 	if k != nil && onlyChecks(arrivals) {
 		// A look at the Lease another instance held when an event came:
 		// this instance has taken it since, in a run that started after.
-		return e.withLease(ctx, key, k, nil)
+		return e.withLease(ctx, key, k, nil, true)
 	}
 	if k == nil {
 		var held *lease.Held
@@ -100,13 +100,14 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 		}
 		k = keep(held, 0)
 	}
-	return e.withLease(ctx, key, k, arrivals)
+	return e.withLease(ctx, key, k, arrivals, true)
 }
 
 // withLease reconciles key under its Lease k (if there are arrivals), then
-// keeps k for the key's next run or releases it. A release that finds the
-// Lease marked by another instance reconciles again, from the API server.
-func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, arrivals []*arrival) *Verdict {
+// keeps k for the key's next run (if it may) or releases it. A release that
+// finds the Lease marked by another instance reconciles again, from the API
+// server, and may keep it again.
+func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, arrivals []*arrival, mayKeep bool) *Verdict {
 	v := &Verdict{Key: key, Outcome: Reconciled, Note: "nothing to reconcile; its Lease is released or kept"}
 	for {
 		if len(arrivals) > 0 {
@@ -116,7 +117,7 @@ func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, 
 			end()
 			cancel(nil)
 		}
-		if e.opts.LeaseKeepIdle > 0 && !k.isLost() && e.keeper.put(e.opts.Clock, key, k, e.opts.LeaseKeepIdle, func(seq int) {
+		if mayKeep && e.opts.LeaseKeepIdle > 0 && !k.isLost() && e.keeper.put(e.opts.Clock, key, k, e.opts.LeaseKeepIdle, func(seq int) {
 			e.queue.Submit(key, &arrival{release: true, seq: seq})
 		}) {
 			return v
@@ -138,7 +139,7 @@ func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, 
 		// stand-in). The mark is cleared and the Lease still held.
 		e.stats.Reruns.Add(1)
 		k = keep(k.held, k.seq+1)
-		arrivals = []*arrival{{reason: "marked by another instance"}}
+		arrivals, mayKeep = []*arrival{{reason: "marked by another instance"}}, true
 	}
 }
 
