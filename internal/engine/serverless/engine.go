@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -83,6 +84,12 @@ type Options struct {
 	// the Lease is released: up to LeaseKeepIdle later (1 s; negative:
 	// release after each run).
 	LeaseKeepIdle time.Duration
+	// EventCache answers the reconcilers' Gets of owned and watched objects
+	// from the objects Resource-mode events delivered while this instance
+	// is warm (standin.Cache states the rules), instead of the API server.
+	// Opt-in: it saves a GET per read, and holds those objects in memory
+	// (at most 10000, each served for at most a minute after its event).
+	EventCache bool
 	// Logger (logr.Discard()). Each reconcile's context carries it with the
 	// controller, the key and a reconcile ID, as controller-runtime's does.
 	Logger logr.Logger
@@ -130,6 +137,9 @@ type Engine struct {
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
+	// cache holds the owned and watched objects events delivered
+	// (Options.EventCache); nil when off.
+	cache *standin.Cache
 
 	memoMu sync.Mutex
 	memo   *genskip.Memo[reconcile.Request] // last primary metadata fingerprint per key
@@ -193,6 +203,16 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		versions: standin.NewVersions(), inFlight: make(chan struct{}, opts.MaxInFlight)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
 		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
+	if opts.EventCache {
+		var kinds []schema.GroupVersionKind
+		for _, k := range op.Owned {
+			kinds = append(kinds, k.GVK)
+		}
+		for _, w := range op.Watched {
+			kinds = append(kinds, w.GVK)
+		}
+		e.cache = standin.NewCache(kinds...)
+	}
 	if opts.Durable != nil {
 		e.retry = durableRetry{opts.Durable}
 	} else {

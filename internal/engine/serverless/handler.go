@@ -33,6 +33,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case e.inFlight <- struct{}{}:
 		defer func() { <-e.inFlight }()
 	default:
+		e.cache.Forget() // an event refused unread may have been any object's
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("too many events in flight (%d); retry", e.opts.MaxInFlight), http.StatusTooManyRequests)
 		return
@@ -40,6 +41,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)
 	ev, err := cloudevent.DecodeRequest(r.Context(), r)
 	if err != nil {
+		e.cache.Forget() // an event refused unread may have been any object's
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			http.Error(w, fmt.Sprintf("event larger than %d bytes", e.opts.MaxBodyBytes), http.StatusRequestEntityTooLarge)

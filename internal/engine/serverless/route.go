@@ -80,6 +80,14 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 		return nil, fmt.Errorf("apiVersion %q: %w", ev.APIVersion, err)
 	}
 	gvk := gv.WithKind(ev.Kind)
+	if e.cache.Holds(gvk) {
+		k := types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}
+		if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete {
+			e.cache.Event(gvk, k, ev.Meta.ResourceVersion, ev.Object)
+		} else {
+			e.cache.Event(gvk, k, "", nil)
+		}
+	}
 	rt := &routed{why: fmt.Sprintf("%s %s %s", ev.Kind, ev.Action, key(ev.Namespace, ev.Name)), object: true}
 	matched := false
 	if gvk == e.op.Primary.GVK {

@@ -183,6 +183,9 @@ func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.H
 // runOnce is one reconcile of key, then the settling of its result.
 func (e *Engine) runOnce(ctx context.Context, key reconcile.Request, arrivals []*arrival) *Verdict {
 	st := standin.New(e.op.Primary.GVK, key.NamespacedName, e.standIn(key, arrivals), e.versions)
+	if e.cache != nil {
+		st.WithCache(e.cache)
+	}
 	ctx, cancel := context.WithTimeoutCause(standin.With(ctx, st), e.opts.ReconcileTimeout, errTimeout)
 	defer cancel()
 	ctx = log.IntoContext(ctx, e.logger(key, arrivals))
