@@ -26,7 +26,12 @@
 //     HeldElsewhere.Expires); any later event or sweep takes the expired
 //     Lease over as well.
 //
-// An uncontended reconcile costs two writes: the create and the delete.
+// An uncontended hold costs two writes: the create and the delete. A
+// holder may keep a Lease across several reconciles of its key (the
+// serverless engine does while events for the key keep coming): a mark
+// that arrives meanwhile is found by the next Renew or by Release, which
+// reports it; the reconciles the holder ran after the mark already cover
+// it, so that costs at most one needless reconcile.
 // Leases live in the operator's own namespace (Options.Namespace), carry the
 // label opzero.dev/operator=<operator> and the key in the annotation
 // opzero.dev/key; Stale lists those whose holder is gone.

@@ -29,10 +29,18 @@
 //     Options.MaxConcurrentReconciles.
 //   - Across instances (Options.Locker, set when --max-scale > 1): never two
 //     reconciles of one key at once anywhere. A run first takes the key's
-//     coordination.k8s.io Lease (package lease: a create, and a delete when
-//     it ends). An instance that gets an event for a key another live
-//     instance holds marks the Lease dirty and answers 200 "handed off": the
-//     holder reconciles once more before releasing. If the holder dies, the
+//     coordination.k8s.io Lease (package lease: a create) unless this
+//     instance kept it from the key's previous run: it is kept, renewed
+//     every third of its duration, while runs of the key keep coming, and
+//     deleted once the key has had none for Options.LeaseKeepIdle (1 s) or
+//     on shutdown. A stream of events for a key thus costs two Lease writes
+//     (and the renewals), not two per reconcile. An instance that gets an
+//     event for a key another live instance holds marks the Lease dirty and
+//     answers 200 "handed off": the holder reconciles once more before
+//     releasing (a holder that keeps the Lease idle finds the mark when it
+//     releases it: up to LeaseKeepIdle later). An instance that dies
+//     keeping Leases leaves them to expire: the sweep then reconciles
+//     their keys, once each, needlessly. If the holder dies, the
 //     marking instance looks again at the Lease's expiry (in-process, and
 //     as an Accepted Wakeup when durable time is on, so scaling to zero
 //     loses nothing) and takes it over; a sweep reconciles every key whose
