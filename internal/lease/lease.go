@@ -322,6 +322,25 @@ func (h *Held) Renew(ctx context.Context) error {
 	return fmt.Errorf("renewing the lease of %s: still contended after %d rounds", h.key, maxRounds)
 }
 
+// Refresh renews the Lease unless its last renewal was less than a third
+// of its duration ago, so that a reconcile that starts under a Lease kept
+// from an earlier one has at least two thirds of the duration before
+// KeepAlive must renew it (as a fresh Acquire would). ErrLost: another
+// instance took it.
+func (h *Held) Refresh(ctx context.Context) error {
+	h.mu.Lock()
+	fresh := h.l.opts.Clock.Now().Before(expiry(h.lease).Add(-h.l.opts.Duration * 2 / 3))
+	lost := h.lost
+	h.mu.Unlock()
+	switch {
+	case lost:
+		return ErrLost
+	case fresh:
+		return nil
+	}
+	return h.Renew(ctx)
+}
+
 // reread loads the Lease after a conflict: marked dirty by another instance
 // (still ours), or gone to another holder (ErrLost).
 func (h *Held) reread(ctx context.Context) error {

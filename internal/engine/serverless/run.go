@@ -71,7 +71,8 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 		return e.withLease(ctx, key, k, nil, false)
 	}
 	k := e.keeper.take(key, -1)
-	if k != nil && k.isLost() {
+	if k != nil && (k.isLost() || k.held.Refresh(ctx) != nil) {
+		// Taken by another instance, or its renewal failed: take it anew.
 		k.stop()
 		k = nil
 	}
