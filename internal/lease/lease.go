@@ -237,7 +237,10 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 // TakeOverIfAbandoned is Acquire for a check at a Lease's expiry: it takes
 // the Lease only if it still exists and its holder is gone, and returns
 // nil, nil if there is nothing to do (released: the holder reconciled the
-// mark). A live holder gives *HeldElsewhere, with the Lease marked.
+// mark). A live holder gives *HeldElsewhere and no write: the mark that
+// led to the check is on the Lease or was reconciled by the holder (a
+// holder that clears a mark reconciles again before it lets go), so
+// marking it again would only cost the holder a needless reconcile.
 func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request) (*Held, error) {
 	le := &coordinationv1.Lease{}
 	if err := l.c.Get(ctx, l.objectKey(key), le); err != nil {
@@ -245,6 +248,9 @@ func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+	}
+	if !l.free(le, l.opts.Clock.Now()) {
+		return nil, &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le)}
 	}
 	return l.acquire(ctx, key, le)
 }

@@ -153,6 +153,10 @@ func TestDirtyMarkMakesTheHolderReconcileAgain(t *testing.T) {
 	if again, _ := getLease(t, k); again.ResourceVersion != marked.ResourceVersion {
 		t.Fatal("a second event wrote the mark again: a lease already marked needs no write")
 	}
+	before := bWrites.Load()
+	if hb, err := b.TakeOverIfAbandoned(ctx, k); hb != nil || !errors.As(err, &he) || bWrites.Load() != before {
+		t.Fatalf("check of a live holder's Lease: %v %v, %d writes; want HeldElsewhere and no write", hb, err, bWrites.Load()-before)
+	}
 	if err := h.Renew(ctx); err != nil { // conflicts with the mark, keeps it
 		t.Fatalf("Renew after a mark: %v", err)
 	}
