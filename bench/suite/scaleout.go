@@ -31,9 +31,10 @@ const (
 	soObjects = 200
 	soSenders = 16
 	// The steady stream: soStreamObjects objects, soStreamEvents events
-	// each, interleaved (every object's first event, then every second...).
-	soStreamObjects = 40
-	soStreamEvents  = 10
+	// each, interleaved (every object's first event, then every second...):
+	// each object's events keep coming, well within --lease-keep-idle.
+	soStreamObjects = 10
+	soStreamEvents  = 40
 )
 
 // scaleOut: 200 ConfigWatchers whose reconcile makes a 50 ms external call
