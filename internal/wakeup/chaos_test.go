@@ -32,15 +32,38 @@ import (
 // TestChaos: 500 objects are created while the event sender drops 10% of
 // events and the operator is SIGKILLed every ~2 s and restarted. One sweep
 // then makes every object converge (observedGeneration == generation), and no
-// two reconciles of a key ever overlapped, across all the processes. It runs
-// with each answering mode: after the reconcile (the default) and at
-// admission (--answer=admitted, where a kill also loses what was admitted).
+// two reconciles of a key ever overlapped, across all the processes. The
+// operator answers after the reconcile (the default), or at admission with
+// $CHAOS_ANSWER=admitted (TestChaosAnswerAdmitted).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
 	}
-	for _, answer := range []string{"reconciled", "admitted"} {
-		t.Run(answer, func(t *testing.T) { chaos(t, answer) })
+	answer := os.Getenv("CHAOS_ANSWER")
+	if answer == "" {
+		answer = "reconciled"
+	}
+	chaos(t, answer)
+}
+
+// TestChaosAnswerAdmitted is TestChaos with --answer=admitted, where a kill
+// also loses what was admitted and not yet reconciled. It runs TestChaos in
+// a process of its own: a second ApiServerSource adapter started by the same
+// test process never delivered its first event (the cause is not known).
+func TestChaosAnswerAdmitted(t *testing.T) {
+	if testing.Short() || os.Getenv("CHAOS_ANSWER") != "" {
+		t.Skip("chaos")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CHAOS_ANSWER=admitted")
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "chaos_test.go") || strings.HasPrefix(strings.TrimSpace(line), "---") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestChaos") {
+		t.Fatalf("TestChaos with --answer=admitted: %v", err)
 	}
 }
 
