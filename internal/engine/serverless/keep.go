@@ -3,7 +3,6 @@ package serverless
 import (
 	"context"
 	"sync"
-
 	"time"
 
 	"k8s.io/utils/clock"

@@ -108,7 +108,9 @@ func TestLeaseKeptAcrossAStream(t *testing.T) {
 	if handed.code != 200 || !strings.Contains(handed.result, "handed off") {
 		t.Fatalf("event to b: %d %q %q, want 200 handed off to a", handed.code, handed.result, handed.body)
 	}
-	if !testkit.Wait(10*time.Second, func() bool { return coveredBy(handed, p.spansOf(req(h.ns, "k"))) || startedAfter(handed, p.spansOf(req(h.ns, "k"))) }) {
+	if !testkit.Wait(10*time.Second, func() bool {
+		return coveredBy(handed, p.spansOf(req(h.ns, "k"))) || startedAfter(handed, p.spansOf(req(h.ns, "k")))
+	}) {
 		t.Fatal("the handed-off event was never reconciled by the holder")
 	}
 	if a.Stats().Reruns.Load() != 1 {
