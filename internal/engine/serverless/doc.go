@@ -44,14 +44,21 @@
 //     marking instance looks again at the Lease's expiry (in-process, and
 //     as an Accepted Wakeup when durable time is on, so scaling to zero
 //     loses nothing) and takes it over; a sweep reconciles every key whose
-//     Lease expired.
+//     Lease expired. A look at the expiry of a Lease whose holder is alive
+//     writes nothing: the mark it followed is on the Lease or was
+//     reconciled.
 //   - A 2xx answer means handled: reconciled, deliberately skipped, or
 //     handed off to the instance holding the key's Lease. With
 //     Options.AnswerAdmitted (see below) an object event's 200 means
 //     admitted instead.
 //   - A skipped update costs no reconcile and no API call.
-//   - No cache. The reconciler's client reads from the API server, except
-//     that in Resource mode the reconcile's first Get of its own key is
+//   - No cache unless Options.EventCache (--event-cache, opt-in: reads of
+//     owned and watched objects are then answered from what Resource-mode
+//     events delivered while this instance is warm, by the rules of
+//     standin.Cache: never older than what this instance read or wrote; lists
+//     and objects no event carried go to the API server). Otherwise the
+//     reconciler's client reads from the API server, except that in
+//     Resource mode the reconcile's first Get of its own key is
 //     answered from the newest object that arrived in an event for that key
 //     since the previous reconcile started, if that object is the newest
 //     version this instance knows of: never older than what the reconciler's
