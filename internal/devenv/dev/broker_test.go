@@ -3,6 +3,7 @@ package dev_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -162,6 +163,10 @@ func TestBrokerThroughDev(t *testing.T) {
 		b, _ := os.ReadFile(logFile)
 		if !strings.Contains(string(b), want) {
 			return false, fmt.Errorf("reconciles so far: %q", b)
+		}
+		// dev counts a delivery once its answer is back, after the reconcile.
+		if svc.Events.Load() == 0 {
+			return false, errors.New("the delivery's answer is not back yet")
 		}
 		return true, nil
 	})
