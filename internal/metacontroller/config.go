@@ -62,6 +62,11 @@ type Controller struct {
 	Children []Child
 	Sync     *v1alpha1.Hook
 	Finalize *v1alpha1.Hook
+	// Customize, if set, names the related objects of each parent.
+	Customize *v1alpha1.Hook
+	// Related are the resources named by the annotation RelatedAnnotation:
+	// their changes sync every parent of the controller.
+	Related []Resource
 	// ResyncPeriodSeconds, 0 if unset.
 	ResyncPeriodSeconds int32
 	// Hash identifies the spec the operator started with.
@@ -130,7 +135,7 @@ func resolve(ccs []v1alpha1.CompositeController, dcs []v1alpha1.DecoratorControl
 
 func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, error) {
 	cc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CompositeController"))
-	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: hash(cc.Spec)}
+	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: specHash(cc.Spec, cc.Annotations)}
 	p, err := resolveResource(cc.Spec.ParentResource.ResourceRule, m)
 	if err != nil {
 		return nil, fmt.Errorf("parentResource: %w", err)
@@ -151,10 +156,16 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 		c.Children = append(c.Children, ch)
 	}
 	if h := cc.Spec.Hooks; h != nil {
-		c.Sync, c.Finalize = h.Sync, h.Finalize
+		c.Sync, c.Finalize, c.Customize = h.Sync, h.Finalize, h.Customize
+	}
+	if c.Customize != nil && c.Customize.Webhook == nil {
+		return nil, errors.New("hooks.customize has no webhook")
 	}
 	if c.Sync == nil || c.Sync.Webhook == nil {
 		return nil, errors.New("hooks.sync.webhook is required")
+	}
+	if c.Related, err = relatedResources(cc.Annotations, m); err != nil {
+		return nil, err
 	}
 	if cc.Spec.ResyncPeriodSeconds != nil {
 		c.ResyncPeriodSeconds = *cc.Spec.ResyncPeriodSeconds
@@ -164,7 +175,7 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 
 func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, error) {
 	dc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DecoratorController"))
-	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: hash(dc.Spec)}
+	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: specHash(dc.Spec, dc.Annotations)}
 	if len(dc.Spec.Resources) == 0 {
 		return nil, errors.New("resources is empty")
 	}
@@ -201,15 +212,56 @@ func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, 
 		c.Children = append(c.Children, ch)
 	}
 	if h := dc.Spec.Hooks; h != nil {
-		c.Sync, c.Finalize = h.Sync, h.Finalize
+		c.Sync, c.Finalize, c.Customize = h.Sync, h.Finalize, h.Customize
+	}
+	if c.Customize != nil && c.Customize.Webhook == nil {
+		return nil, errors.New("hooks.customize has no webhook")
 	}
 	if c.Sync == nil || c.Sync.Webhook == nil {
 		return nil, errors.New("hooks.sync.webhook is required")
+	}
+	var err error
+	if c.Related, err = relatedResources(dc.Annotations, m); err != nil {
+		return nil, err
 	}
 	if dc.Spec.ResyncPeriodSeconds != nil {
 		c.ResyncPeriodSeconds = *dc.Spec.ResyncPeriodSeconds
 	}
 	return c, nil
+}
+
+// RelatedAnnotation, on a CompositeController or DecoratorController, lists
+// the resources its customize hook may name, comma-separated as
+// <apiVersion>/<resource> ("v1/configmaps, apps/v1/deployments"). The
+// operator watches them (and `opzero manifests` makes sources for them): a
+// change syncs every parent of the controller in the object's namespace
+// (every parent, for cluster-scoped parents or related objects).
+// Metacontroller needs no such list: it learns the related resources per
+// parent at run time, which would need sources made at run time here.
+const RelatedAnnotation = "opzero.dev/related-resources"
+
+func relatedResources(ann map[string]string, m Mapper) ([]Resource, error) {
+	v, ok := ann[RelatedAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var out []Resource
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		i := strings.LastIndex(item, "/")
+		if i <= 0 {
+			return nil, fmt.Errorf("annotation %s: %q: want <apiVersion>/<resource>, e.g. v1/configmaps or apps/v1/deployments", RelatedAnnotation, item)
+		}
+		res, err := resolveResource(v1alpha1.ResourceRule{APIVersion: item[:i], Resource: item[i+1:]}, m)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: %w", RelatedAnnotation, err)
+		}
+		out = append(out, res)
+	}
+	return out, nil
 }
 
 func checkMethod(m v1alpha1.ChildUpdateMethod) error {
@@ -239,6 +291,12 @@ func resolveResource(r v1alpha1.ResourceRule, m Mapper) (Resource, error) {
 		out.Namespaced = rm.Scope.Name() == meta.RESTScopeNameNamespace
 	}
 	return out, nil
+}
+
+// specHash identifies what the operator serves of a controller: its spec
+// and its RelatedAnnotation.
+func specHash(spec any, ann map[string]string) string {
+	return hash([]any{spec, ann[RelatedAnnotation]})
 }
 
 func hash(spec any) string {

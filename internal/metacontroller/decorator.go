@@ -30,6 +30,10 @@ func (r *Reconciler) syncDecorator(ctx context.Context, c *Controller, d Decorat
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	related, err := r.relatedFor(ctx, c, obj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	hook := c.Sync
 	if finalizing {
 		hook = c.Finalize
@@ -38,7 +42,7 @@ func (r *Reconciler) syncDecorator(ctx context.Context, c *Controller, d Decorat
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
-	req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: observed.byKey(c, obj.GetNamespace()), Related: ChildMap{}, Finalizing: finalizing}
+	req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: observed.byKey(c, obj.GetNamespace()), Related: related, Finalizing: finalizing}
 	var resp DecoratorSyncResponse
 	if err := r.Hooks.Call(ctx, url, timeout, req, &resp); err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)

@@ -24,7 +24,8 @@ type CompositeSyncRequest struct {
 	// Children maps "Kind.apiVersion" to name to object (every child
 	// resource of the controller has an entry, empty if it has no children).
 	Children ChildMap `json:"children"`
-	// Related is always empty: opzero does not call the customize hook.
+	// Related is what the customize hook named, keyed as Children (empty
+	// without a customize hook).
 	Related    ChildMap `json:"related"`
 	Finalizing bool     `json:"finalizing"`
 }

@@ -87,7 +87,7 @@ func (r *Reconciler) check(ctx context.Context, kind, name string, loaded *Contr
 		why = kind + " " + name + " was deleted"
 	case err == nil && loaded == nil:
 		why = kind + " " + name + " was created"
-	case err == nil && hash(spec) != loaded.Hash:
+	case err == nil && specHash(spec, obj.GetAnnotations()) != loaded.Hash:
 		why = kind + " " + name + " changed"
 	}
 	if why != "" && r.OnChange != nil {

@@ -33,6 +33,10 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	related, err := r.relatedFor(ctx, c, parent)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	hook := c.Sync
 	if finalizing {
 		hook = c.Finalize
@@ -41,7 +45,7 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, parent, err)
 	}
-	req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: observed.byKey(c, parent.GetNamespace()), Related: ChildMap{}, Finalizing: finalizing}
+	req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: observed.byKey(c, parent.GetNamespace()), Related: related, Finalizing: finalizing}
 	var resp CompositeSyncResponse
 	if err := r.Hooks.Call(ctx, url, timeout, req, &resp); err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, parent, err)

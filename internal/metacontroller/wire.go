@@ -21,8 +21,9 @@ const Name = "metacontroller"
 
 // Describe adds what the operator watches to b: CompositeControllers are
 // the primary kind (a change restarts the operator), DecoratorControllers,
-// and every parent, decorated, child and attachment resource once, each
-// with one map function that knows every role the kind plays.
+// and every parent, decorated, child, attachment and related
+// (RelatedAnnotation) resource once, each with one map function that knows
+// every role the kind plays.
 func Describe(b *builder.Builder, cfg *Config) *builder.Builder {
 	b = b.Named(Name).For(&v1alpha1.CompositeController{}).
 		Watches(&v1alpha1.DecoratorController{}, func(_ context.Context, _ client.Reader, o client.Object) ([]reconcile.Request, error) {
@@ -41,6 +42,8 @@ type kindRoles struct {
 	gvk     schema.GroupVersionKind
 	parents []parentRole // controllers whose parent (decorated) resource it is
 	childOf []*Controller
+	// relatedOf are controllers whose RelatedAnnotation names the kind.
+	relatedOf []*Controller
 }
 
 type parentRole struct {
@@ -64,6 +67,10 @@ func (cfg *Config) kinds() []*kindRoles {
 		for _, ch := range c.Children {
 			k := get(ch.GVK)
 			k.childOf = append(k.childOf, c)
+		}
+		for _, rel := range c.Related {
+			k := get(rel.GVK)
+			k.relatedOf = append(k.relatedOf, c)
 		}
 	}
 	out := make([]*kindRoles, 0, len(by))
@@ -97,6 +104,22 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 			}
 		}
 		out = append(out, r)
+	}
+	// A related object may be related to any parent: every parent in its
+	// namespace (all, if it or they are cluster-scoped) is synced.
+	for _, ctl := range k.relatedOf {
+		for _, d := range ctl.Parents {
+			keys, err := listParents(ctx, c, parentRole{ctl, d}, obj.GetNamespace())
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range keys {
+				add(r)
+			}
+		}
+	}
+	if len(k.parents) == 0 && len(k.childOf) == 0 {
+		return out, nil
 	}
 	full := obj.GetResourceVersion() != "" // Resource mode, or classic: the whole object
 	var meta client.Object = obj

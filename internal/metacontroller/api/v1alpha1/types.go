@@ -123,7 +123,7 @@ type StatusConditionCheck struct {
 
 // CompositeControllerHooks are the hooks of a CompositeController.
 type CompositeControllerHooks struct {
-	// Customize is accepted and not called (no related objects are sent).
+	// Customize names the related objects sent to sync and finalize.
 	Customize *Hook `json:"customize,omitempty"`
 	Sync      *Hook `json:"sync,omitempty"`
 	Finalize  *Hook `json:"finalize,omitempty"`
@@ -229,7 +229,7 @@ type DecoratorControllerAttachmentUpdateStrategy struct {
 
 // DecoratorControllerHooks are the hooks of a DecoratorController.
 type DecoratorControllerHooks struct {
-	// Customize is accepted and not called.
+	// Customize names the related objects sent to sync and finalize.
 	Customize *Hook `json:"customize,omitempty"`
 	Sync      *Hook `json:"sync,omitempty"`
 	Finalize  *Hook `json:"finalize,omitempty"`
