@@ -1,7 +1,8 @@
 // Package metacontroller serves Metacontroller's hooks with opzero: the
 // CompositeController and DecoratorController API (package v1alpha1) and
-// the sync/finalize hook protocol, run by one reconcile.Reconciler that
-// opzero's builder runs classic or serverless (cmd/opzero-metacontroller).
+// the sync/finalize/customize hook protocol, run by one
+// reconcile.Reconciler that opzero's builder runs classic or serverless
+// (cmd/opzero-metacontroller).
 //
 // # Expected flow
 //
@@ -10,23 +11,30 @@
 // controller with opzero's builder: CompositeController is the primary
 // kind; DecoratorControllers and every parent, decorated, child and
 // attachment resource are watched, each kind once, with a map function that
-// knows every role it plays. Requests have synthetic names:
+// knows every role it plays; so are the resources a controller's
+// annotation opzero.dev/related-resources names (RelatedAnnotation).
+// Requests have synthetic names:
 // "composite/<controller>/<parent>", "decorator/<controller>/<resource.group>/<object>"
 // (in the parent's namespace), a bare controller name or
 // "decorator/<name>" for the controllers themselves.
 //
 // A sync reads the parent, keeps Metacontroller's finalizer on it while the
 // controller has a finalize hook, lists its children (objects of the child
-// resources whose controller ownerReference is the parent), calls the sync
-// hook (the finalize hook while the parent is being deleted), checks the
-// answer whole, applies the children, writes the status and returns the
-// resync as RequeueAfter.
+// resources whose controller ownerReference is the parent), calls the
+// customize hook if there is one and reads the related objects it names
+// from the API server (no cache), calls the sync hook (the finalize hook
+// while the parent is being deleted) with them, checks the answer whole,
+// applies the children, writes the status and returns the resync as
+// RequeueAfter.
 //
 // # Guarantees
 //
 //   - A hook answer that cannot be used (HookClient: not JSON, not an
 //     object, the wrong shape; desiredChildren: a kind the controller does
-//     not manage, no name, another namespace, a duplicate) changes nothing:
+//     not manage, no name, another namespace, a duplicate; a customize
+//     answer naming a resource the API server does not serve, a namespace
+//     other than a namespaced parent's, both labelSelector and names, a
+//     bad selector) changes nothing, and the sync hook is not called:
 //     the parent gets Synced=False with reason HookAnswerInvalid and a
 //     Warning Event, and the sync is retried with the engine's backoff.
 //   - Children are written with server-side apply (field manager
@@ -45,7 +53,12 @@
 //
 // # Caveats
 //
-// The customize hook is not called and related objects are never sent.
+// Metacontroller watches the related resources each parent's customize
+// answer names, as it learns them. Here only the resources listed in
+// RelatedAnnotation are watched, and a change of one of their objects syncs
+// every parent of the controller in the object's namespace (every parent
+// when either is cluster-scoped); other related objects are seen at the
+// next sync (resyncPeriodSeconds, a child's or the parent's change).
 // Orphans are not adopted by selector. Serverless, child events arrive in
 // Reference mode: a deleted child whose owner cannot be read any more
 // syncs every parent in its namespace that may own it. New resources need

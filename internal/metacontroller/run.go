@@ -175,7 +175,8 @@ func describe(opts operator.Options, target string) error {
 // completeDescription puts the true resource names in and the rules the
 // controllers need: parents get/update/patch (finalizers), their status and
 // finalizers subresources (blockOwnerDeletion); children everything a
-// sync does; Knative Services get (a hook's service reference).
+// sync does; related resources (RelatedAnnotation) get, list, watch;
+// Knative Services get (a hook's service reference).
 func completeDescription(d *description.Controller, cfg *Config) {
 	res := map[[2]string]string{}
 	var rules []description.Rule
@@ -191,6 +192,11 @@ func completeDescription(d *description.Controller, cfg *Config) {
 			res[[2]string{ch.GVK.Group, ch.GVK.Kind}] = ch.GVR.Resource
 			rules = append(rules, description.Rule{APIGroups: []string{ch.GVK.Group}, Resources: []string{ch.GVR.Resource},
 				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
+		}
+		for _, rel := range c.Related {
+			res[[2]string{rel.GVK.Group, rel.GVK.Kind}] = rel.GVR.Resource
+			rules = append(rules, description.Rule{APIGroups: []string{rel.GVK.Group}, Resources: []string{rel.GVR.Resource},
+				Verbs: []string{"get", "list", "watch"}})
 		}
 	}
 	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}})
