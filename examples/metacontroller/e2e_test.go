@@ -90,7 +90,10 @@ func objects(t *testing.T, root, ns, mode string) []*unstructured.Unstructured {
 		case "PingSource":
 			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
 		case "CompositeController", "DecoratorController":
-			for _, h := range []string{"sync", "finalize"} {
+			for _, h := range []string{"sync", "finalize", "customize"} {
+				if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "hooks", h); !ok {
+					continue
+				}
 				_ = unstructured.SetNestedField(o.Object, ns, "spec", "hooks", h, "webhook", "service", "namespace")
 			}
 		case "Service", "Secret":
@@ -279,6 +282,23 @@ func exercise(t *testing.T, mode string) {
 	before := calls("/sync")
 	testkit.Eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
 		return calls("/sync") > before, nil
+	})
+
+	// Customize: spec.whoFrom names a related ConfigMap, sent to sync;
+	// changing it syncs again (opzero.dev/related-resources watches it).
+	who := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "who-source"}, Data: map[string]string{"who": "Related"}}
+	if err := c.Create(ctx, who); err != nil {
+		t.Fatal(err)
+	}
+	patchSpec(t, c, hw, `{"spec":{"whoFrom":"who-source","resyncAfterSeconds":null}}`)
+	testkit.Eventually(t, 60*time.Second, "the child built from the related ConfigMap", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, cm)
+		return err == nil && cm.Data["greeting"] == "Hello, Related!", err
+	})
+	patchSpec(t, c, who, `{"data":{"who":"Changed"}}`)
+	testkit.Eventually(t, 60*time.Second, "a sync caused by the related ConfigMap's change", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, cm)
+		return err == nil && cm.Data["greeting"] == "Hello, Changed!", err
 	})
 
 	// A changed controller restarts the operator, which then serves it.

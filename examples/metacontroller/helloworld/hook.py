@@ -1,4 +1,6 @@
-"""HelloWorld's sync and finalize hooks (Metacontroller's example, ported).
+"""HelloWorld's sync, finalize and customize hooks (Metacontroller's
+example, ported; customize added: spec.whoFrom names a ConfigMap whose
+data.who replaces spec.who).
 
 Standard library only. Listens on $PORT. If $HOOK_TOKEN is set, a call
 must carry it as a bearer token.
@@ -10,8 +12,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 TOKEN = os.environ.get("HOOK_TOKEN", "")
 
 
-def sync(parent, children):
+def customize(parent):
+    source = parent.get("spec", {}).get("whoFrom")
+    if not source:
+        return {"relatedResources": []}
+    return {"relatedResources": [
+        {"apiVersion": "v1", "resource": "configmaps", "names": [source]}]}
+
+
+def sync(parent, children, related):
     who = parent.get("spec", {}).get("who", "World")
+    source = parent.get("spec", {}).get("whoFrom")
+    if source:
+        cm = related.get("ConfigMap.v1", {}).get(source)
+        if cm and cm.get("data", {}).get("who"):
+            who = cm["data"]["who"]
     name = parent["metadata"]["name"]
     greeting = "Hello, %s!" % who
     pod = {
@@ -56,11 +71,13 @@ class Handler(BaseHTTPRequestHandler):
             if parent.get("spec", {}).get("who") == "garbage":
                 body = b"this is not JSON"
             else:
-                body = json.dumps(sync(parent, req["children"])).encode()
+                body = json.dumps(sync(parent, req["children"], req["related"])).encode()
+        elif self.path == "/customize":
+            body = json.dumps(customize(parent)).encode()
         elif self.path == "/finalize":
             # Done at once; the children stay until the garbage collector
             # removes them with their parent.
-            answer = sync(parent, req["children"])
+            answer = sync(parent, req["children"], req["related"])
             answer["finalized"] = True
             body = json.dumps(answer).encode()
         else:
