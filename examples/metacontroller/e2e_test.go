@@ -233,6 +233,43 @@ func exercise(t *testing.T, mode string) {
 	})
 	cmUID = cm.UID
 
+	// Customize: spec.whoFrom names a related ConfigMap, sent to sync;
+	// changing it syncs again (opzero.dev/related-resources watches it; no
+	// resync is due now: only the ConfigMap's event can cause that sync).
+	who := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "who-source"}, Data: map[string]string{"who": "Related"}}
+	if err := c.Create(ctx, who); err != nil {
+		t.Fatal(err)
+	}
+	patchSpec(t, c, hw, `{"spec":{"whoFrom":"who-source"}}`)
+	testkit.Eventually(t, 60*time.Second, "the children built from the related ConfigMap", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, pod); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		err := c.Get(ctx, key, cm)
+		return err == nil && cm.Data["greeting"] == "Hello, Related!" && pod.Annotations["greeting"] == "Hello, Related!", err
+	})
+	// No sync for 2 s: the syncs the Pod's recreation caused are over.
+	last, since := calls("/sync"), time.Now()
+	testkit.Eventually(t, 60*time.Second, "the syncs the edit caused to end", func(context.Context) (bool, error) {
+		if n := calls("/sync"); n != last {
+			last, since = n, time.Now()
+		}
+		return time.Since(since) > 2*time.Second, nil
+	})
+	patchSpec(t, c, who, `{"data":{"who":"Changed"}}`)
+	testkit.Eventually(t, 60*time.Second, "a sync caused by the related ConfigMap's change", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, cm)
+		return err == nil && cm.Data["greeting"] == "Hello, Changed!", err
+	})
+	patchSpec(t, c, hw, `{"spec":{"whoFrom":null}}`)
+	testkit.Eventually(t, 60*time.Second, "the greeting back to spec.who", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, key, cm)
+		return err == nil && cm.Data["greeting"] == "Hello, opzero!", err
+	})
+	if cm.UID != cmUID {
+		t.Fatalf("the ConfigMap child was replaced, want it updated in place")
+	}
+
 	// A hook that answers garbage: condition and Event, no child touched.
 	patchSpec(t, c, hw, `{"spec":{"who":"garbage"}}`)
 	testkit.Eventually(t, 60*time.Second, "Synced=False HookAnswerInvalid and a Warning Event on the HelloWorld", func(ctx context.Context) (bool, error) {
@@ -282,23 +319,6 @@ func exercise(t *testing.T, mode string) {
 	before := calls("/sync")
 	testkit.Eventually(t, 60*time.Second, what, func(context.Context) (bool, error) {
 		return calls("/sync") > before, nil
-	})
-
-	// Customize: spec.whoFrom names a related ConfigMap, sent to sync;
-	// changing it syncs again (opzero.dev/related-resources watches it).
-	who := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "who-source"}, Data: map[string]string{"who": "Related"}}
-	if err := c.Create(ctx, who); err != nil {
-		t.Fatal(err)
-	}
-	patchSpec(t, c, hw, `{"spec":{"whoFrom":"who-source","resyncAfterSeconds":null}}`)
-	testkit.Eventually(t, 60*time.Second, "the child built from the related ConfigMap", func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, key, cm)
-		return err == nil && cm.Data["greeting"] == "Hello, Related!", err
-	})
-	patchSpec(t, c, who, `{"data":{"who":"Changed"}}`)
-	testkit.Eventually(t, 60*time.Second, "a sync caused by the related ConfigMap's change", func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, key, cm)
-		return err == nil && cm.Data["greeting"] == "Hello, Changed!", err
 	})
 
 	// A changed controller restarts the operator, which then serves it.
