@@ -6,6 +6,7 @@
 //	go run ./bench/suite                 # everything
 //	go run ./bench/suite -only coldstart # exec -> ready / first reconcile at 2000 ConfigMaps
 //	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
+//	go run ./bench/suite -only wakeup    # the wakeup source with 10k and 100k records pending
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
@@ -31,7 +33,8 @@ import (
 var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic"}
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake or scaleout")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout or wakeup")
+	flag.IntVar(&wakeupsPending, "wakeups", 100_000, "how many Wakeups are pending in the wakeup part's larger run")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
 	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
@@ -120,6 +123,7 @@ func run(only string, runs int, out string) error {
 	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
+	_ = v1alpha1.AddToScheme(e.scheme)
 	cfg := *plane.Config
 	cfg.QPS, cfg.Burst = 2000, 4000
 	if e.c, err = client.New(&cfg, client.Options{Scheme: e.scheme}); err != nil {
@@ -146,6 +150,11 @@ func run(only string, runs int, out string) error {
 	}
 	if only == "" || only == "scaleout" {
 		if err := e.scaleOut(ctx, r, runs); err != nil {
+			return err
+		}
+	}
+	if only == "" || only == "wakeup" { // last: it leaves its records in etcd
+		if err := e.wakeups(ctx, r, wakeupsPending); err != nil {
 			return err
 		}
 	}
@@ -346,6 +355,9 @@ other work shared it.
   hold (one sender never has two events of a key in flight): 97 (87-107)
   objects/s held against 92 (74-110) not held, in a 2-run comparison.
 ` + wakeupSourceSection
+
+// wakeupsPending is -wakeups.
+var wakeupsPending int
 
 // pprofDir is -pprof: where profiled operator instances write their profiles.
 var pprofDir string

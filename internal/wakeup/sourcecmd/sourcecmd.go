@@ -34,7 +34,9 @@ const Long = `The wakeup source is a small always-on process. It watches Wakeup 
 RequeueAfter or fails) and, at each one's due time, sends a dev.opzero.wakeup
 CloudEvent to the record's sink, which starts the operator if it has scaled to
 zero; after a 2xx answer it deletes the record. It fires overdue records when it
-starts and backs off when a sink fails.
+starts and backs off when a sink fails. It holds at most --window records in
+memory, the earliest due, and lists the others by their due-time label
+(opzero.dev/due-bucket) when their turn comes.
 
 It needs get/list/watch/delete on wakeups.opzero.dev. With --audience it
 authenticates like Knative's OIDC senders: a TokenRequest token of
@@ -50,6 +52,7 @@ type Flags struct {
 	Audience       string
 	ServiceAccount string // <namespace>/<name>
 	Concurrency    int
+	Window         int
 	HealthAddr     string
 }
 
@@ -60,6 +63,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
+	fs.IntVar(&f.Window, "window", wakeup.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
 	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe) and /readyz (the Wakeups have been listed) on this address, e.g. :8081 (default: not served).")
 }
 
@@ -85,7 +89,7 @@ func (f Flags) Run(ctx context.Context) error {
 		return err
 	}
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Log: log}
+	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, Log: log}
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}
