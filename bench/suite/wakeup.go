@@ -37,14 +37,14 @@ const (
 // probe records due over 10 s (100/s), and how late those probes fired.
 func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	bins := map[string]string{"window": filepath.Join(e.dir, "wakeup-source"), "before": filepath.Join(e.dir, "wakeup-source-before")}
-	if out, err := exec.Command("go", "build", "-o", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
+	if out, err := buildCmd("", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/wakeup-source: %v\n%s", err, out)
 	}
 	src := filepath.Join(e.dir, "baseline-src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return err
 	}
-	build := exec.Command("bash", "-c", fmt.Sprintf("git archive %s | tar -x -C %s && cd %s && go build -o %s ./cmd/wakeup-source", wakeupBaseline, src, src, bins["before"]))
+	build := exec.Command("bash", "-c", fmt.Sprintf("git archive %s | tar -x -C %s && cd %s && CGO_ENABLED=0 go build -o %s ./cmd/wakeup-source", wakeupBaseline, src, src, bins["before"]))
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the wakeup source at %s: %v\n%s", wakeupBaseline[:7], err, out)
 	}
