@@ -95,7 +95,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	}
 	bin, args := name, []string{}
 	switch name {
-	case "opzero", "opzero-slim":
+	case "opzero", "opzero-slim", "opzero-before":
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
 		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
@@ -118,7 +118,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 			}
 		}
 	}()
-	if name == "opzero" || name == "opzero-slim" {
+	if name == "opzero" || name == "opzero-slim" || name == "opzero-before" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)

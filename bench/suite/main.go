@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,12 @@ import (
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
-var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic"}
+var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic", "opzero-before"}
+
+// baseline is the commit before issue 16's changes to memory, cold start
+// and the wakeup source: "before" (today's variant) is built from it with
+// the same flags, so a ratio within one run isolates what changed.
+const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
 	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout or wakeup")
@@ -59,6 +65,7 @@ func main() {
 }
 
 type report struct {
+	figs     map[string]float64 // the figures the goals table reads (goals.go)
 	sections []string
 	rss      map[string]map[int][]float64 // operator -> count -> runs
 	split    map[string][2][]float64      // operator -> file-backed, anonymous MiB at 0 ConfigMaps
@@ -90,6 +97,15 @@ func run(only string, runs int, out string) error {
 	}
 	defer os.RemoveAll(dir)
 	fmt.Println("building the operators ...")
+	baseSrc := filepath.Join(dir, "baseline-src")
+	if out, err := exec.Command("bash", "-c", fmt.Sprintf("mkdir -p %s && git archive %s | tar -x -C %s", baseSrc, baseline, baseSrc)).CombinedOutput(); err != nil {
+		return fmt.Errorf("the source at %s (git archive): %v\n%s", baseline[:7], err, out)
+	}
+	before := buildCmd("", filepath.Join(dir, "opzero-before"), "./examples/configwatcher")
+	before.Dir = baseSrc
+	if out, err := before.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./examples/configwatcher at %s: %v\n%s", baseline[:7], err, out)
+	}
 	for _, b := range []struct{ name, pkg, tags string }{
 		{"opzero", "./examples/configwatcher", ""},
 		{"opzero-slim", "./examples/configwatcher", "opzero_serverless"}, // serverless only: no controller-runtime manager linked
@@ -132,7 +148,7 @@ func run(only string, runs int, out string) error {
 	if err := e.setup(ctx); err != nil {
 		return err
 	}
-	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}}
+	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}, figs: map[string]float64{}}
 	if only == "" || only == "memory" || only == "coldstart" {
 		if err := e.memoryAndColdStart(ctx, r, only, runs); err != nil {
 			return err
@@ -208,10 +224,12 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	if only != "coldstart" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "RSS once the first event is reconciled, MiB, median (min-max) of %d runs. Each operator watches ConfigWatchers and ConfigMaps (1 KiB each).\n\n", runs)
-		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, serverless-only build | opzero classic | serverless / controller-runtime |\n|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, serverless-only build | opzero classic | opzero serverless, before (%s) | serverless / controller-runtime | serverless / before |\n|---|---|---|---|---|---|---|---|\n", baseline[:7])
 		for _, n := range counts {
-			cr, sl, slim, cl := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-slim"][n], r.rss["opzero-classic"][n]
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %.2f |\n", n, fstats(cr), fstats(sl), fstats(slim), fstats(cl), fmedian(sl)/fmedian(cr))
+			cr, sl, slim, cl, bf := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-slim"][n], r.rss["opzero-classic"][n], r.rss["opzero-before"][n]
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.2f | %.2f |\n", n, fstats(cr), fstats(sl), fstats(slim), fstats(cl), fstats(bf), fmedian(sl)/fmedian(cr), fmedian(sl)/fmedian(bf))
+			r.fig("rss-default", math.Max(r.figs["rss-default"], fmedian(sl)))
+			r.fig("rss-slim", math.Max(r.figs["rss-slim"], fmedian(slim)))
 		}
 		if counts[0] == 0 {
 			b.WriteString("\nAt 0 ConfigMaps, file-backed (the binary's code and data pages) + anonymous (heap, stacks, runtime) MiB, medians:")
@@ -238,13 +256,14 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	var b strings.Builder
 	fmt.Fprintf(&b, "2000 ConfigMaps present; exec of the operator binary to ready (controller-runtime: caches synced; opzero: accepting connections) and to its first event reconciled (observed in the API server). Median (min-max) of 10 runs.\n\n")
 	fmt.Fprintf(&b, "| operator | exec -> ready | exec -> first event reconciled |\n|---|---|---|\n")
-	for _, op := range []string{"controller-runtime", "opzero", "opzero-slim"} {
+	for _, op := range []string{"controller-runtime", "opzero", "opzero-slim", "opzero-before"} {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", label(op), stats(cold[op][0]), stats(cold[op][1]))
 	}
 	fmt.Fprintf(&b, "\nexec -> first event reconciled: opzero serverless is **%.1fx** faster.\n", float64(median(cold["controller-runtime"][1]))/float64(median(cold["opzero"][1])))
 	fmt.Fprintf(&b, "\nThrough `opzero dev`'s activator (internal/devenv/activator, in the suite's process): the event reaches it with no instance running; it execs the operator, polls /healthz every 2 ms, proxies the event and answers when the operator has answered (2xx: reconciled; the suite checks the status). Event -> answer, median (min-max) of %d runs:\n\n| operator | event at zero -> reconciled |\n|---|---|\n", max(runs, 10))
-	for _, v := range activatorVariants {
+	for i, v := range activatorVariants {
 		fmt.Fprintf(&b, "| %s | %s |\n", v.label, stats(via[v.label]))
+		r.fig(fmt.Sprint("cold-activator-", i), float64(median(via[v.label]))/float64(time.Millisecond))
 	}
 	r.add("Cold start", b.String())
 	return nil
@@ -255,6 +274,8 @@ var activatorVariants = []struct{ label, bin, audience string }{
 	{"opzero serverless, --insecure-no-auth", "opzero", ""},
 	{"opzero serverless, --audience (a TokenReview at the first request)", "opzero", "opzero-bench"},
 	{"opzero serverless, serverless-only build, --insecure-no-auth", "opzero-slim", ""},
+	{"opzero serverless, before (" + baseline[:7] + "), --insecure-no-auth", "opzero-before", ""},
+	{"opzero serverless, before (" + baseline[:7] + "), --audience", "opzero-before", "opzero-bench"},
 }
 
 // buildCmd is go build as the suite builds the operators: CGO_ENABLED=0,
@@ -273,6 +294,8 @@ func label(op string) string {
 		return "opzero serverless, serverless-only build"
 	case "opzero-classic":
 		return "opzero classic"
+	case "opzero-before":
+		return "opzero serverless, before (" + baseline[:7] + ")"
 	}
 	return op
 }
@@ -282,6 +305,7 @@ func (r *report) write(out string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (`go run ./bench/suite`) on %s: %s, %d CPUs, %s/%s, %s, on the local control plane (kube-apiserver v1.34.3, etcd v3.6.4). Baseline: `bench/crbaseline`, the same ConfigWatcher reconciler on a plain controller-runtime v0.25.2 manager.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	b.WriteString(r.goals())
 	b.WriteString(strings.Join(r.sections, "\n"))
 	b.WriteString(analysis)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {

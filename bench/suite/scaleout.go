@@ -73,6 +73,12 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 		}
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %d | %s | %s | %.2fx | %.2fx | %.2f |\n", v.n, lock, fstatsInt(res[v]), m/one, m/oneLeased, leaseWrites[v]/reconciles[v])
+		if v.n == 4 {
+			r.fig("so-4x", m/one)
+		}
+		if v.leases && v.n > 1 {
+			r.fig("so-lease", leaseWrites[v]/reconciles[v])
+		}
 	}
 	r.add("Scale-out", b.String())
 	return nil

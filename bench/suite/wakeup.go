@@ -21,11 +21,6 @@ import (
 	"github.com/opzero/opzero/internal/wakeup"
 )
 
-// wakeupBaseline is the commit whose wakeup source held every pending
-// record in memory (a reflector's list and an entry per record): the
-// "before" column, built from `git archive`.
-const wakeupBaseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
-
 const (
 	wakeupNS = "wk"
 	probes   = 1000
@@ -40,13 +35,10 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	if out, err := buildCmd("", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/wakeup-source: %v\n%s", err, out)
 	}
-	src := filepath.Join(e.dir, "baseline-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return err
-	}
-	build := exec.Command("bash", "-c", fmt.Sprintf("git archive %s | tar -x -C %s && cd %s && CGO_ENABLED=0 go build -o %s ./cmd/wakeup-source", wakeupBaseline, src, src, bins["before"]))
+	build := buildCmd("", bins["before"], "./cmd/wakeup-source") // the source that held an entry per record
+	build.Dir = filepath.Join(e.dir, "baseline-src")
 	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the wakeup source at %s: %v\n%s", wakeupBaseline[:7], err, out)
+		return fmt.Errorf("building the wakeup source at %s: %v\n%s", baseline[:7], err, out)
 	}
 	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wakeupNS}}); err != nil {
 		return err
@@ -101,7 +93,7 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		"Once it is ready (it has listed them) it delivers %d probe records due over 10 s (100/s, created after it is ready) to an in-process sink. "+
 		"RSS (VmRSS) when the probes are delivered and peak (VmHWM), MiB; lateness of the probes (arrival - due). One run per cell. "+
 		"Before: the source at %s, which held an entry per record (a reflector's full list); window: today's, which holds at most --window (10000) records.\n\n",
-		wakeupNS, probes, wakeupBaseline[:7])
+		wakeupNS, probes, baseline[:7])
 	b.WriteString("| pending | source | RSS | peak RSS | exec -> ready | fire lateness p50 | p99 | max |\n|---|---|---|---|---|---|---|---|\n")
 	for _, w := range rows {
 		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %s | %s | %s |\n", w.pending, w.variant, w.rss, w.peak,
@@ -115,6 +107,13 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		fmt.Fprintf(&b, "\nAt %d pending the windowed source is at **%.2fx** the RSS of the one before (%.1f against %.1f MiB).\n", max, a.rss/c.rss, a.rss, c.rss)
 	}
 	r.add("Wakeup source", b.String())
+	if w, ok := byKey[fmt.Sprint(max, "window")]; ok {
+		r.fig("wk-pending", float64(max))
+		r.fig("wk-rss", w.rss)
+		r.fig("wk-peak", w.peak)
+		r.fig("wk-p99", float64(w.p99)/float64(time.Millisecond))
+		r.fig("wk-rss-before", byKey[fmt.Sprint(max, "before")].rss)
+	}
 	return nil
 }
 

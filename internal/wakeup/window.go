@@ -136,6 +136,7 @@ func (s *Source) trim() {
 	if cut.Before(s.cutoff) {
 		s.cutoff = cut
 	}
+	s.group = 1 // dense here: the next read takes one bucket (advance doubles it while they are sparse)
 	for _, e := range held[s.opts.Window:] {
 		s.forget(e.ns + "/" + e.name)
 	}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// fig records a figure for the goals table.
+func (r *report) fig(name string, v float64) { r.figs[name] = v }
+
+// goals is the table of issue 16's goals, each against this run's figure
+// (a ratio within the run where the goal is one).
+func (r *report) goals() string {
+	type goal struct {
+		what, unit string
+		figs       []string // the first is compared with want
+		want       float64
+		atMost     bool
+	}
+	gs := []goal{
+		{"converge 2000 objects, one ApiServerSource (the wiring `opzero manifests` generates): x controller-runtime, x raw limit", "x", []string{"tp-opzero-cr", "tp-opzero-raw"}, 1.2, false},
+		{"the same with 4 sources: x controller-runtime", "x", []string{"tp-opzero-4src-cr"}, 1.5, false},
+		{"wakeup source with 100k pending: RSS MiB (peak; before: the source that held every record), fire lateness p99 ms", "MiB", []string{"wk-rss", "wk-peak", "wk-rss-before", "wk-p99"}, 40, true},
+		{"Lease writes per reconcile, max-scale > 1 (4 instances)", "", []string{"so-lease"}, 1.0, true},
+		{"4 instances, 50 ms external call: x one instance", "x", []string{"so-4x"}, 3.7, false},
+		{"serverless RSS, default build, largest median over 0-10000 ConfigMaps, MiB (serverless-only build)", "MiB", []string{"rss-default", "rss-slim"}, 24, true},
+		{"cold start, event at zero -> reconciled through `opzero dev`'s activator, ms (with a TokenReview; serverless-only build)", "ms", []string{"cold-activator-0", "cold-activator-1", "cold-activator-2"}, 40, true},
+	}
+	var b strings.Builder
+	b.WriteString("## Issue 16 goals\n\nEach goal against this run's figures (the sections below have the detail and the method). The first figure is the one the goal is about; the others, in parentheses, are for context.\n\n| goal | this run | target | met |\n|---|---|---|---|\n")
+	for _, g := range gs {
+		v, ok := r.figs[g.figs[0]]
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured | %s %.4g | - |\n", g.what, map[bool]string{true: "<=", false: ">="}[g.atMost], g.want)
+			continue
+		}
+		var rest []string
+		for _, f := range g.figs[1:] {
+			if x, ok := r.figs[f]; ok {
+				rest = append(rest, fmt.Sprintf("%.2f", x))
+			}
+		}
+		val := fmt.Sprintf("%.2f", v)
+		if len(rest) > 0 {
+			val += " (" + strings.Join(rest, ", ") + ")"
+		}
+		met := v >= g.want
+		if g.atMost {
+			met = v <= g.want
+		}
+		if g.figs[0] == "wk-rss" { // two goals: RSS and p99
+			met = met && r.figs["wk-p99"] <= 100
+		}
+		if g.figs[0] == "tp-opzero-cr" {
+			met = met && r.figs["tp-opzero-raw"] >= 0.6
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s %.4g%s | %s |\n", g.what, val, map[bool]string{true: "<=", false: ">="}[g.atMost], g.want, extraTarget(g.figs[0]), map[bool]string{true: "yes", false: "**no**"}[met])
+	}
+	b.WriteString("\nThe wakeup source at 1M pending is not measured: see \"Reading the figures\".\n\n")
+	return b.String()
+}
+
+func extraTarget(fig string) string {
+	switch fig {
+	case "wk-rss":
+		return "; p99 <= 100"
+	case "tp-opzero-cr":
+		return "; >= 0.6 of raw"
+	}
+	return ""
+}
