@@ -65,6 +65,7 @@ func main() {
 }
 
 type report struct {
+	loadStart string             // /proc/loadavg's 1-minute figure when the run began
 	figs     map[string]float64 // the figures the goals table reads (goals.go)
 	sections []string
 	rss      map[string]map[int][]float64 // operator -> count -> runs
@@ -148,36 +149,42 @@ func run(only string, runs int, out string) error {
 	if err := e.setup(ctx); err != nil {
 		return err
 	}
-	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}, figs: map[string]float64{}}
-	if only == "" || only == "memory" || only == "coldstart" {
-		if err := e.memoryAndColdStart(ctx, r, only, runs); err != nil {
+	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}, figs: map[string]float64{}, loadStart: loadavg()}
+	// A full run writes the report after each part, so that a run stopped
+	// early keeps what it measured (the goals table says "not measured").
+	save := func() error {
+		if out == "" || only != "" {
+			return nil
+		}
+		return r.write(out)
+	}
+	parts := []struct {
+		name string
+		run  func() error
+	}{
+		{"memory", func() error {
+			if only == "" || only == "memory" || only == "coldstart" {
+				return e.memoryAndColdStart(ctx, r, only, runs)
+			}
+			return nil
+		}},
+		{"throughput", func() error { return e.throughput(ctx, r, runs) }},
+		{"intake", func() error { return intake(r, runs) }},
+		{"scaleout", func() error { return e.scaleOut(ctx, r, runs) }},
+		{"wakeup", func() error { return e.wakeups(ctx, r, wakeupsPending) }}, // last: it leaves its records in etcd
+	}
+	for _, p := range parts {
+		if only != "" && only != p.name && !(p.name == "memory" && only == "coldstart") {
+			continue
+		}
+		if err := p.run(); err != nil {
+			return err
+		}
+		if err := save(); err != nil {
 			return err
 		}
 	}
-	if only == "" || only == "throughput" {
-		if err := e.throughput(ctx, r, runs); err != nil {
-			return err
-		}
-	}
-	if only == "" || only == "intake" {
-		if err := intake(r, runs); err != nil {
-			return err
-		}
-	}
-	if only == "" || only == "scaleout" {
-		if err := e.scaleOut(ctx, r, runs); err != nil {
-			return err
-		}
-	}
-	if only == "" || only == "wakeup" { // last: it leaves its records in etcd
-		if err := e.wakeups(ctx, r, wakeupsPending); err != nil {
-			return err
-		}
-	}
-	if out == "" || only != "" {
-		return nil
-	}
-	return r.write(out)
+	return nil
 }
 
 // memoryAndColdStart starts each operator against 0, 2000 and 10000
@@ -305,6 +312,7 @@ func (r *report) write(out string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (`go run ./bench/suite`) on %s: %s, %d CPUs, %s/%s, %s, on the local control plane (kube-apiserver v1.34.3, etcd v3.6.4). Baseline: `bench/crbaseline`, the same ConfigWatcher reconciler on a plain controller-runtime v0.25.2 manager.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&b, "Load: the 1-minute load average was %s when the run began and %s when this was written, on %d CPUs: other work shared the machine, so compare figures within this run.\n\n", r.loadStart, loadavg(), runtime.NumCPU())
 	b.WriteString(r.goals())
 	b.WriteString(strings.Join(r.sections, "\n"))
 	b.WriteString(analysis)
@@ -327,29 +335,81 @@ the opzero operators with ` + "`-tags opzero_pprof`" + `, and each instance writ
 Numbers quoted here are from such single runs on this 2-core machine while
 other work shared it.
 
-- **Serverless RSS is flat in the object count, and its floor is the code
-  image, not the heap.** An idle serverless instance has ~31 MiB resident, of
-  which ~25 MiB are file-backed pages of the 48 MB binary (the split above;
-  ` + "`grep -E 'RssFile|RssAnon' /proc/PID/status`" + `, ` + "`/proc/PID/smaps`" + `: the text and
-  rodata mappings are almost wholly resident, ~800 linked packages' init
-  code and type data being spread over them) and ~6 MiB anonymous. The heap
-  is small: every package init together allocates 3.5 MB
+- **Serverless RSS is flat in the object count; what bounds it is the code
+  image, not the heap, so the default build misses 24 MiB.** What each
+  change saved, after the first reconcile, MiB (single runs of the
+  example against the local control plane, the suite's RSS method, while
+  other work loaded the machine to 10-15):
+  building with ` + "`CGO_ENABLED=0`" + ` (as ko builds the images; the suite now
+  builds every operator so) -1.3, all file-backed (libc and the dynamic
+  loader are no longer mapped);
+  discovering only the group-versions used (operator/mapper.go, below)
+  -0.7, anonymous (no mapper of every kind of the cluster);
+  leaving the classic manager out (` + "`-tags opzero_serverless`" + `, the
+  serverless-only column) -4.2 (file-backed 25.9 -> 22.3);
+  ` + "`GOGC=50`" + `: nothing measurable; ` + "`GOMEMLIMIT=10MiB`" + `: -0.4 anonymous, but
+  the garbage collector then runs during package init and exec -> first
+  reconcile went from ~34 to ~100 ms, so neither is a default.
+  The default build was not changed to leave classic mode out: the
+  manager is linked by ` + "`operator`" + ` itself (classic mode and
+  ` + "`operator.NewManager`" + ` for adopted kubebuilder projects), so leaving it
+  out by default means moving both into a package the user's main
+  imports, a change of the public API and of docs/migrating.md's diff that
+  this round did not make; and it would not reach 24 either (the
+  serverless-only build is ~27).
+  Where the rest is (` + "`python3 hack/resident-by-package.py PID`" + ` on the
+  serverless-only build after its first reconcile: /proc/PID/pagemap
+  against ` + "`go tool nm`" + `): RSS 27.3 = 21.0 file-backed + 6.3 anonymous; of
+  the binary's text 10.8 of 14.6 MiB are resident, of its read-only data
+  9.4 of 13.6 (the function tables, pclntab, 4.6; type descriptors 4.8).
+  3.75 MiB of the resident text is k8s.io/api: every package's init
+  registers its protobuf descriptors and the scheme registers every
+  built-in kind, and the kernel maps 64 KiB around each page fault, so
+  code touched once at start stays resident. controller-runtime's
+  ` + "`pkg/client`" + ` imports client-go's kubernetes/scheme, which links all 56
+  built-in API groups; any operator on controller-runtime's client pays
+  for them. Package init is also most of exec -> ready
   (` + "`GODEBUG=inittrace=1 ./configwatcher --mode=serverless`" + `: client-go's
-  kubernetes/scheme 0.67 MB, controller-runtime's apiutil 0.52 MB, the
-  CloudEvents SDK's default zap logger 0.46 MB), and ~2.3 MB is in use after
-  2000 reconciles (` + "`go tool pprof -sample_index=inuse_space -top opzero-throughput-1.heap.pprof`" + `).
-  Half of the text, 7.4 of 14.7 MB (` + "`go tool nm -size`" + ` summed by package),
-  is k8s.io/api: the generated protobuf and deep-copy methods of all 56
-  built-in API groups. They are linked because controller-runtime's
-  ` + "`pkg/client`" + ` imports client-go's kubernetes/scheme, which registers every
-  built-in kind (` + "`go list -deps sigs.k8s.io/controller-runtime/pkg/client`" + `
-  lists 56 k8s.io/api packages), so a scheme with only the kinds used
-  cannot unlink them (it would save < 1 MB of heap). GOGC or GOMEMLIMIT
-  could only trim the ~6 MiB anonymous part. What does lower it: the serverless-only build
-  (` + "`-tags opzero_serverless`" + `: no manager, cache, webhooks or leader
-  election linked) is 42.6 MB instead of 48.1 and 2-3 MiB lower once it
-  has reconciled (its file-backed part ~22 instead of ~25 MiB). Reaching
-  20 MiB would take a client that does not link client-go's whole scheme.
+  kubernetes/scheme 13 ms, controller-runtime's apiutil, which registers
+  every kind again, 8.7 ms, on this loaded machine).
+- **Cold start: the first reconcile no longer discovers the whole API.**
+  controller-runtime's mapper answers its first question with aggregated
+  discovery: GET /api and GET /apis, every resource of every group,
+  decoded into a mapper of every kind. The serverless client's mapper
+  (operator/mapper.go) discovers only the group-version asked for (GET
+  /api/v1, GET /apis/k8spatterns.io/v1; counted with the API server's
+  ` + "`apiserver_request_total`" + `) and falls back to controller-runtime's for
+  anything else. Listen -> answer of the first event went from 18-27 ms to
+  15 ms in interleaved single runs here. The TokenReview of the first
+  request (` + "`--audience`" + `) adds one round trip (the activator rows). A
+  warm-up that resolved the mappings in the background while the server
+  started gained nothing measurable (the event arrives as soon as
+  /healthz answers) and was dropped. The rest of a cold start is exec and
+  package init (above) and the reconcile's own requests.
+- **The wakeup source holds a window, not every record.** It keeps at most
+  ` + "`--window`" + ` (10000) records in memory, the earliest due, plus strays
+  (records without a valid ` + "`opzero.dev/due-bucket`" + ` label: written before
+  the label existed, or by hand). The Store labels each record with its
+  due second; the source watches every record, holds those due before its
+  cutoff, and lists the next seconds by label (` + "`in (...)`" + `, up to 64 a
+  request) when the window runs below half or the clock nears its end. A
+  label, not a field selector: neither selects a range, and a CRD field
+  selector (selectableFields) allows only equality, where a label
+  selector takes a set of values on any API server. Delivery order and
+  "nothing lost" are tested on the real API server:
+  ` + "`TestSourceWindow`" + ` (a window of 40 over 300 records, strays, writes and
+  deletes while it runs, a fake clock) and ` + "`TestSourceKilledWithPending`" + `
+  (SIGKILLed twice while delivering; 10k records with a window of 1000 in
+  ` + "`make test`" + `, ` + "`OPZERO_WAKEUPS=100000`" + ` for 100k with a window of 10000).
+  1M pending was not run: creating Wakeups ran at ~140/s on this loaded
+  machine (10k in 72 s), so 1M would take about two hours. What the source
+  holds does not depend on the count (the window; one page of 500 during
+  its list at start), so its RSS at 1M should be that at 100k; what grows
+  is the API server's and etcd's memory, and the list at start (2000 pages
+  at 1M). Its cost: a second holding more than a window of records is
+  listed again for each window delivered. Fire lateness is the process
+  getting the CPU: on this machine, with the load at 13-15, one stall of a
+  few hundred ms moves the p99 of a 10 s run of probes.
 - **Throughput with one real adapter is bounded by the sender, which
   delivers one event at a time.** With one ApiServerSource the operator's
   CPU profile shows 2.5 s of CPU in a 22 s run (11% of one core; 1.3 ms per
@@ -409,6 +469,16 @@ other work shared it.
   hold (one sender never has two events of a key in flight): 97 (87-107)
   objects/s held against 92 (74-110) not held, in a 2-run comparison.
 ` + wakeupSourceSection
+
+// loadavg is the 1-minute load average.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
+}
 
 // wakeupsPending is -wakeups.
 var wakeupsPending int
