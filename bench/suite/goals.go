@@ -26,17 +26,28 @@ func (r *report) goals() string {
 		{"serverless RSS, default build, largest median over 0-10000 ConfigMaps, MiB (serverless-only build)", "MiB", []string{"rss-default", "rss-slim"}, 24, true},
 		{"cold start, event at zero -> reconciled through `opzero dev`'s activator, ms (with a TokenReview; serverless-only build)", "ms", []string{"cold-activator-0", "cold-activator-1", "cold-activator-2"}, 40, true},
 	}
+	figs := map[string]float64{}
+	for k, v := range r.figs {
+		figs[k] = v
+	}
+	separate := false
+	if _, ok := figs["wk-rss"]; !ok && len(wakeupSeparate) > 0 { // the full run did not reach the wakeup part
+		for k, v := range wakeupSeparate {
+			figs[k] = v
+		}
+		separate = true
+	}
 	var b strings.Builder
 	b.WriteString("## Issue 16 goals\n\nEach goal against this run's figures (the sections below have the detail and the method). The first figure is the one the goal is about; the others, in parentheses, are for context.\n\n| goal | this run | target | met |\n|---|---|---|---|\n")
 	for _, g := range gs {
-		v, ok := r.figs[g.figs[0]]
+		v, ok := figs[g.figs[0]]
 		if !ok {
 			fmt.Fprintf(&b, "| %s | not measured | %s %.4g | - |\n", g.what, map[bool]string{true: "<=", false: ">="}[g.atMost], g.want)
 			continue
 		}
 		var rest []string
 		for _, f := range g.figs[1:] {
-			if x, ok := r.figs[f]; ok {
+			if x, ok := figs[f]; ok {
 				rest = append(rest, fmt.Sprintf("%.2f", x))
 			}
 		}
@@ -49,12 +60,15 @@ func (r *report) goals() string {
 			met = v <= g.want
 		}
 		if g.figs[0] == "wk-rss" { // two goals: RSS and p99
-			met = met && r.figs["wk-p99"] <= 100
+			met = met && figs["wk-p99"] <= 100
 		}
 		if g.figs[0] == "tp-opzero-cr" {
-			met = met && r.figs["tp-opzero-raw"] >= 0.6
+			met = met && figs["tp-opzero-raw"] >= 0.6
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s %.4g%s | %s |\n", g.what, val, map[bool]string{true: "<=", false: ">="}[g.atMost], g.want, extraTarget(g.figs[0]), map[bool]string{true: "yes", false: "**no**"}[met])
+	}
+	if separate {
+		fmt.Fprintf(&b, "\nThe wakeup source's figures are from a separate run (%s), not this one: see \"The wakeup source, measured separately\".\n", wakeupSeparateRun)
 	}
 	b.WriteString("\nThe wakeup source at 1M pending is not measured: see \"Reading the figures\".\n\n")
 	return b.String()
@@ -69,3 +83,14 @@ func extraTarget(fig string) string {
 	}
 	return ""
 }
+
+// wakeupSeparate are the goals table's wakeup figures from a separate
+// `go run ./bench/suite -only wakeup` (wakeupSeparateRun), used when a full
+// run stops before its wakeup part: creating 100k records takes longer than
+// a loaded machine leaves a full run. Empty: none.
+var wakeupSeparate = map[string]float64{}
+
+const wakeupSeparateRun = ""
+
+// wakeupSeparateSection is that run's "Wakeup source" section.
+const wakeupSeparateSection = ""

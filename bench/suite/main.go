@@ -313,8 +313,12 @@ func (r *report) write(out string) error {
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (`go run ./bench/suite`) on %s: %s, %d CPUs, %s/%s, %s, on the local control plane (kube-apiserver v1.34.3, etcd v3.6.4). Baseline: `bench/crbaseline`, the same ConfigWatcher reconciler on a plain controller-runtime v0.25.2 manager.\n\n",
 		time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(&b, "Load: the 1-minute load average was %s when the run began and %s when this was written, on %d CPUs: other work shared the machine, so compare figures within this run.\n\n", r.loadStart, loadavg(), runtime.NumCPU())
+	_, measured := r.figs["wk-rss"]
 	b.WriteString(r.goals())
 	b.WriteString(strings.Join(r.sections, "\n"))
+	if !measured && wakeupSeparateSection != "" {
+		b.WriteString("\n## The wakeup source, measured separately\n\n" + wakeupSeparateSection)
+	}
 	b.WriteString(analysis)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err

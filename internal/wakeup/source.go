@@ -27,7 +27,8 @@ type SourceOptions struct {
 	// opzero.dev/operator): one source per operator, several operators on a
 	// cluster, each record delivered once.
 	Operator string
-	// Concurrency bounds deliveries in flight (16).
+	// Concurrency bounds the events being sent at once (16); up to four
+	// times as many delivered records may be waiting for their DELETE.
 	Concurrency int
 	// Backoff after a failed delivery (1 s doubling to 1 min).
 	Backoff backoff.Policy
@@ -130,7 +131,11 @@ func (s *Source) Held() int {
 func (s *Source) Run(ctx context.Context) error {
 	s.health.begin(true)
 	defer s.health.begin(false)
-	sem := make(chan struct{}, s.opts.Concurrency)
+	// A delivery holds a slot of sending while it sends the event, and one
+	// of settling until its record is deleted: a slow DELETE does not hold
+	// back the next events, and both stay bounded.
+	sending := make(chan struct{}, s.opts.Concurrency)
+	settling := make(chan struct{}, 4*s.opts.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
@@ -140,9 +145,10 @@ func (s *Source) Run(ctx context.Context) error {
 	for {
 		next, wait := s.popDue(s.opts.Clock.Now())
 		if next != nil {
-			sem <- struct{}{}
+			settling <- struct{}{}
+			sending <- struct{}{}
 			wg.Add(1)
-			go func() { defer wg.Done(); defer func() { <-sem }(); s.deliver(ctx, next) }()
+			go func() { defer wg.Done(); defer func() { <-settling }(); s.deliver(ctx, next, sending) }()
 			continue
 		}
 		timer.Reset(wait)
@@ -171,8 +177,11 @@ func (s *Source) popDue(now time.Time) (*entry, time.Duration) {
 	return &cp, 0
 }
 
-func (s *Source) deliver(ctx context.Context, e *entry) {
+// deliver sends e's event, releases its slot of sending, and deletes the
+// record after a 2xx; it backs off after a failure.
+func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{}) {
 	err := s.send(ctx, e)
+	<-sending
 	if err == nil {
 		if s.opts.Delivered != nil {
 			s.opts.Delivered(e.ns, e.name, e.due, s.opts.Clock.Now())

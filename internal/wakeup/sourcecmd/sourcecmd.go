@@ -62,7 +62,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name (label opzero.dev/operator; default: every operator's, for one source per cluster).")
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
-	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
+	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
 	fs.IntVar(&f.Window, "window", wakeup.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
 	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe) and /readyz (the Wakeups have been listed) on this address, e.g. :8081 (default: not served).")
 }
