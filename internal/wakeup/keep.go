@@ -149,8 +149,8 @@ func (s *Source) nextAdvance() time.Duration {
 }
 
 // advance moves the horizon to lookahead past the clock and, while the
-// cutoff is below it and less than half a window is held, reads the next
-// buckets: a group of them at a time, halved when a group fills a quarter
+// cutoff is below it and less than lead ahead of the clock, and less than
+// half a window is held, reads the next buckets: a group of them at a time, halved when a group fills a quarter
 // of the window, doubled when it brings little.
 func (s *Source) advance(ctx context.Context) error {
 	for {
@@ -158,7 +158,10 @@ func (s *Source) advance(ctx context.Context) error {
 		if h := time.Unix(bucketOf(s.opts.Clock.Now().Add(lookahead))+BucketSeconds, 0); h.After(s.horizon) {
 			s.horizon = h
 		}
-		if !s.cutoff.Before(s.horizon) || s.labeled >= s.opts.Window/2 {
+		// Held records are all due before the cutoff, the others after it:
+		// read further only when the clock nears the cutoff with less than
+		// half a window held (idle: one list a minute).
+		if !s.cutoff.Before(s.horizon) || s.labeled >= s.opts.Window/2 || s.cutoff.Sub(s.opts.Clock.Now()) >= lead {
 			s.mu.Unlock()
 			return nil
 		}
