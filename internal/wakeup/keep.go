@@ -188,11 +188,11 @@ func (s *Source) advance(ctx context.Context) error {
 // returns the list's resource version.
 func (s *Source) scanAll(ctx context.Context) (string, error) {
 	s.mu.Lock()
-	s.horizon = time.Unix(bucketOf(s.opts.Clock.Now())+2*BucketSeconds, 0)
+	s.horizon = time.Unix(bucketOf(s.opts.Clock.Now().Add(lookahead))+BucketSeconds, 0)
 	s.cutoff = s.horizon
 	s.listed = map[int64]string{}
 	s.mu.Unlock()
-	return s.scan(ctx, "", func(*entry) bool { return true })
+	return s.scan(ctx, "", func(*entry) bool { return true }, time.Time{})
 }
 
 // scanBuckets lists the records of buckets (selected by sel) into the
@@ -203,6 +203,7 @@ func (s *Source) scanBuckets(ctx context.Context, sel string, buckets []int64, u
 		in[b] = true
 	}
 	s.mu.Lock()
+	below := s.cutoff // what is held is due before it, what the list brings after
 	if upTo.After(s.horizon) {
 		upTo = s.horizon
 	}
@@ -210,7 +211,7 @@ func (s *Source) scanBuckets(ctx context.Context, sel string, buckets []int64, u
 		s.cutoff = upTo
 	}
 	s.mu.Unlock()
-	rv, err := s.scan(ctx, sel, func(e *entry) bool { return e.labeled && in[e.bucket] })
+	rv, err := s.scan(ctx, sel, func(e *entry) bool { return e.labeled && in[e.bucket] }, below)
 	if err != nil {
 		return err
 	}
@@ -224,8 +225,10 @@ func (s *Source) scanBuckets(ctx context.Context, sel string, buckets []int64, u
 
 // scan lists the records matching sel page by page, admitting each, then
 // drops the entries in scope that the list did not show (deleted or moved
-// meanwhile). It returns the list's resource version.
-func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool) (string, error) {
+// meanwhile). It returns the list's resource version. Until it returns,
+// only entries due before below are delivered: the list's pages come in
+// name order, not due order.
+func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool, below time.Time) (string, error) {
 	if op := s.operatorSelector(); op != "" {
 		sel = strings.TrimPrefix(op+","+sel, ",")
 		sel = strings.TrimSuffix(sel, ",")
@@ -233,7 +236,14 @@ func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool) 
 	s.mu.Lock()
 	s.scans++
 	gen := s.scans
+	s.gated, s.below = true, below
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.gated = false
+		s.poke()
+		s.mu.Unlock()
+	}()
 	list := &v1alpha1.WakeupList{}
 	var rv string
 	for cont := ""; ; {

@@ -70,7 +70,9 @@ type Source struct {
 	horizon time.Time         // the cutoff's ceiling: the end of the bucket after the clock's
 	listed  map[int64]string  // bucket -> resource version of the list that last read it
 	scans   uint64
-	group   int // buckets the next read of the window takes (advance)
+	group   int  // buckets the next read of the window takes (advance)
+	gated   bool // a list is being read: deliver only entries due before below
+	below   time.Time
 	kick    chan struct{}
 
 	health watchHealth
@@ -171,6 +173,9 @@ func (s *Source) popDue(now time.Time) (*entry, time.Duration) {
 	e := s.due[0]
 	if wait := e.due.Sub(now); wait > 0 {
 		return nil, wait
+	}
+	if s.gated && !e.due.Before(s.below) {
+		return nil, time.Hour // a list is being read (keep.go): the keeper pokes when it is done
 	}
 	heap.Pop(&s.due)
 	cp := *e
