@@ -22,11 +22,12 @@ import (
 //  2. a watch of every record from that list's resource version: an event
 //     of a record due before the cutoff, or of a stray, updates its entry,
 //     any other event drops it;
-//  3. when the clock reaches the next bucket, or fewer than half a window of
-//     labeled entries are left while the cutoff is below the horizon, a
-//     paged list of the buckets between the cutoff and the horizon, by
-//     label, raises the cutoff. Watch events older than such a list are
-//     skipped for the buckets it read (resource versions compared).
+//  3. when the clock is within a minute of the cutoff and fewer than half a
+//     window of labeled entries are held, a paged list of the next buckets
+//     (up to the horizon, a group at a time), by label, raises the cutoff.
+//     Watch events older than such a list are skipped for the buckets it
+//     read (resource versions compared). While a list is read, only
+//     entries due before what it may bring are delivered.
 //
 // A failed list or watch is retried with backoff; a watch that can no
 // longer resume (410 Gone) starts again from 1.
