@@ -66,10 +66,10 @@ func main() {
 
 type report struct {
 	loadStart string             // /proc/loadavg's 1-minute figure when the run began
-	figs     map[string]float64 // the figures the goals table reads (goals.go)
-	sections []string
-	rss      map[string]map[int][]float64 // operator -> count -> runs
-	split    map[string][2][]float64      // operator -> file-backed, anonymous MiB at 0 ConfigMaps
+	figs      map[string]float64 // the figures the goals table reads (goals.go)
+	sections  []string
+	rss       map[string]map[int][]float64 // operator -> count -> runs
+	split     map[string][2][]float64      // operator -> file-backed, anonymous MiB at 0 ConfigMaps
 }
 
 func (r *report) add(title, body string) {
