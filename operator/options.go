@@ -59,6 +59,15 @@ type Options struct {
 	WakeupSink string
 	// Async answers as soon as an event is durably recorded (needs WakeupSink).
 	Async bool
+	// AnswerAdmitted answers an ApiServerSource event as soon as its keys
+	// are queued, and reconciles afterwards (serverless; opt-in): one
+	// source then feeds several reconciles at once. A SIGKILL can lose
+	// admitted reconciles, which the sweeps heal; see --answer.
+	AnswerAdmitted bool
+	// EventCache answers the reconciler's Gets of owned and watched objects
+	// from what Resource-mode events delivered while warm (serverless;
+	// opt-in); see --event-cache.
+	EventCache bool
 	// WakeupNamespace holds Wakeups of cluster-scoped objects ($POD_NAMESPACE, else default).
 	WakeupNamespace string
 
@@ -69,6 +78,9 @@ type Options struct {
 	MaxScale int
 	// LeaseDuration is how long a key's Lease outlives its holder (15 s).
 	LeaseDuration time.Duration
+	// LeaseKeepIdle keeps a key's Lease between its reconciles until the key
+	// has had none for that long (1 s; negative: release after each).
+	LeaseKeepIdle time.Duration
 	// InstanceID is the Leases' holder identity ($POD_NAME, else the host
 	// name, which is the pod name in Kubernetes, plus "-<pid>" if not PID 1).
 	InstanceID string
@@ -131,6 +143,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
 	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this URL (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
+	fs.Func("answer", "serverless: when to answer an ApiServerSource event: reconciled (after its reconciles, the default) or admitted (once its objects are queued; faster with one source, but a SIGKILL can lose queued reconciles until the next sweep)",
+		func(s string) error {
+			switch s {
+			case "reconciled", "admitted":
+				o.AnswerAdmitted = s == "admitted"
+				return nil
+			}
+			return fmt.Errorf("unknown answer %q: want reconciled or admitted", s)
+		})
+	fs.BoolVar(&o.EventCache, "event-cache", o.EventCache, "serverless: answer the reconciler's reads of owned and watched objects from what Resource-mode events delivered while this instance is warm, never older than what it read or wrote; lists and objects not seen go to the API server")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	if o.MaxScale == 0 {
 		if n, err := strconv.Atoi(os.Getenv("OPZERO_MAX_SCALE")); err == nil {
@@ -139,6 +161,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	}
 	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE); above 1, per-key Leases serialize reconciles across instances")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
+	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile (default 1s; a negative duration such as -1ns releases after each reconcile)")
 	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")

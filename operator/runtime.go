@@ -165,7 +165,9 @@ func (r *Runtime) Register(op *builder.Controller) error {
 			return errors.New("serverless: one operator per runtime (one HTTP endpoint); run another binary for " + op.Name)
 		}
 		so := serverless.Options{ReconcileTimeout: r.opts.ReconcileTimeout, MaxWait: r.opts.MaxWait,
-			FollowUpSettle: r.opts.FollowUpSettle, MaxInFlight: r.opts.MaxInFlight, Logger: r.opts.Logger}
+			FollowUpSettle: r.opts.FollowUpSettle, MaxInFlight: r.opts.MaxInFlight, Logger: r.opts.Logger,
+			AnswerAdmitted: r.opts.AnswerAdmitted, LeaseKeepIdle: r.opts.LeaseKeepIdle,
+			EventCache: r.opts.EventCache}
 		if r.opts.BackoffBase > 0 || r.opts.BackoffCap > 0 {
 			p := backoff.Policy{Base: r.opts.BackoffBase, Cap: r.opts.BackoffCap}
 			so.Backoff = &p

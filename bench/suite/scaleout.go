@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,6 +30,11 @@ import (
 const (
 	soObjects = 200
 	soSenders = 16
+	// The steady stream: soStreamObjects objects, soStreamEvents events
+	// each, interleaved (every object's first event, then every second...):
+	// each object's events keep coming, well within --lease-keep-idle.
+	soStreamObjects = 10
+	soStreamEvents  = 40
 )
 
 // scaleOut: 200 ConfigWatchers whose reconcile makes a 50 ms external call
@@ -53,7 +59,7 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 			if v.leases {
 				maxScale = 4
 			}
-			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, maxScale, fmt.Sprintf("so-%d-%v-%d", v.n, v.leases, i))
+			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, maxScale, fmt.Sprintf("so-%d-%v-%d", v.n, v.leases, i), soObjects, 1)
 			if err != nil {
 				return fmt.Errorf("scale-out with %d instances: %w", v.n, err)
 			}
@@ -80,15 +86,65 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 			r.fig("so-lease", leaseWrites[v]/reconciles[v])
 		}
 	}
+	b.WriteString("\nThe Lease of a key is kept between its reconciles while events for it keep coming (`--lease-keep-idle`, default 1s) and deleted once it has had none for that long; these rows count the deletes too (each run waits until no Lease is left).\n")
+	if err := e.leaseStream(ctx, &b, runs); err != nil {
+		return err
+	}
 	r.add("Scale-out", b.String())
 	return nil
 }
 
-func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string) (rate, leaseWrites, reconciles float64, err error) {
+// leaseStream: a steady stream (soStreamObjects objects, soStreamEvents
+// events each, interleaved) through the balancer, 1 and 4 instances at
+// max-scale 4, Leases kept while warm (the default) and released after
+// every reconcile (--lease-keep-idle=-1ns, the engine before): Lease
+// writes per reconcile.
+func (e *env) leaseStream(ctx context.Context, b *strings.Builder, runs int) error {
+	type variant struct {
+		n    int
+		keep bool
+	}
+	variants := []variant{{1, false}, {1, true}, {4, false}, {4, true}}
+	res := map[variant][]float64{}
+	leaseWrites, reconciles := map[variant]float64{}, map[variant]float64{}
+	for i := 0; i < runs; i++ {
+		for _, v := range variants {
+			fmt.Printf("  lease stream %d instance(s), keep %v, run %d ...\n", v.n, v.keep, i+1)
+			var extra []string
+			if !v.keep {
+				extra = []string{"--lease-keep-idle=-1ns"}
+			}
+			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, 4, fmt.Sprintf("ls-%d-%v-%d", v.n, v.keep, i), soStreamObjects, soStreamEvents, extra...)
+			if err != nil {
+				return fmt.Errorf("lease stream with %d instances: %w", v.n, err)
+			}
+			res[v] = append(res[v], rate)
+			leaseWrites[v] += lw
+			reconciles[v] += rc
+		}
+	}
+	fmt.Fprintf(b, "\nA steady stream: %d ConfigWatchers, %d events each, interleaved, sent as above (max-scale 4, Leases); events per second until every send is answered and no Lease is left, median (min-max) of %d runs; Lease writes and reconciles (status writes), all runs.\n\n", soStreamObjects, soStreamEvents, runs)
+	fmt.Fprintf(b, "| instances | Lease kept while warm | events/s | reconciles per event | lease writes per reconcile | lease writes per event |\n|---|---|---|---|---|---|\n")
+	events := float64(soStreamObjects * soStreamEvents * runs)
+	for _, v := range variants {
+		keep := "no (released after each reconcile)"
+		if v.keep {
+			keep = "yes (default, 1s idle)"
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %.2f | %.2f | %.2f |\n", v.n, keep, fstatsInt(res[v]), reconciles[v]/events, leaseWrites[v]/reconciles[v], leaseWrites[v]/events)
+	}
+	return nil
+}
+
+// scaleOutOnce sends events events to each of objects ConfigWatchers through
+// a balancer over n instances and returns events per second until every
+// object has converged (and, with Leases, none is left), and the Lease and
+// status writes the API server counted meanwhile.
+func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, objects, events int, extra ...string) (rate, leaseWrites, reconciles float64, err error) {
 	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return 0, 0, 0, err
 	}
-	cws := make([]*v1.ConfigWatcher, soObjects)
+	cws := make([]*v1.ConfigWatcher, objects)
 	for i := range cws {
 		cws[i] = &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i)},
 			Spec: v1.ConfigWatcherSpec{ConfigMap: "external", PodSelector: map[string]string{"app": "x"}}}
@@ -102,8 +158,8 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string) (rat
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		cmd := exec.Command(filepath.Join(e.dir, "testop"), "--mode=serverless", "--insecure-no-auth",
-			"--max-concurrent-reconciles=1", "--max-scale="+strconv.Itoa(maxScale), "--lease-duration=10s")
+		cmd := exec.Command(filepath.Join(e.dir, "testop"), append([]string{"--mode=serverless", "--insecure-no-auth",
+			"--max-concurrent-reconciles=1", "--max-scale=" + strconv.Itoa(maxScale), "--lease-duration=10s"}, extra...)...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PORT="+strconv.Itoa(port))
 		if err := cmd.Start(); err != nil {
 			return 0, 0, 0, err
@@ -138,8 +194,10 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string) (rat
 			}
 		}()
 	}
-	for _, cw := range cws {
-		jobs <- cw
+	for range events {
+		for _, cw := range cws {
+			jobs <- cw
+		}
 	}
 	close(jobs)
 	wg.Wait()
@@ -159,7 +217,7 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string) (rat
 				done++
 			}
 		}
-		if done == soObjects {
+		if done == objects {
 			break
 		}
 		if time.Since(t0) > 3*time.Minute {
@@ -168,11 +226,28 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string) (rat
 		time.Sleep(20 * time.Millisecond)
 	}
 	d := time.Since(t0)
+	// Kept Leases are deleted once idle: count those writes too.
+	for maxScale > 1 && e.leasesLeft(ctx) != 0 {
+		if time.Since(t0) > 3*time.Minute {
+			return 0, 0, 0, fmt.Errorf("%d Leases left after 3 minutes", e.leasesLeft(ctx))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	after, err := e.requestCounts(ctx)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	return soObjects / d.Seconds(), after.leaseWrites - before.leaseWrites, after.statusWrites - before.statusWrites, nil
+	return float64(objects*events) / d.Seconds(), after.leaseWrites - before.leaseWrites, after.statusWrites - before.statusWrites, nil
+}
+
+// leasesLeft counts the per-key Leases of opzero operators (all runs use
+// the default namespace); -1 if they cannot be listed.
+func (e *env) leasesLeft(ctx context.Context) int {
+	list := &coordinationv1.LeaseList{}
+	if err := e.c.List(ctx, list, client.InNamespace("default"), client.HasLabels{"opzero.dev/operator"}); err != nil {
+		return -1
+	}
+	return len(list.Items)
 }
 
 func waitHealthy(url string) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,10 +24,46 @@ import (
 
 const tpObjects = 2000
 
-// tpVariants: the baseline, opzero as the issue asks (one real adapter), two
-// ways the product offers to feed it more than one event at a time, and the
-// raw limit. Every object carries a shard label (0-3) in every variant.
-var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async", "raw"}
+// tpVariants: the baseline; opzero answering after the reconcile (the
+// default) with one real adapter and with four; --async; opzero answering
+// at admission (--answer=admitted) with the generated wiring (one
+// ApiServerSource per kind: ConfigWatchers and ConfigMaps) and the event
+// cache (--event-cache), without the cache, and with four ConfigWatcher
+// sources; and the raw limit. Every object carries a shard label (0-3) in
+// every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
+// (controller-runtime and raw are always run: the ratios need them).
+var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "raw"}
+
+// tpVariant describes how a serverless variant is run.
+type tpVariant struct {
+	args      []string // operator flags beyond --mode=serverless --insecure-no-auth
+	selectors []string // one ConfigWatcher source per label selector
+	cmSource  bool     // a ConfigMap source too (Resource mode), as opzero manifests generates
+}
+
+var tpServerless = map[string]tpVariant{
+	"opzero":                  {selectors: []string{""}},
+	"opzero-4src":             {selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}},
+	"opzero-async":            {args: []string{"--async"}, selectors: []string{""}},
+	"opzero-admitted":         {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{""}, cmSource: true},
+	"opzero-admitted-nocache": {args: []string{"--answer=admitted"}, selectors: []string{""}, cmSource: true},
+	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
+}
+
+func tpSelected() []string {
+	want := os.Getenv("OPZERO_BENCH_TP_VARIANTS")
+	if want == "" {
+		return tpVariants
+	}
+	var out []string
+	for _, v := range tpVariants {
+		if v == "controller-runtime" || v == "raw" || slices.Contains(strings.Split(want, ","), v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
 
 // throughput: 2000 ConfigWatchers created, time until every one has
 // observedGeneration == generation: controller-runtime (MaxConcurrentReconciles
@@ -35,8 +72,9 @@ var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero
 // concurrency 16).
 func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	res := map[string][]float64{}
+	variants := tpSelected()
 	for i := 0; i < runs; i++ {
-		for _, v := range tpVariants {
+		for _, v := range variants {
 			ns := fmt.Sprintf("tp-%s-%d", v, i)
 			fmt.Printf("  throughput %s run %d ...\n", v, i+1)
 			d, err := e.throughputOnce(ctx, v, ns)
@@ -50,13 +88,16 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs.\n\n", tpObjects, runs)
 	fmt.Fprintf(&b, "| variant | objects/s | vs controller-runtime | vs raw limit |\n|---|---|---|---|\n")
 	cr, raw := fmedian(res["controller-runtime"]), fmedian(res["raw"])
-	for _, v := range tpVariants {
+	for _, v := range variants {
 		name := map[string]string{
-			"controller-runtime": "controller-runtime (MaxConcurrentReconciles 4)",
-			"opzero":             "opzero serverless (real ApiServerSource adapter, 8 concurrent keys)",
-			"opzero-4src":        "opzero serverless, 4 ApiServerSources each selecting a quarter of the objects by label",
-			"opzero-async":       "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
-			"raw":                "raw limit (bare client, create + status write, concurrency 16)"}[v]
+			"controller-runtime":      "controller-runtime (MaxConcurrentReconciles 4)",
+			"opzero":                  "opzero serverless, answer after the reconcile (default; real ApiServerSource adapter, 8 concurrent keys)",
+			"opzero-4src":             "opzero serverless, answer after the reconcile, 4 ApiServerSources each selecting a quarter of the objects by label",
+			"opzero-async":            "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
+			"opzero-admitted":         "opzero serverless --answer=admitted --event-cache, the generated wiring (one ApiServerSource per kind: ConfigWatchers, ConfigMaps)",
+			"opzero-admitted-nocache": "the same without --event-cache (the ConfigMap GET goes to the API server)",
+			"opzero-admitted-4src":    "opzero serverless --answer=admitted --event-cache, 4 ConfigWatcher sources by label + the ConfigMap source",
+			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
 		r.fig("tp-"+v+"-cr", m/cr)
@@ -81,7 +122,7 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 			return 0, err
 		}
 		defer stop()
-	case "opzero", "opzero-4src", "opzero-async":
+	case "opzero", "opzero-4src", "opzero-async", "opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src":
 		stop, gone, err := e.startServerless(ctx, ns, variant)
 		if err != nil {
 			return 0, err
@@ -187,9 +228,10 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 	if err != nil {
 		return nil, nil, err
 	}
-	args := []string{"--mode=serverless", "--insecure-no-auth"}
+	tv := tpServerless[variant]
+	args := append([]string{"--mode=serverless", "--insecure-no-auth"}, tv.args...)
 	if variant == "opzero-async" {
-		args = append(args, "--async", fmt.Sprintf("--wakeup-sink=http://127.0.0.1:%d", port))
+		args = append(args, fmt.Sprintf("--wakeup-sink=http://127.0.0.1:%d", port))
 	}
 	cmd := exec.Command(filepath.Join(e.dir, "opzero"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
@@ -199,9 +241,16 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 	}
 	gone := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(gone) }()
-	selectors := []string{""}
-	if variant == "opzero-4src" {
-		selectors = []string{"shard=0", "shard=1", "shard=2", "shard=3"}
+	type source struct {
+		sel string
+		res knative.Resource
+	}
+	var sources []source
+	for _, sel := range tv.selectors {
+		sources = append(sources, source{sel, knative.Resource{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers", LabelSelector: sel}})
+	}
+	if tv.cmSource {
+		sources = append(sources, source{"", knative.Resource{Version: "v1", Resource: "configmaps"}})
 	}
 	var adapters []*knative.Adapter
 	stop = func() {
@@ -211,11 +260,11 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		<-gone
 	}
-	for i, sel := range selectors {
+	for i, src := range sources {
 		a, err := knative.StartApiServerSource(ctx, knative.ApiServerSourceConfig{
 			Name: fmt.Sprintf("tp-%s-%d", ns, i), Namespaces: []string{ns}, Mode: "Resource", Kubeconfig: e.kubeconfig,
 			Sink:      fmt.Sprintf("http://127.0.0.1:%d", port),
-			Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers", LabelSelector: sel}},
+			Resources: []knative.Resource{src.res},
 		})
 		if err != nil {
 			stop()
@@ -224,5 +273,20 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 		adapters = append(adapters, a)
 	}
 	time.Sleep(time.Second) // its reflector lists and watches before the first create
+	if tv.cmSource {
+		// A warm instance has seen its ConfigMap: change it once, so that
+		// its event reaches the operator before the ConfigWatchers exist.
+		cm := &corev1.ConfigMap{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cfg"}, cm); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cm.Data = map[string]string{"warm": "1"}
+		if err := e.c.Update(ctx, cm); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	return stop, gone, nil
 }

@@ -96,6 +96,11 @@ type Queue[K comparable, V any] struct {
 
 	closed  bool
 	drained chan struct{} // closed once closed and nothing runs
+	// refusing: Drain has begun; submissions are refused but what is
+	// pending still runs. idle is closed once refusing and nothing is
+	// running, queued, held or pending.
+	refusing bool
+	idle     chan struct{}
 }
 
 // batch is the payloads and tickets that one run serves.
@@ -137,6 +142,7 @@ func New[K comparable, V any](opts Options, run RunFunc[K, V]) *Queue[K, V] {
 		running:  map[K]struct{}{},
 		settling: map[K]*hold{},
 		drained:  make(chan struct{}),
+		idle:     make(chan struct{}),
 	}
 	q.ctx, q.cancel = context.WithCancelCause(parent)
 	return q
@@ -149,7 +155,7 @@ func (q *Queue[K, V]) Submit(key K, payload V) *Ticket {
 	t := newTicket()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
+	if q.closed || q.refusing {
 		t.complete(ErrShutdown)
 		return t
 	}
@@ -214,6 +220,7 @@ func (q *Queue[K, V]) finish(key K, b *batch[V], err error) {
 	}
 	q.dispatchLocked()
 	q.drainedLocked()
+	q.idleLocked()
 	q.mu.Unlock()
 	b.complete(err)
 }
@@ -265,6 +272,34 @@ func (q *Queue[K, V]) drainedLocked() {
 	default:
 		close(q.drained)
 	}
+}
+
+// idleLocked closes idle once Drain has begun and the queue holds nothing.
+func (q *Queue[K, V]) idleLocked() {
+	if !q.refusing || len(q.running) > 0 || len(q.pending) > 0 {
+		return
+	}
+	select {
+	case <-q.idle:
+	default:
+		close(q.idle)
+	}
+}
+
+// Drain stops accepting submissions (they complete with ErrShutdown), lets
+// every run already submitted happen (queued, held follow-ups, pending
+// follow-ups), and then shuts the queue down. If ctx ends first, it is
+// Shutdown with that ctx: what has not started completes with ErrShutdown.
+func (q *Queue[K, V]) Drain(ctx context.Context) error {
+	q.mu.Lock()
+	q.refusing = true
+	q.idleLocked()
+	q.mu.Unlock()
+	select {
+	case <-q.idle:
+	case <-ctx.Done():
+	}
+	return q.Shutdown(ctx)
 }
 
 // Shutdown stops accepting submissions and completes the tickets of every

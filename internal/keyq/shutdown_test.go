@@ -112,3 +112,68 @@ func TestShutdownIdle(t *testing.T) {
 		t.Fatalf("Shutdown of an idle queue = %v, want nil", err)
 	}
 }
+
+// TestDrain: Drain refuses new submissions but runs everything already
+// submitted (the run in progress, its pending follow-up, the queued keys,
+// and what was submitted before the refusal); then the queue is shut down.
+func TestDrain(t *testing.T) {
+	g := newGate()
+	q := keyq.New(keyq.Options{MaxConcurrent: 1, Settle: time.Millisecond}, g.run)
+	running := q.Submit("a", 1)
+	g.next(t)
+	followUp := q.Submit("a", 2)
+	queued := q.Submit("b", 3)
+
+	done := make(chan error, 1)
+	go func() { done <- q.Drain(context.Background()) }()
+	// Drain refuses before it waits; submissions accepted until then join
+	// one batch of key "late" (they ran before Drain and must run).
+	refused := 100
+	for ; ; refused++ {
+		tk := q.Submit("late", refused)
+		select {
+		case <-tk.Done(): // a ticket is done at Submit only when refused
+			if !errors.Is(tk.Err(), keyq.ErrShutdown) {
+				t.Fatalf("refused submission: %v, want ErrShutdown", tk.Err())
+			}
+		default:
+			continue
+		}
+		break
+	}
+	var err error
+	for finished := false; !finished; {
+		g.release <- struct{}{}
+		select {
+		case err = <-done:
+			finished = true
+		case <-g.started:
+		}
+	}
+	if err != nil {
+		t.Fatalf("Drain = %v, want nil", err)
+	}
+	for name, tk := range map[string]*keyq.Ticket{"running": running, "follow-up": followUp, "queued": queued} {
+		if err := tk.Err(); err == nil || errors.Is(err, keyq.ErrShutdown) {
+			t.Fatalf("%s: %v, want the error of its run", name, err)
+		}
+	}
+	ran := map[int]bool{}
+	for _, r := range g.runsSoFar() {
+		for _, p := range r {
+			ran[p] = true
+		}
+	}
+	for p := 1; p < refused; p++ {
+		if p == 4 {
+			p = 100
+		}
+		if p < refused && !ran[p] {
+			t.Fatalf("submission %d was accepted but never ran (runs %v)", p, g.runsSoFar())
+		}
+	}
+	if ran[refused] {
+		t.Fatalf("submission %d was refused but ran", refused)
+	}
+	assertIdle(t, q)
+}

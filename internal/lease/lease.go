@@ -26,7 +26,12 @@
 //     HeldElsewhere.Expires); any later event or sweep takes the expired
 //     Lease over as well.
 //
-// An uncontended reconcile costs two writes: the create and the delete.
+// An uncontended hold costs two writes: the create and the delete. A
+// holder may keep a Lease across several reconciles of its key (the
+// serverless engine does while events for the key keep coming): a mark
+// that arrives meanwhile is found by the next Renew or by Release, which
+// reports it; the reconciles the holder ran after the mark already cover
+// it, so that costs at most one needless reconcile.
 // Leases live in the operator's own namespace (Options.Namespace), carry the
 // label opzero.dev/operator=<operator> and the key in the annotation
 // opzero.dev/key; Stale lists those whose holder is gone.
@@ -232,7 +237,10 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 // TakeOverIfAbandoned is Acquire for a check at a Lease's expiry: it takes
 // the Lease only if it still exists and its holder is gone, and returns
 // nil, nil if there is nothing to do (released: the holder reconciled the
-// mark). A live holder gives *HeldElsewhere, with the Lease marked.
+// mark). A live holder gives *HeldElsewhere and no write: the mark that
+// led to the check is on the Lease or was reconciled by the holder (a
+// holder that clears a mark reconciles again before it lets go), so
+// marking it again would only cost the holder a needless reconcile.
 func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request) (*Held, error) {
 	le := &coordinationv1.Lease{}
 	if err := l.c.Get(ctx, l.objectKey(key), le); err != nil {
@@ -240,6 +248,9 @@ func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
+	}
+	if !l.free(le, l.opts.Clock.Now()) {
+		return nil, &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le)}
 	}
 	return l.acquire(ctx, key, le)
 }
@@ -315,6 +326,25 @@ func (h *Held) Renew(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("renewing the lease of %s: still contended after %d rounds", h.key, maxRounds)
+}
+
+// Refresh renews the Lease unless its last renewal was less than a third
+// of its duration ago, so that a reconcile that starts under a Lease kept
+// from an earlier one has at least two thirds of the duration before
+// KeepAlive must renew it (as a fresh Acquire would). ErrLost: another
+// instance took it.
+func (h *Held) Refresh(ctx context.Context) error {
+	h.mu.Lock()
+	fresh := h.l.opts.Clock.Now().Before(expiry(h.lease).Add(-h.l.opts.Duration * 2 / 3))
+	lost := h.lost
+	h.mu.Unlock()
+	switch {
+	case lost:
+		return ErrLost
+	case fresh:
+		return nil
+	}
+	return h.Renew(ctx)
 }
 
 // reread loads the Lease after a conflict: marked dirty by another instance

@@ -153,6 +153,10 @@ func TestDirtyMarkMakesTheHolderReconcileAgain(t *testing.T) {
 	if again, _ := getLease(t, k); again.ResourceVersion != marked.ResourceVersion {
 		t.Fatal("a second event wrote the mark again: a lease already marked needs no write")
 	}
+	before := bWrites.Load()
+	if hb, err := b.TakeOverIfAbandoned(ctx, k); hb != nil || !errors.As(err, &he) || bWrites.Load() != before {
+		t.Fatalf("check of a live holder's Lease: %v %v, %d writes; want HeldElsewhere and no write", hb, err, bWrites.Load()-before)
+	}
 	if err := h.Renew(ctx); err != nil { // conflicts with the mark, keeps it
 		t.Fatalf("Renew after a mark: %v", err)
 	}
@@ -256,5 +260,38 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := lease.New(nil, lease.Options{Operator: "op", Duration: 100 * time.Millisecond}); err == nil {
 		t.Fatal("sub-second duration: want an error")
+	}
+}
+
+// TestRefreshRenewsOnlyAStaleLease: a Lease kept between reconciles is
+// renewed before the next one only if its last renewal is more than a third
+// of its duration old; a Lease taken over meanwhile gives ErrLost.
+func TestRefreshRenewsOnlyAStaleLease(t *testing.T) {
+	ns := testenv.Get(t).Namespace(t)
+	fc := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	a, n := locker(t, ns, "a", fc)
+	b, _ := locker(t, ns, "b", fc)
+	ctx, k := context.Background(), key(ns, "x")
+	h, err := a.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Step(500 * time.Millisecond)
+	if err := h.Refresh(ctx); err != nil || n.Load() != 1 {
+		t.Fatalf("Refresh of a fresh Lease: %v, %d writes; want nil and only the create", err, n.Load())
+	}
+	fc.Step(time.Second) // 1.5 s since the renewal: more than a third of 3 s
+	if err := h.Refresh(ctx); err != nil || n.Load() != 2 {
+		t.Fatalf("Refresh of a stale Lease: %v, %d writes; want a renewal", err, n.Load())
+	}
+	if le, _ := getLease(t, k); !le.Spec.RenewTime.Time.Equal(fc.Now()) {
+		t.Fatalf("renewTime %v, want %v", le.Spec.RenewTime, fc.Now())
+	}
+	fc.Step(4 * time.Second) // expired: b takes it over
+	if hb, err := b.Acquire(ctx, k); err != nil || hb == nil {
+		t.Fatalf("b takes the expired Lease: %v", err)
+	}
+	if err := h.Refresh(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("Refresh of a Lease taken over: %v, want ErrLost", err)
 	}
 }

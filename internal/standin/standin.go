@@ -29,6 +29,7 @@ type State struct {
 	gvk      schema.GroupVersionKind
 	key      client.ObjectKey
 	versions *Versions // nil: nothing is tracked (classic mode)
+	cache    *Cache    // nil: no event cache (Cache)
 
 	mu         sync.Mutex
 	standin    []byte // consumed by the first Get of key
@@ -42,6 +43,14 @@ type stateKey struct{}
 // version of an object of kind gvk the client reads or writes.
 func New(gvk schema.GroupVersionKind, key client.ObjectKey, standin []byte, versions *Versions) *State {
 	return &State{gvk: gvk, key: key, standin: standin, versions: versions}
+}
+
+// WithCache has the reconcile's Gets of objects of the kinds c holds
+// answered from c where its rules allow, and its reads and writes of them
+// recorded in c. It returns s.
+func (s *State) WithCache(c *Cache) *State {
+	s.cache = c
+	return s
 }
 
 // With returns ctx carrying s.
@@ -95,6 +104,19 @@ func NewClient(c client.Client) Client { return Client{Client: c} }
 // Get answers the reconcile's first Get of its own key from the event's
 // object when there is one, and goes to the API server otherwise.
 func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if s, gvk := c.cached(ctx, obj); s != nil {
+		if raw := s.cache.Get(gvk, key); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil {
+			return nil
+		}
+		err := c.Client.Get(ctx, key, obj, opts...)
+		switch {
+		case err == nil:
+			s.cache.Observed(gvk, key, obj.GetResourceVersion())
+		case apierrors.IsNotFound(err):
+			s.cache.Observed(gvk, key, "")
+		}
+		return err
+	}
 	s := c.primary(ctx, obj)
 	if s == nil {
 		return c.Client.Get(ctx, key, obj, opts...)
@@ -137,6 +159,9 @@ func (c Client) Delete(ctx context.Context, obj client.Object, opts ...client.De
 	if s := c.primary(ctx, obj); s != nil {
 		s.versions.Forget(client.ObjectKeyFromObject(obj))
 	}
+	if s, gvk := c.cached(ctx, obj); s != nil {
+		s.cache.Observed(gvk, client.ObjectKeyFromObject(obj), "")
+	}
 	return err
 }
 
@@ -165,6 +190,20 @@ func (c Client) primary(ctx context.Context, obj client.Object) *State {
 	return s
 }
 
+// cached returns the reconcile's state and obj's kind if the state has a
+// Cache that holds that kind (never the primary kind), nil otherwise.
+func (c Client) cached(ctx context.Context, obj client.Object) (*State, schema.GroupVersionKind) {
+	s := From(ctx)
+	if s == nil || s.cache == nil {
+		return nil, schema.GroupVersionKind{}
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil || gvk == s.gvk || !s.cache.Holds(gvk) {
+		return nil, schema.GroupVersionKind{}
+	}
+	return s, gvk
+}
+
 // observe records obj's version after a successful write.
 func (c Client) observe(ctx context.Context, obj client.Object, err error) error {
 	if err != nil {
@@ -172,6 +211,9 @@ func (c Client) observe(ctx context.Context, obj client.Object, err error) error
 	}
 	if s := c.primary(ctx, obj); s != nil {
 		s.versions.Observed(client.ObjectKeyFromObject(obj), obj.GetResourceVersion())
+	}
+	if s, gvk := c.cached(ctx, obj); s != nil {
+		s.cache.Observed(gvk, client.ObjectKeyFromObject(obj), obj.GetResourceVersion())
 	}
 	return nil
 }

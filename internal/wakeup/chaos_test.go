@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,11 +32,42 @@ import (
 // TestChaos: 500 objects are created while the event sender drops 10% of
 // events and the operator is SIGKILLed every ~2 s and restarted. One sweep
 // then makes every object converge (observedGeneration == generation), and no
-// two reconciles of a key ever overlapped, across all the processes.
+// two reconciles of a key ever overlapped, across all the processes. The
+// operator answers after the reconcile (the default), or at admission with
+// $CHAOS_ANSWER=admitted (TestChaosAnswerAdmitted).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
 	}
+	answer := os.Getenv("CHAOS_ANSWER")
+	if answer == "" {
+		answer = "reconciled"
+	}
+	chaos(t, answer)
+}
+
+// TestChaosAnswerAdmitted is TestChaos with --answer=admitted, where a kill
+// also loses what was admitted and not yet reconciled. It runs TestChaos in
+// a process of its own: a second ApiServerSource adapter started by the same
+// test process never delivered its first event (the cause is not known).
+func TestChaosAnswerAdmitted(t *testing.T) {
+	if testing.Short() || os.Getenv("CHAOS_ANSWER") != "" {
+		t.Skip("chaos")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "CHAOS_ANSWER=admitted")
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "chaos_test.go") || strings.HasPrefix(strings.TrimSpace(line), "---") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestChaos") {
+		t.Fatalf("TestChaos with --answer=admitted: %v", err)
+	}
+}
+
+func chaos(t *testing.T, answer string) {
 	const n = 500
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
@@ -45,7 +77,7 @@ func TestChaos(t *testing.T) {
 	deaths := map[int]time.Time{} // pid -> when it was killed
 	var cur *exec.Cmd
 	start := func() {
-		cmd := exec.Command(testop, "--mode=serverless", "--insecure-no-auth")
+		cmd := exec.Command(testop, "--mode=serverless", "--insecure-no-auth", "--answer="+answer)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans)
 		if err := cmd.Start(); err != nil {
 			t.Error(err)
@@ -69,7 +101,7 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(kill)
 
 	// The sender: Knative's real adapter, through a proxy that drops 10%.
-	var seen, dropped, forwarded atomic.Int64
+	var seen, dropped, forwarded, admitted atomic.Int64
 	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Add(1)
@@ -87,11 +119,14 @@ func TestChaos(t *testing.T) {
 		}
 		resp.Body.Close()
 		forwarded.Add(1)
+		if strings.HasPrefix(resp.Header.Get("Opzero-Result"), "admitted") {
+			admitted.Add(1)
+		}
 		w.WriteHeader(resp.StatusCode)
 	}))
 	defer proxy.Close()
 	a, err := knative.StartApiServerSource(context.Background(), knative.ApiServerSourceConfig{
-		Name: "chaos", Namespaces: []string{ns}, Mode: "Resource", Sink: proxy.URL, Kubeconfig: env.Kubeconfig,
+		Name: "chaos-" + answer, Namespaces: []string{ns}, Mode: "Resource", Sink: proxy.URL, Kubeconfig: env.Kubeconfig,
 		Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
 	})
 	if err != nil {
@@ -151,9 +186,12 @@ func TestChaos(t *testing.T) {
 			behind++
 		}
 	}
-	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded; sweep: %s", len(list.Items), kills.Load(), dropped.Load(), forwarded.Load(), resp.Header.Get("Opzero-Result"))
+	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded (%d answered at admission); sweep: %s", len(list.Items), kills.Load(), dropped.Load(), forwarded.Load(), admitted.Load(), resp.Header.Get("Opzero-Result"))
 	if len(list.Items) != n+1 || behind != 0 { // and the probe
 		t.Fatalf("%d of %d objects not converged after one sweep", behind, len(list.Items))
+	}
+	if answer == "admitted" && admitted.Load() == 0 {
+		t.Fatal("no event was answered at admission")
 	}
 	if kills.Load() < 2 || dropped.Load() == 0 {
 		t.Fatalf("no chaos: %d kills, %d drops", kills.Load(), dropped.Load())

@@ -29,19 +29,36 @@
 //     Options.MaxConcurrentReconciles.
 //   - Across instances (Options.Locker, set when --max-scale > 1): never two
 //     reconciles of one key at once anywhere. A run first takes the key's
-//     coordination.k8s.io Lease (package lease: a create, and a delete when
-//     it ends). An instance that gets an event for a key another live
-//     instance holds marks the Lease dirty and answers 200 "handed off": the
-//     holder reconciles once more before releasing. If the holder dies, the
+//     coordination.k8s.io Lease (package lease: a create) unless this
+//     instance kept it from the key's previous run: it is kept, renewed
+//     every third of its duration, while runs of the key keep coming, and
+//     deleted once the key has had none for Options.LeaseKeepIdle (1 s) or
+//     on shutdown. A stream of events for a key thus costs two Lease writes
+//     (and the renewals), not two per reconcile. An instance that gets an
+//     event for a key another live instance holds marks the Lease dirty and
+//     answers 200 "handed off": the holder reconciles once more before
+//     releasing (a holder that keeps the Lease idle finds the mark when it
+//     releases it: up to LeaseKeepIdle later). An instance that dies
+//     keeping Leases leaves them to expire: the sweep then reconciles
+//     their keys, once each, needlessly. If the holder dies, the
 //     marking instance looks again at the Lease's expiry (in-process, and
 //     as an Accepted Wakeup when durable time is on, so scaling to zero
 //     loses nothing) and takes it over; a sweep reconciles every key whose
-//     Lease expired.
+//     Lease expired. A look at the expiry of a Lease whose holder is alive
+//     writes nothing: the mark it followed is on the Lease or was
+//     reconciled.
 //   - A 2xx answer means handled: reconciled, deliberately skipped, or
-//     handed off to the instance holding the key's Lease.
+//     handed off to the instance holding the key's Lease. With
+//     Options.AnswerAdmitted (see below) an object event's 200 means
+//     admitted instead.
 //   - A skipped update costs no reconcile and no API call.
-//   - No cache. The reconciler's client reads from the API server, except
-//     that in Resource mode the reconcile's first Get of its own key is
+//   - No cache unless Options.EventCache (--event-cache, opt-in: reads of
+//     owned and watched objects are then answered from what Resource-mode
+//     events delivered while this instance is warm, by the rules of
+//     standin.Cache: never older than what this instance read or wrote; lists
+//     and objects no event carried go to the API server). Otherwise the
+//     reconciler's client reads from the API server, except that in
+//     Resource mode the reconcile's first Get of its own key is
 //     answered from the newest object that arrived in an event for that key
 //     since the previous reconcile started, if that object is the newest
 //     version this instance knows of: never older than what the reconciler's
@@ -64,6 +81,52 @@
 //     successful reconcile writes status.observedGeneration, with or without
 //     durable time; if that write fails, the reconcile counts as failed.
 //
+// # Answering at admission (Options.AnswerAdmitted, --answer=admitted)
+//
+// Knative's ApiServerSource adapter delivers one event at a time and waits
+// for each answer, so when the answer waits for the reconcile one source
+// feeds one reconcile at a time: 1 / (reconcile latency) events per second.
+// With AnswerAdmitted, an object event (ApiServerSource, Resource or
+// Reference mode) is answered 200 "admitted" once its keys are in the
+// per-key queue, and reconciled afterwards, up to MaxConcurrentReconciles
+// keys at once. It is opt-in.
+//
+//   - 200 "admitted" then means: the event was decoded and routed, its keys
+//     are queued in this process, and this process will reconcile each of
+//     them in a run that starts after the event arrived, unless it is
+//     SIGKILLed first. Nothing is written before the answer.
+//   - A failed reconcile is retried with the key's backoff, as without
+//     AnswerAdmitted (in-process timers, or Wakeups with durable time); a
+//     run that could not happen (its Lease or a requeue could not be
+//     recorded) is submitted again after the key's backoff, in-process.
+//     Nobody sees the verdict but the log.
+//   - SIGTERM (Knative scale-down): the instance stops accepting events
+//     (503) and drains: every admitted key is reconciled, within
+//     ServeOptions.ShutdownTimeout (25 s).
+//   - A SIGKILL (OOM kill, node loss, a drain past the termination grace
+//     period) loses the reconciles that were admitted and had not ended,
+//     and the in-process retries, as a dropped event would. At most
+//     MaxAdmitted (256) keys plus MaxConcurrentReconciles are at stake.
+//   - What heals it: the anti-entropy sweep (the PingSource without data
+//     that `opzero manifests` schedules, every 10 minutes by default)
+//     reconciles every object whose generation is not observed and every
+//     object being deleted with finalizers; with durable time, its
+//     overdue Wakeups too; with Leases, every key whose Lease expired. A
+//     lost event that changed neither the primary's generation nor its
+//     deletion (an owned or watched object's change, a label change) is
+//     healed by the full sweep ({"sweep":"all"}, every 6 hours by default)
+//     or the object's next event.
+//   - Past MaxAdmitted keys admitted and not yet reconciled, an event is
+//     answered after its reconciles, as without AnswerAdmitted: the sender
+//     is slowed to the reconciles' pace, and memory stays bounded.
+//   - Never two reconciles of one key at once, as always; PingSource
+//     sweeps and wakeups are still answered after their reconciles (a
+//     sweep's 200 still means every key it named was reconciled).
+//
+// The trade-off: with one source, throughput is bounded by the
+// reconciles (MaxConcurrentReconciles at once), not by one reconcile's
+// latency; a crash can delay a reconcile until the next sweep.
+//
 // # HTTP answers
 //
 // Knative's senders retry some codes and not others (docs/knative-events.md),
@@ -72,7 +135,7 @@
 //
 //	200  handled (reconciled, skipped, filtered, nothing to do); empty body, so
 //	     a Broker does not take it for a malformed reply; the reason is in the
-//	     Opzero-Result header
+//	     Opzero-Result header; with AnswerAdmitted, also "admitted" (above)
 //	202  async mode (Options.Async): the event is durably recorded and will be
 //	     reconciled after the answer
 //	400  malformed or unroutable event: never retried; the body names the problem

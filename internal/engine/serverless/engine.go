@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -58,10 +59,37 @@ type Options struct {
 	// MaxInFlight bounds requests being handled at once (1000); more get
 	// 429 with Retry-After, which every Knative sender retries.
 	MaxInFlight int
+	// AnswerAdmitted answers an ApiServerSource event (an object event) 200
+	// as soon as its keys are admitted to the per-key queue, and reconciles
+	// afterwards, so that one sender that delivers one event at a time
+	// feeds up to MaxConcurrentReconciles reconciles at once. What 2xx then
+	// means, what a SIGKILL can lose and what heals it: the package
+	// documentation. PingSource sweeps and wakeups are still answered after
+	// their reconciles.
+	AnswerAdmitted bool
+	// MaxAdmitted bounds the keys admitted and not yet reconciled (256);
+	// past it, an event is answered after its reconciles, as without
+	// AnswerAdmitted: the sender is slowed to the reconciles' pace.
+	MaxAdmitted int
 	// Locker, if set, serializes each key across instances with a
 	// coordination.k8s.io Lease (package lease): for operators that may
 	// run more than one instance. nil keeps serialization in memory only.
 	Locker *lease.Locker
+	// LeaseKeepIdle (with a Locker) keeps a key's Lease after its run, renewed,
+	// for the key's next run, and releases it once the key has had no run
+	// for that long, or on shutdown: a stream of events for a key costs two
+	// Lease writes (and a renewal every third of the Lease's duration)
+	// instead of two per reconcile. An event for the key that reaches
+	// another instance meanwhile is handed off and reconciled here when
+	// the Lease is released: up to LeaseKeepIdle later (1 s; negative:
+	// release after each run).
+	LeaseKeepIdle time.Duration
+	// EventCache answers the reconcilers' Gets of owned and watched objects
+	// from the objects Resource-mode events delivered while this instance
+	// is warm (standin.Cache states the rules), instead of the API server.
+	// Opt-in: it saves a GET per read, and holds those objects in memory
+	// (at most 10000, each served for at most a minute after its event).
+	EventCache bool
 	// Logger (logr.Discard()). Each reconcile's context carries it with the
 	// controller, the key and a reconcile ID, as controller-runtime's does.
 	Logger logr.Logger
@@ -98,9 +126,20 @@ type Engine struct {
 	// checks looks again at a Lease another instance held when it
 	// expires (Options.Locker), in case its holder died.
 	checks *backoff.Tracker[reconcile.Request]
+	// readmit submits again, after the key's backoff, a key whose admitted
+	// event's run could not happen (Options.AnswerAdmitted): nobody waits
+	// for its answer to deliver it again.
+	readmit *backoff.Tracker[reconcile.Request]
+	// admitted counts the admitted arrivals not yet taken by a run.
+	admitted atomic.Int64
+	// keeper holds the Leases kept between a key's runs (Options.LeaseKeepIdle).
+	keeper keeper
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
+	// cache holds the owned and watched objects events delivered
+	// (Options.EventCache); nil when off.
+	cache *standin.Cache
 
 	memoMu sync.Mutex
 	memo   *genskip.Memo[reconcile.Request] // last primary metadata fingerprint per key
@@ -117,6 +156,12 @@ type arrival struct {
 	reason  string
 	// check: no event, only a look at the key's Lease at its expiry.
 	check bool
+	// admitted: its request was answered at admission (Options.AnswerAdmitted).
+	admitted bool
+	// release: no event, the key's kept Lease has been idle
+	// (Options.LeaseKeepIdle) since its idle period seq began.
+	release bool
+	seq     int
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -130,6 +175,8 @@ type Stats struct {
 	// Lease; Reruns the extra reconciles such marks caused here.
 	HandOffs atomic.Int64
 	Reruns   atomic.Int64
+	// Admitted counts events answered at admission (Options.AnswerAdmitted).
+	Admitted atomic.Int64
 }
 
 // New returns an engine for op. c must read from the API server (no cache);
@@ -146,6 +193,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		c = standin.NewClient(c) // so the engine's own writes are known to standin.Versions
 	}
 	opts = opts.withDefaults()
+	if opts.Async && opts.AnswerAdmitted {
+		return nil, errors.New("serverless: async mode and answering at admission exclude each other; choose one")
+	}
 	if opts.Async && opts.Durable == nil {
 		return nil, errors.New("serverless: async mode needs durable time (a wakeup store) to record accepted events")
 	}
@@ -153,6 +203,16 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		versions: standin.NewVersions(), inFlight: make(chan struct{}, opts.MaxInFlight)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
 		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
+	if opts.EventCache {
+		var kinds []schema.GroupVersionKind
+		for _, k := range op.Owned {
+			kinds = append(kinds, k.GVK)
+		}
+		for _, w := range op.Watched {
+			kinds = append(kinds, w.GVK)
+		}
+		e.cache = standin.NewCache(kinds...)
+	}
 	if opts.Durable != nil {
 		e.retry = durableRetry{opts.Durable}
 	} else {
@@ -162,6 +222,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 	}
 	e.checks = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
 		e.queue.Submit(key, &arrival{reason: "lease expiry check", check: true})
+	})
+	e.readmit = backoff.NewTracker[reconcile.Request](*opts.Backoff, opts.Clock, func(key reconcile.Request) {
+		e.queue.Submit(key, &arrival{reason: "retry of an event answered at admission"})
 	})
 	return e, nil
 }
@@ -191,6 +254,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 1000
+	}
+	if o.LeaseKeepIdle == 0 {
+		o.LeaseKeepIdle = time.Second
+	}
+	if o.MaxAdmitted <= 0 {
+		o.MaxAdmitted = 256
 	}
 	if o.FollowUpSettle == 0 {
 		o.FollowUpSettle = 2 * time.Millisecond

@@ -33,6 +33,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case e.inFlight <- struct{}{}:
 		defer func() { <-e.inFlight }()
 	default:
+		e.cache.Forget() // an event refused unread may have been any object's
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("too many events in flight (%d); retry", e.opts.MaxInFlight), http.StatusTooManyRequests)
 		return
@@ -40,6 +41,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)
 	ev, err := cloudevent.DecodeRequest(r.Context(), r)
 	if err != nil {
+		e.cache.Forget() // an event refused unread may have been any object's
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			http.Error(w, fmt.Sprintf("event larger than %d bytes", e.opts.MaxBodyBytes), http.StatusRequestEntityTooLarge)
@@ -59,6 +61,8 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		handled(w, rt.why)
 	case e.opts.Async:
 		e.accept(w, r.Context(), rt)
+	case e.opts.AnswerAdmitted && rt.object && e.admit(rt):
+		handled(w, fmt.Sprintf("admitted %d key(s): %s", len(rt.keys), rt.why))
 	default:
 		answer(w, rt, e.reconcileAll(r.Context(), rt))
 	}
@@ -79,6 +83,26 @@ func (e *Engine) reconcileAll(ctx context.Context, rt *routed) []*Verdict {
 		verdicts[i] = e.verdictOf(rt.keys[i], t.Wait(ctx))
 	}
 	return verdicts
+}
+
+// admit submits the routed keys of an object event without waiting for
+// their runs (Options.AnswerAdmitted), unless MaxAdmitted keys are admitted
+// and not yet reconciled already: then it returns false and the request
+// waits for its reconciles.
+func (e *Engine) admit(rt *routed) bool {
+	n := int64(len(rt.keys))
+	if e.admitted.Add(n) > int64(e.opts.MaxAdmitted) {
+		e.admitted.Add(-n)
+		return false
+	}
+	for _, k := range rt.keys {
+		a := rt.arrival(k)
+		a.admitted = true
+		e.queue.Submit(k, a)
+		e.stats.Submitted.Add(1)
+	}
+	e.stats.Admitted.Add(1)
+	return true
 }
 
 // verdictOf is what a ticket's error says of key: a run's error is always

@@ -26,6 +26,9 @@ type routed struct {
 	keys    []reconcile.Request
 	why     string
 	objects map[reconcile.Request]*cloudevent.ObjectEvent // stand-ins for primary keys
+	// object: routed from an object event (ApiServerSource), which
+	// Options.AnswerAdmitted answers at admission.
+	object bool
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -77,7 +80,15 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 		return nil, fmt.Errorf("apiVersion %q: %w", ev.APIVersion, err)
 	}
 	gvk := gv.WithKind(ev.Kind)
-	rt := &routed{why: fmt.Sprintf("%s %s %s", ev.Kind, ev.Action, key(ev.Namespace, ev.Name))}
+	if e.cache.Holds(gvk) {
+		k := types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}
+		if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete {
+			e.cache.Event(gvk, k, ev.Meta.ResourceVersion, ev.Object)
+		} else {
+			e.cache.Event(gvk, k, "", nil)
+		}
+	}
+	rt := &routed{why: fmt.Sprintf("%s %s %s", ev.Kind, ev.Action, key(ev.Namespace, ev.Name)), object: true}
 	matched := false
 	if gvk == e.op.Primary.GVK {
 		matched = true

@@ -28,37 +28,106 @@ const handOffMargin = 250 * time.Millisecond
 // run is the queue's RunFunc: one reconcile of key, never concurrent with
 // another of the same key (across instances too, with a Locker). arrivals
 // are the events folded into this run. Its error is always its *Verdict.
+// If an arrival was answered at admission and the run could not happen
+// (Unavailable, and nothing scheduled), the key is submitted again after
+// its backoff: no sender will deliver it again.
 func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arrival) error {
+	n := countAdmitted(arrivals)
+	v := e.runLocked(ctx, key, arrivals)
+	if n == 0 {
+		return v
+	}
+	e.admitted.Add(-n)
+	if v.Outcome == Unavailable && v.Next == 0 {
+		d, _ := e.readmit.Failure(key)
+		e.log.Info("an event answered at admission could not be reconciled; retrying", "key", key.String(), "error", v.Error(), "retryIn", d)
+	} else {
+		e.readmit.Success(key)
+	}
+	return v
+}
+
+func countAdmitted(arrivals []*arrival) (n int64) {
+	for _, a := range arrivals {
+		if a != nil && a.admitted {
+			n++
+		}
+	}
+	return n
+}
+
+// runLocked is run: with the key's Lease when there is a Locker. The Lease
+// is taken by the first run of a key, kept across its runs while they keep
+// coming (Options.LeaseKeepIdle), and released when idle or on shutdown.
+func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals []*arrival) *Verdict {
 	if e.opts.Locker == nil {
 		return e.runOnce(ctx, key, arrivals)
 	}
-	var held *lease.Held
-	var err error
-	if onlyChecks(arrivals) {
-		if held, err = e.opts.Locker.TakeOverIfAbandoned(ctx, key); held == nil && err == nil {
-			return &Verdict{Key: key, Outcome: Reconciled, Note: "released by its holder, which reconciled it"}
+	if seq, ok := onlyRelease(arrivals); ok {
+		k := e.keeper.take(key, seq)
+		if k == nil {
+			return &Verdict{Key: key, Outcome: Reconciled, Note: "its Lease was used again since"}
 		}
-	} else {
-		held, err = e.opts.Locker.Acquire(ctx, key)
+		return e.withLease(ctx, key, k, nil, false)
 	}
-	var elsewhere *lease.HeldElsewhere
-	switch {
-	case errors.As(err, &elsewhere):
-		return e.handOff(ctx, key, elsewhere)
-	case err != nil:
-		e.log.Error(err, "taking the lease", "key", key.String())
-		return unavailableVerdict(key, fmt.Errorf("taking its Lease: %w", err))
+	k := e.keeper.take(key, -1)
+	if k != nil && (k.isLost() || k.held.Refresh(ctx) != nil) {
+		// Taken by another instance, or its renewal failed: take it anew.
+		k.stop()
+		k = nil
 	}
+	if k != nil && onlyChecks(arrivals) {
+		// A look at the Lease another instance held when an event came:
+		// this instance has taken it since, in a run that started after.
+		return e.withLease(ctx, key, k, nil, true)
+	}
+	if k == nil {
+		var held *lease.Held
+		var err error
+		if onlyChecks(arrivals) {
+			if held, err = e.opts.Locker.TakeOverIfAbandoned(ctx, key); held == nil && err == nil {
+				return &Verdict{Key: key, Outcome: Reconciled, Note: "released by its holder, which reconciled it"}
+			}
+		} else {
+			held, err = e.opts.Locker.Acquire(ctx, key)
+		}
+		var elsewhere *lease.HeldElsewhere
+		switch {
+		case errors.As(err, &elsewhere):
+			return e.handOff(ctx, key, elsewhere)
+		case err != nil:
+			e.log.Error(err, "taking the lease", "key", key.String())
+			return unavailableVerdict(key, fmt.Errorf("taking its Lease: %w", err))
+		}
+		k = keep(held, 0)
+	}
+	return e.withLease(ctx, key, k, arrivals, true)
+}
+
+// withLease reconciles key under its Lease k (if there are arrivals), then
+// keeps k for the key's next run (if it may) or releases it. A release that
+// finds the Lease marked by another instance reconciles again, from the API
+// server, and may keep it again.
+func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, arrivals []*arrival, mayKeep bool) *Verdict {
+	v := &Verdict{Key: key, Outcome: Reconciled, Note: "nothing to reconcile; its Lease is released or kept"}
 	for {
-		rctx, cancel := context.WithCancelCause(ctx)
-		stop := held.KeepAlive(ctx, cancel)
-		v := e.runOnce(rctx, key, arrivals)
-		stop()
-		cancel(nil)
+		if len(arrivals) > 0 {
+			rctx, cancel := context.WithCancelCause(ctx)
+			end := k.during(cancel)
+			v = e.runOnce(rctx, key, arrivals)
+			end()
+			cancel(nil)
+		}
+		if mayKeep && e.opts.LeaseKeepIdle > 0 && !k.isLost() && e.keeper.put(e.opts.Clock, key, k, e.opts.LeaseKeepIdle, func(seq int) {
+			e.queue.Submit(key, &arrival{release: true, seq: seq})
+		}) {
+			return v
+		}
+		k.stop()
 		// Released even if ctx has ended (shutdown deadline): a Lease left
 		// behind would hold the key until it expires.
 		rel, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		dirty, err := held.Release(rel)
+		dirty, err := k.held.Release(rel)
 		relCancel()
 		if err != nil && !errors.Is(err, lease.ErrLost) {
 			e.log.Error(err, "releasing the lease; it expires by itself", "key", key.String())
@@ -66,11 +135,25 @@ func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arr
 		if !dirty {
 			return v
 		}
-		// Another instance acknowledged an event for key during the run:
-		// reconcile again, from the API server (no stand-in).
+		// Another instance acknowledged an event for key while this one
+		// held the Lease: reconcile again, from the API server (no
+		// stand-in). The mark is cleared and the Lease still held.
 		e.stats.Reruns.Add(1)
-		arrivals = []*arrival{{reason: "marked by another instance"}}
+		k = keep(k.held, k.seq+1)
+		arrivals, mayKeep = []*arrival{{reason: "marked by another instance"}}, true
 	}
+}
+
+// onlyRelease: the arrivals are only idle releases of a kept Lease; seq is
+// the idle period of the latest.
+func onlyRelease(arrivals []*arrival) (seq int, ok bool) {
+	for _, a := range arrivals {
+		if a == nil || !a.release {
+			return 0, false
+		}
+		seq = a.seq
+	}
+	return seq, len(arrivals) > 0
 }
 
 func onlyChecks(arrivals []*arrival) bool {
@@ -101,6 +184,9 @@ func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.H
 // runOnce is one reconcile of key, then the settling of its result.
 func (e *Engine) runOnce(ctx context.Context, key reconcile.Request, arrivals []*arrival) *Verdict {
 	st := standin.New(e.op.Primary.GVK, key.NamespacedName, e.standIn(key, arrivals), e.versions)
+	if e.cache != nil {
+		st.WithCache(e.cache)
+	}
 	ctx, cancel := context.WithTimeoutCause(standin.With(ctx, st), e.opts.ReconcileTimeout, errTimeout)
 	defer cancel()
 	ctx = log.IntoContext(ctx, e.logger(key, arrivals))

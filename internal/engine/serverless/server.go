@@ -87,9 +87,20 @@ func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	defer cancel()
 	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
 	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
-	errQ := e.queue.Shutdown(ctx)
+	var errQ error
+	if e.opts.Locker != nil {
+		for key, seq := range e.keeper.close() { // the kept Leases: released by their key's run
+			e.queue.Submit(key, &arrival{release: true, seq: seq})
+		}
+	}
+	if e.opts.AnswerAdmitted || e.opts.Locker != nil {
+		errQ = e.queue.Drain(ctx) // the admitted events' reconciles and the releases: nobody waits for them
+	} else {
+		errQ = e.queue.Shutdown(ctx)
+	}
 	e.retry.stop()
 	e.checks.Stop()
+	e.readmit.Stop()
 	if err := errors.Join(errHTTP, errQ); err != nil {
 		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
 	}
