@@ -18,10 +18,10 @@ func (r *report) goals() string {
 		atMost     bool
 	}
 	gs := []goal{
-		{"converge 2000 objects, one ApiServerSource (the wiring `opzero manifests` generates): x controller-runtime, x raw limit", "x", []string{"tp-opzero-cr", "tp-opzero-raw"}, 1.2, false},
-		{"the same with 4 sources: x controller-runtime", "x", []string{"tp-opzero-4src-cr"}, 1.5, false},
+		{"converge 2000 objects, the wiring `opzero manifests` generates (one ApiServerSource per kind), `--answer=admitted --event-cache`: x controller-runtime (x raw limit; the default answer after the reconcile, one source: x controller-runtime)", "x", []string{"tp-opzero-admitted-cr", "tp-opzero-admitted-raw", "tp-opzero-cr"}, 1.2, false},
+		{"the same with 4 ConfigWatcher sources: x controller-runtime (the default answer, 4 sources)", "x", []string{"tp-opzero-admitted-4src-cr", "tp-opzero-4src-cr"}, 1.5, false},
 		{"wakeup source with 100k pending: RSS MiB (peak; before: the source that held every record), fire lateness p99 ms", "MiB", []string{"wk-rss", "wk-peak", "wk-rss-before", "wk-p99"}, 40, true},
-		{"Lease writes per reconcile, max-scale > 1 (4 instances)", "", []string{"so-lease"}, 1.0, true},
+		{"Lease writes per reconcile, max-scale > 1, a steady stream, 4 instances, Leases kept while warm (released after each reconcile, the engine before)", "", []string{"ls-4-true", "ls-4-false"}, 1.0, true},
 		{"4 instances, 50 ms external call: x one instance", "x", []string{"so-4x"}, 3.7, false},
 		{"serverless RSS, default build, largest median over 0-10000 ConfigMaps, MiB (serverless-only build)", "MiB", []string{"rss-default", "rss-slim"}, 24, true},
 		{"cold start, event at zero -> reconciled through `opzero dev`'s activator, ms (with a TokenReview; serverless-only build)", "ms", []string{"cold-activator-0", "cold-activator-1", "cold-activator-2"}, 40, true},
@@ -62,8 +62,8 @@ func (r *report) goals() string {
 		if g.figs[0] == "wk-rss" { // two goals: RSS and p99
 			met = met && figs["wk-p99"] <= 100
 		}
-		if g.figs[0] == "tp-opzero-cr" {
-			met = met && figs["tp-opzero-raw"] >= 0.6
+		if g.figs[0] == "tp-opzero-admitted-cr" {
+			met = met && figs["tp-opzero-admitted-raw"] >= 0.6
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s %.4g%s | %s |\n", g.what, val, map[bool]string{true: "<=", false: ">="}[g.atMost], g.want, extraTarget(g.figs[0]), map[bool]string{true: "yes", false: "**no**"}[met])
 	}
@@ -78,7 +78,7 @@ func extraTarget(fig string) string {
 	switch fig {
 	case "wk-rss":
 		return "; p99 <= 100"
-	case "tp-opzero-cr":
+	case "tp-opzero-admitted-cr":
 		return "; >= 0.6 of raw"
 	}
 	return ""
