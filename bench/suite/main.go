@@ -425,42 +425,65 @@ other work shared it.
   listed again for each window delivered. Fire lateness is the process
   getting the CPU: on this machine, with the load at 13-15, one stall of a
   few hundred ms moves the p99 of a 10 s run of probes.
-- **Throughput with one real adapter is bounded by the sender, which
-  delivers one event at a time.** With one ApiServerSource the operator's
-  CPU profile shows 2.5 s of CPU in a 22 s run (11% of one core; 1.3 ms per
-  object including profiling), and its trace
-  (` + "`go tool trace -pprof=sync opzero-throughput-1.trace > s.pprof; go tool pprof -top s.pprof`" + `)
-  shows requests inside the handler for 18.3 s of the ~21 s run: 0.86
-  requests in flight on average, though 8 keys may reconcile at once. Per
-  object, the reconcile (the ConfigMap GET and the status write; its own
-  GET is served from the event) takes 8.5 ms of it and decode, routing and
-  answer 0.65 ms, so the ceiling is 1 / (reconcile latency): ~110/s here.
-  controller-runtime is not sender-bound: its informer queues every object
-  and 4 workers reconcile at once. The engine cannot answer before the
-  reconcile without giving up "2xx means handled" (that is ` + "`--async`" + `).
-  The product can be fed concurrently, but on this 2-core machine that
-  moves the bound rather than lifting it: four ApiServerSources each
-  selecting a quarter of the objects by label put 3.6 requests in flight
-  (trace of ` + "`opzero-4src-throughput-2`" + `), and each reconcile then takes
-  18.8 ms instead of 8.5, as the API server and etcd share the 2 cores
-  with the operator, the four adapters and the creating client. Across
-  four single runs here (one profiled) four sources gave 123-186/s
-  against 94-149/s for one, ahead in three of the four but still 0.45-0.89x
-  controller-runtime while other work shared the machine: a gain that
-  depends on the API server's headroom. On a quiet machine (a full make
-  bench) the table's row is the figure to read; controller-runtime's own
-  rate varies widely between runs there, so compare within one run.
-  ` + "`--async`" + ` is not a lever for this workload: its answer waits for a GET
-  and a CREATE of the Accepted Wakeup (12.7 ms, longer than the 8.5 ms
-  reconcile it replaces; still 0.86 in flight), and the success costs a
-  GET and a DELETE more (16 ms), so the API server does twice the writes.
-- **Scale-out is bounded by the two Lease writes**: one instance at max-scale
-  1 spends ~55 ms per object (50 ms external call, a GET, the status write);
-  with Leases, a create before and a delete after add ~4-5 ms each on this
-  machine (API server, etcd, 4 operators and the sender share 2 cores), so
-  one leased instance runs at ~0.93x of an unleased one, and the ratio of 4
-  instances to one unleased instance stays just under 3.5x while 4 to one
-  leased instance is ~3.7x (the scaling itself is near-linear).
+- **Throughput, scale-out and Leases** (from the ` + "`" + `throughput` + "`" + ` branch's notes, docs/perf-notes-throughput.md, with its commands). Its profile run: ` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted,opzero go run ./bench/suite -only throughput -runs 1 -pprof /tmp/prof` + "`" + `
+(profiling slows the operators; read ratios). In that run the generated
+wiring with ` + "`" + `--answer=admitted --event-cache` + "`" + ` converged at 85 objects/s:
+1.61x controller-runtime (53/s) and 0.77 of the raw limit (110/s), where
+answering after the reconcile gave 42/s (0.80x). One run does not make the
+goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
+
+- **Throughput with one source is no longer bounded by the sender.**
+  With ` + "`" + `--answer=admitted` + "`" + ` the adapter's answer returns after decoding and
+  routing; the reconciles run 8 at once behind it. The operator is not the
+  bound either: its CPU profile shows 1.22 s of CPU for 2000 objects in a
+  25.3 s run (4.8% of one core, 0.6 ms per object;
+  ` + "`" + `go tool pprof -top opzero-admitted-throughput-2.cpu.pprof` + "`" + `), against
+  1.97 s in 48.6 s when answering after the reconcile
+  (` + "`" + `opzero-throughput-1.cpu.pprof` + "`" + `). What is left is the API server and
+  etcd, which share the 2 cores with the adapters, the creating client and,
+  on this machine, other work: the raw limit itself measured 31, 82 and
+  110 objects/s in three runs, below controller-runtime in two of them, and
+  245 in the notes' run 3. Against the raw limit (create + status write from one
+  client, nothing else), each object through opzero also costs the
+  adapters' watch and CloudEvent encoding, the operator's decoding, and a
+  second event (the status write's update, skipped), all on the same 2
+  cores: 0.41 of raw in the notes' run 3. The raw ratio is bounded by that per-object
+  overhead outside the API server, not by the operator's pace.
+- **The event cache saves the reconcile's one read that is not its own
+  object** (the ConfigMap GET): the reconcile then makes one API request,
+  its status write, as controller-runtime's does. It gave 100 against 76
+  objects/s in the notes' run 3 (48 against 33 and 48 against 47 on the saturated
+  machine): the API server's headroom decides how much a saved GET shows.
+- **Four sources help only while the machine has headroom.** With
+  answering at admission, one source already keeps up to 8 reconciles
+  busy; four sources split the event stream over four adapter processes,
+  which helps when one adapter's delivery loop is the slowest part (the notes' run 3:
+  132 against 100 objects/s) and costs when the 2 cores are saturated
+  (runs 1-2: 26 and 60 against 48 and 48).
+- **Scale-out is bounded by the two Lease writes per key, which keeping
+  cannot save when each key gets one event.** The 200-object run sends one
+  event per key: each still costs a create before its reconcile and a
+  delete after (now 1 s later, when the key is idle, in a queue run of its
+  own). With one reconcile slot per instance (containerConcurrency 1), the
+  delete still takes the slot, only later; each write costs ~4-5 ms against
+  the 55 ms reconcile (the profile in an earlier report), so one leased
+  instance runs at 0.85-0.92x of an unleased one and 4 instances reach
+  2.87-3.37x of one unleased instance (3.37-3.65x of one leased).
+  Reaching 3.7x needs the release out of the reconcile slot (a release
+  that does not count against ` + "`" + `--max-concurrent-reconciles` + "`" + ` but is still
+  serialized per key), or no Lease at all for a key's first event.
+- **Lease writes per reconcile under a steady stream: 0.31 at one
+  instance; at 4 instances the hand-offs cost more per reconcile but less
+  per event.** Round-robin sends 3 events in 4 to an instance that does not
+  hold the key. Such an event marks the Lease (one write) unless it is
+  marked already, and the holder clears the mark (another write) before it
+  reconciles again; the holder's reconciles fold many events (0.33
+  reconciles per event). Per event, Lease writes fell from 2.05 to 0.79 and
+  events/s rose from 46 to 101; per reconcile they went from 2.14 to 2.38.
+  Fewer would need the events of a key routed to its holder (Knative's
+  activator does not route by key), or a mark the holder need not clear (a
+  counter whose served value it remembers).
+
 - **Reconciles per 1000-event burst on one key are bounded by how long the
   burst takes to arrive.** The suite measures it: the 1000 requests enter the
   handler over 14-16 ms (1000 goroutines decoding CloudEvents, ~12 us of
