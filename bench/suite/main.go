@@ -350,15 +350,16 @@ other work shared it.
 - **Serverless RSS is flat in the object count; what bounds it is the code
   image, not the heap, so the default build misses 24 MiB.** What each
   change saved, after the first reconcile, medians of the memory table
-  (MiB): building with ` + "`CGO_ENABLED=0`" + ` (as ko builds the images; the suite
-  now builds every operator so) -1.1, file-backed (libc and the dynamic
-  loader are no longer mapped; the report before this one measured the
-  same code, built with cgo, at 33.0, the "before" column has it at 31.9);
-  discovering only the group-versions used (operator/mapper.go, below)
-  -0.3 (31.9 -> 31.5 at 2000 ConfigMaps; anonymous 6.6 -> 6.2 at 0:
-  no mapper of every kind of the cluster);
-  leaving the classic manager out (` + "`-tags opzero_serverless`" + `, the
-  serverless-only column) -4.1 (31.5 -> 27.4, nearly all file-backed);
+  (MiB, at 0, 2000 and 10000 ConfigMaps): building with
+  ` + "`CGO_ENABLED=0`" + ` (as ko builds the images; the suite now builds every
+  operator so) -1.1 to -1.6, file-backed (libc and the dynamic loader are
+  no longer mapped: the report before this one measured the same code,
+  built with cgo, at 33.2, 33.3, 33.0; the "before" column has it at 31.9,
+  31.7, 31.9); discovering only the group-versions used
+  (operator/mapper.go, below) -0.1 to -0.6 (31.8, 31.5, 31.3; anonymous
+  6.6 -> 6.2 at 0: no mapper of every kind of the cluster); leaving the
+  classic manager out (` + "`-tags opzero_serverless`" + `, the serverless-only
+  column) -3.9 to -4.3 more (27.5, 27.4, 27.4, nearly all file-backed);
   ` + "`GOGC=50`" + `: nothing measurable; ` + "`GOMEMLIMIT=10MiB`" + `: -0.4 anonymous, but
   the garbage collector then runs during package init and exec -> first
   reconcile went from ~34 to ~100 ms, so neither is a default.
