@@ -26,6 +26,10 @@
 // Shutdown stops accepting submissions, completes the tickets of every run
 // that has not started with ErrShutdown, and waits for the runs in progress.
 // If its context ends first it cancels the runs' context and returns.
+// Drain stops accepting submissions too, but first lets every run already
+// submitted happen (queued, held and pending follow-ups), then shuts down:
+// for callers that answered before the run (the serverless engine's
+// answering at admission).
 //
 // # Guarantees
 //
