@@ -51,7 +51,7 @@ demo-postgres: bins knative-bins postgres ## the Database operator for a real Po
 clean: ## remove bin/ (the pinned binaries stay in opzero's cache: `go run ./cmd/opzero install --print-dir`)
 	rm -rf bin
 
-bench: bins knative-bins ## opzero vs controller-runtime: memory, cold start, throughput, intake; writes docs/benchmarks.md (not part of make test)
+bench: bins knative-bins ## opzero vs controller-runtime and vs before issue 16: memory, cold start, throughput, intake, scale-out, the wakeup source; writes docs/benchmarks.md after each part (not part of make test)
 	$(GO) run ./bench/suite
 
 bench-coldstart: bins ## only exec -> ready and exec -> first event reconciled at 2000 ConfigMaps

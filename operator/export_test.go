@@ -1,8 +1,10 @@
 package operator
 
 import (
+	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 )
 
@@ -27,3 +29,6 @@ func SetInformerStuckAfter(d time.Duration) func() {
 // APIConfig is the rest.Config the serverless client uses, with
 // Options.APITimeout applied.
 func APIConfig(o Options, cfg *rest.Config) *rest.Config { return o.withTimeout(withRate(cfg)) }
+
+// NewGVMapper is the serverless client's RESTMapper, for its test.
+var NewGVMapper = func(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) { return newGVMapper(cfg, hc) }

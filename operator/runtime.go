@@ -85,7 +85,16 @@ func New(opts Options) (*Runtime, error) {
 		if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 			return nil, errors.New("--tls-cert-file and --tls-key-file go together")
 		}
-		c, err := client.New(withTelemetry(opts.withTimeout(withRate(cfg))), client.Options{Scheme: opts.Scheme})
+		rc := withTelemetry(opts.withTimeout(withRate(cfg)))
+		hc, err := rest.HTTPClientFor(rc)
+		if err != nil {
+			return nil, err
+		}
+		mapper, err := newGVMapper(rc, hc) // discovers only the group-versions used (cold start)
+		if err != nil {
+			return nil, err
+		}
+		c, err := client.New(rc, client.Options{Scheme: opts.Scheme, HTTPClient: hc, Mapper: mapper})
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -24,6 +27,7 @@ import (
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/devenv/activator"
 )
 
 const ns = "bench"
@@ -91,7 +95,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	}
 	bin, args := name, []string{}
 	switch name {
-	case "opzero", "opzero-slim":
+	case "opzero", "opzero-slim", "opzero-before":
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
 		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
@@ -114,7 +118,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 			}
 		}
 	}()
-	if name == "opzero" || name == "opzero-slim" {
+	if name == "opzero" || name == "opzero-slim" || name == "opzero-before" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)
@@ -215,4 +219,70 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// viaActivator is a cold start as `opzero dev` runs one: the event reaches
+// the activator with no instance running; it execs the operator, waits
+// for /healthz, proxies the event and answers once the operator has (2xx:
+// reconciled). It returns the event's request -> answer time, checked
+// against the API server (the status shows the new generation). With
+// audience set, the event carries a token of a ServiceAccount for it and
+// the operator reviews it (a TokenReview at the first request).
+func (e *env) viaActivator(ctx context.Context, name, audience string) (time.Duration, error) {
+	cw := &v1.ConfigWatcher{}
+	key := client.ObjectKey{Namespace: ns, Name: "target"}
+	if err := e.c.Get(ctx, key, cw); err != nil {
+		return 0, err
+	}
+	cw.Spec.PodSelector = map[string]string{"app": "none", "run": fmt.Sprint(time.Now().UnixNano())}
+	if err := e.c.Update(ctx, cw); err != nil {
+		return 0, err
+	}
+	want := cw.Generation
+	args := []string{"--mode=serverless", "--insecure-no-auth"}
+	var token string
+	if audience != "" {
+		args = []string{"--mode=serverless", "--audience=" + audience}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-sender"}}
+		if err := e.c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+			return 0, err
+		}
+		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}}}
+		if err := e.c.SubResource("token").Create(ctx, sa, tr); err != nil {
+			return 0, fmt.Errorf("a token for the sender: %w", err)
+		}
+		token = tr.Status.Token
+	}
+	a := activator.New(activator.Options{Idle: time.Hour, Command: func() *exec.Cmd {
+		cmd := exec.Command(filepath.Join(e.dir, name), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+		return cmd
+	}})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	gvk, _ := apiutil.GVKForObject(cw, e.scheme)
+	cw.GetObjectKind().SetGroupVersionKind(gvk)
+	body, _ := json.Marshal(cw)
+	ev, _ := cloudevent.NewObjectEvent(cloudevent.Resource, cloudevent.Update, body, "configwatchers")
+	req, err := cloudevent.NewRequest(ctx, "http://activator/", ev, false)
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	t0 := time.Now()
+	a.ServeHTTP(rec, req)
+	took := time.Since(t0)
+	if rec.Code/100 != 2 {
+		return 0, fmt.Errorf("the activator answered %d: %s", rec.Code, rec.Body.String())
+	}
+	got := &v1.ConfigWatcher{}
+	if err := e.c.Get(ctx, key, got); err != nil || got.Status.ObservedGeneration < want {
+		return 0, fmt.Errorf("answered %d but not reconciled (observedGeneration %d, want %d; %v)", rec.Code, got.Status.ObservedGeneration, want, err)
+	}
+	return took, nil
 }

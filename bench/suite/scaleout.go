@@ -79,9 +79,15 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 		}
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %d | %s | %s | %.2fx | %.2fx | %.2f |\n", v.n, lock, fstatsInt(res[v]), m/one, m/oneLeased, leaseWrites[v]/reconciles[v])
+		if v.n == 4 {
+			r.fig("so-4x", m/one)
+		}
+		if v.leases && v.n > 1 {
+			r.fig("so-lease", leaseWrites[v]/reconciles[v])
+		}
 	}
 	b.WriteString("\nThe Lease of a key is kept between its reconciles while events for it keep coming (`--lease-keep-idle`, default 1s) and deleted once it has had none for that long; these rows count the deletes too (each run waits until no Lease is left).\n")
-	if err := e.leaseStream(ctx, &b, runs); err != nil {
+	if err := e.leaseStream(ctx, r, &b, runs); err != nil {
 		return err
 	}
 	r.add("Scale-out", b.String())
@@ -93,7 +99,7 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 // max-scale 4, Leases kept while warm (the default) and released after
 // every reconcile (--lease-keep-idle=-1ns, the engine before): Lease
 // writes per reconcile.
-func (e *env) leaseStream(ctx context.Context, b *strings.Builder, runs int) error {
+func (e *env) leaseStream(ctx context.Context, r *report, b *strings.Builder, runs int) error {
 	type variant struct {
 		n    int
 		keep bool
@@ -126,6 +132,9 @@ func (e *env) leaseStream(ctx context.Context, b *strings.Builder, runs int) err
 			keep = "yes (default, 1s idle)"
 		}
 		fmt.Fprintf(b, "| %d | %s | %s | %.2f | %.2f | %.2f |\n", v.n, keep, fstatsInt(res[v]), reconciles[v]/events, leaseWrites[v]/reconciles[v], leaseWrites[v]/events)
+		if v.n == 4 {
+			r.fig(fmt.Sprintf("ls-4-%v", v.keep), leaseWrites[v]/reconciles[v])
+		}
 	}
 	return nil
 }

@@ -100,6 +100,8 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
+		r.fig("tp-"+v+"-cr", m/cr)
+		r.fig("tp-"+v+"-raw", m/raw)
 	}
 	r.add("Throughput", b.String())
 	return nil

@@ -22,5 +22,26 @@
 //   - A successful reconcile deletes a pending retry; a RequeueAfter record
 //     stays until it fires.
 //   - The wakeup source fires what is overdue when it starts, nothing before
-//     its due time, and keeps only a small entry per pending record.
+//     its due time, in due order.
+//   - Its memory is bounded, not proportional to the records pending: it
+//     holds a small entry for at most SourceOptions.Window of them, the
+//     earliest due (window.go). The Store labels every record with its due
+//     second (DueBucketLabel); the source lists the next seconds by that
+//     label when the window runs low or the clock nears its end, and
+//     watches every record to follow changes inside it.
+//
+// # Caveats
+//
+//   - A record without a valid due label (written before the label
+//     existed, or by hand) is a stray: the source holds it whatever its due
+//     time, so strays are not bounded. The Store labels a record whenever it
+//     writes it.
+//   - Records due within the same second are listed together: when one
+//     second holds more than a window of them, that second is listed again
+//     for each window delivered.
+//   - On start, and when its watch cannot resume, the source lists every
+//     record once (page by page; one page in memory).
+//   - Deliveries are in due order among held records; while a backlog
+//     fills the window, a stray may be delivered before an earlier record
+//     not yet read.
 package wakeup

@@ -1,22 +1,16 @@
 package wakeup
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 )
 
 // DefaultWatchGrace is how long the Source's watch of Wakeups may be down
-// before Healthy fails: longer than client-go's reflector backs off between
-// attempts (30 s, up to 60 s with jitter), so one failed attempt is not a
-// failure, a watch that does not come back is.
+// before Healthy fails: longer than the Source backs off between attempts
+// (up to 30 s), so one failed attempt is not a failure, a watch that does
+// not come back is.
 const DefaultWatchGrace = 2 * time.Minute
 
 // watchHealth records whether the Source's watch of Wakeups is open.
@@ -50,8 +44,7 @@ func (h *watchHealth) begin(running bool) {
 	}
 }
 
-// synced records a list of the Wakeups (the reflector's Replace): the
-// watch is alive from there.
+// synced records a list of the Wakeups: the watch is alive from there.
 func (h *watchHealth) synced() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -59,59 +52,6 @@ func (h *watchHealth) synced() {
 	if !h.watching {
 		h.since = time.Now()
 	}
-}
-
-// wrap records the outcome of lw's lists and watches.
-func (h *watchHealth) wrap(lw *cache.ListWatch) *cache.ListWatch {
-	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
-	lw.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		obj, err := list(ctx, o)
-		if err != nil {
-			h.set(false, fmt.Errorf("listing Wakeups: %w", err))
-		}
-		return obj, err
-	}
-	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		w, err := watchFn(ctx, o)
-		if err != nil {
-			h.set(false, fmt.Errorf("watching Wakeups: %w", err))
-			return nil, err
-		}
-		h.set(true, nil)
-		return &watched{Interface: w, h: h, out: relay(w, h)}, nil
-	}
-	return lw
-}
-
-// relay passes w's events on and records the end of the watch.
-func relay(w watch.Interface, h *watchHealth) chan watch.Event {
-	out := make(chan watch.Event)
-	go func() {
-		defer close(out)
-		for ev := range w.ResultChan() {
-			out <- ev
-		}
-		h.set(false, fmt.Errorf("the watch of Wakeups ended"))
-	}()
-	return out
-}
-
-type watched struct {
-	watch.Interface
-	h   *watchHealth
-	out chan watch.Event
-}
-
-func (w *watched) ResultChan() <-chan watch.Event { return w.out }
-
-// Stop stops the watch and drains what the relay still holds, so its
-// goroutine ends.
-func (w *watched) Stop() {
-	w.Interface.Stop()
-	go func() {
-		for range w.out {
-		}
-	}()
 }
 
 // Healthy reports whether the Source's watch of Wakeups is alive: nil while

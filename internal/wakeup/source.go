@@ -11,9 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,7 +27,8 @@ type SourceOptions struct {
 	// opzero.dev/operator): one source per operator, several operators on a
 	// cluster, each record delivered once.
 	Operator string
-	// Concurrency bounds deliveries in flight (16).
+	// Concurrency bounds the events being sent at once (16); up to four
+	// times as many delivered records may be waiting for their DELETE.
 	Concurrency int
 	// Backoff after a failed delivery (1 s doubling to 1 min).
 	Backoff backoff.Policy
@@ -47,7 +45,17 @@ type SourceOptions struct {
 	// Clock decides when a record is due and times the backoff (the wall
 	// clock if nil). Tests pass k8s.io/utils/clock/testing's FakeClock.
 	Clock clock.Clock
+	// Window bounds the labeled records held at once (DefaultWindow): the
+	// earliest ones; the rest are read by due bucket when their turn comes.
+	Window int
+	// PageSize is how many records one list request returns (500).
+	PageSize int64
 }
+
+// DefaultWindow is how many records a Source holds at most (besides
+// strays, records without a valid DueBucketLabel): ~3 MiB of entries, a
+// few seconds of deliveries at full speed.
+const DefaultWindow = 10_000
 
 // Source delivers due Wakeups: see the package documentation.
 type Source struct {
@@ -55,8 +63,16 @@ type Source struct {
 	opts SourceOptions
 
 	mu      sync.Mutex
-	entries map[string]*entry // by namespace/name
-	due     dueHeap
+	entries map[string]*entry // by namespace/name: the window (window.go)
+	due     dueHeap           // entries not being delivered, by due time
+	labeled int               // entries with a valid due bucket
+	cutoff  time.Time         // labeled records due at or after it are not held
+	horizon time.Time         // the cutoff's ceiling: the end of the bucket after the clock's
+	listed  map[int64]string  // bucket -> resource version of the list that last read it
+	scans   uint64
+	group   int  // buckets the next read of the window takes (advance)
+	gated   bool // a list is being read: deliver only entries due before below
+	below   time.Time
 	kick    chan struct{}
 
 	health watchHealth
@@ -72,6 +88,18 @@ type entry struct {
 	reason       string
 	failures     int
 	index        int // in the heap; -1 when not queued (being delivered)
+	labeled      bool
+	bucket       int64  // its DueBucketLabel, if labeled
+	scan         uint64 // the last list that showed it
+}
+
+// Pending is how many records the Source holds: every pending record while
+// they fit in its window, else the window's earliest (the rest are listed
+// when their turn comes, and not counted here).
+func (s *Source) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
 }
 
 // NewSource returns a Source reading and deleting Wakeups through c.
@@ -94,11 +122,17 @@ func NewSource(c client.WithWatch, o SourceOptions) *Source {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &Source{c: c, opts: o, entries: map[string]*entry{}, kick: make(chan struct{}, 1)}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 500
+	}
+	return &Source{c: c, opts: o, entries: map[string]*entry{}, listed: map[int64]string{}, group: maxBuckets, kick: make(chan struct{}, 1)}
 }
 
-// Pending is the number of records waiting.
-func (s *Source) Pending() int {
+// Held is the number of records the Source holds (its window and strays).
+func (s *Source) Held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.entries)
@@ -106,30 +140,26 @@ func (s *Source) Pending() int {
 
 // Run watches Wakeups and delivers them when due until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			list := &v1alpha1.WakeupList{}
-			return list, s.c.List(ctx, list, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Raw: s.selecting(o), Namespace: s.opts.Namespace})
-		},
-	}
 	s.health.begin(true)
 	defer s.health.begin(false)
-	r := cache.NewNamedReflector("wakeups", s.health.wrap(lw), &v1alpha1.Wakeup{}, (*storeAdapter)(s), 0)
-	go r.RunWithContext(ctx)
-	sem := make(chan struct{}, s.opts.Concurrency)
+	// A delivery holds a slot of sending while it sends the event, and one
+	// of settling until its record is deleted: a slow DELETE does not hold
+	// back the next events, and both stay bounded.
+	sending := make(chan struct{}, s.opts.Concurrency)
+	settling := make(chan struct{}, 4*s.opts.Concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.keep(ctx) }()
 	timer := s.opts.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		next, wait := s.popDue(s.opts.Clock.Now())
 		if next != nil {
-			sem <- struct{}{}
+			settling <- struct{}{}
+			sending <- struct{}{}
 			wg.Add(1)
-			go func() { defer wg.Done(); defer func() { <-sem }(); s.deliver(ctx, next) }()
+			go func() { defer wg.Done(); defer func() { <-settling }(); s.deliver(ctx, next, sending) }()
 			continue
 		}
 		timer.Reset(wait)
@@ -140,14 +170,6 @@ func (s *Source) Run(ctx context.Context) error {
 		case <-timer.C():
 		}
 	}
-}
-
-// selecting adds the operator's label selector to o (SourceOptions.Operator).
-func (s *Source) selecting(o metav1.ListOptions) *metav1.ListOptions {
-	if s.opts.Operator != "" {
-		o.LabelSelector = OperatorLabel + "=" + s.opts.Operator
-	}
-	return &o
 }
 
 // popDue takes the earliest entry if it is due, or says how long to wait.
@@ -161,13 +183,19 @@ func (s *Source) popDue(now time.Time) (*entry, time.Duration) {
 	if wait := e.due.Sub(now); wait > 0 {
 		return nil, wait
 	}
+	if s.gated && !e.due.Before(s.below) {
+		return nil, time.Hour // a list is being read (keep.go): the keeper pokes when it is done
+	}
 	heap.Pop(&s.due)
 	cp := *e
 	return &cp, 0
 }
 
-func (s *Source) deliver(ctx context.Context, e *entry) {
+// deliver sends e's event, releases its slot of sending, and deletes the
+// record after a 2xx; it backs off after a failure.
+func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{}) {
 	err := s.send(ctx, e)
+	<-sending
 	if err == nil {
 		if s.opts.Delivered != nil {
 			s.opts.Delivered(e.ns, e.name, e.due, s.opts.Clock.Now())

@@ -152,6 +152,10 @@ func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
 	case w.Spec.Reason != v1alpha1.ReasonRetry && w.Spec.Reason != v1alpha1.ReasonAccepted:
 		if w.Spec.Attempts > 0 { // a success resets the backoff
 			w.Spec.Attempts = 0
+			if w.Labels == nil {
+				w.Labels = map[string]string{}
+			}
+			w.Labels[DueBucketLabel] = DueBucket(w.Spec.Due.Time)
 			return client.IgnoreNotFound(s.c.Update(ctx, w))
 		}
 		return nil
@@ -188,6 +192,10 @@ func (s *Store) upsert(ctx context.Context, key reconcile.Request, mutate func(w
 			return nil
 		}
 		w.Spec.Sink = s.sink
+		if w.Labels == nil {
+			w.Labels = map[string]string{}
+		}
+		w.Labels[DueBucketLabel] = DueBucket(w.Spec.Due.Time) // the source lists by it
 		if exists {
 			return s.c.Update(ctx, w)
 		}

@@ -38,7 +38,9 @@ const Long = `The wakeup source is a small always-on process. It watches Wakeup 
 RequeueAfter or fails) and, at each one's due time, sends a dev.opzero.wakeup
 CloudEvent to the record's sink, which starts the operator if it has scaled to
 zero; after a 2xx answer it deletes the record. It fires overdue records when it
-starts and backs off when a sink fails.
+starts and backs off when a sink fails. It holds at most --window records in
+memory, the earliest due, and lists the others by their due-time label
+(opzero.dev/due-bucket) when their turn comes.
 
 It needs get/list/watch/delete on wakeups.opzero.dev. With --audience it
 authenticates like Knative's OIDC senders: a TokenRequest token of
@@ -54,6 +56,7 @@ type Flags struct {
 	Audience       string
 	ServiceAccount string // <namespace>/<name>
 	Concurrency    int
+	Window         int
 	HealthAddr     string
 }
 
@@ -63,7 +66,8 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name (label opzero.dev/operator; default: every operator's, for one source per cluster).")
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
-	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many deliveries may be in flight at once.")
+	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
+	fs.IntVar(&f.Window, "window", wakeup.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
 	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081 (default: not served). With OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP.")
 }
 
@@ -89,7 +93,7 @@ func (f Flags) Run(ctx context.Context) error {
 		return err
 	}
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Log: log}
+	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, Log: log}
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}
@@ -131,7 +135,7 @@ func observeDeliveries(pending func() int) func(ns, name string, due, at time.Ti
 	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_late_total", Help: "Wakeups delivered more than a second after they were due"})
 	lateness := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "opzero_wakeup_lateness_seconds",
 		Help: "How long after its due time a Wakeup was delivered", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)})
-	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_wakeups_pending", Help: "Wakeups waiting to be delivered"},
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_wakeups_pending", Help: "Wakeups held waiting to be delivered (at most the --window earliest)"},
 		func() float64 { return float64(pending()) })
 	for _, c := range []prometheus.Collector{fired, late, lateness, gauge} {
 		_ = reg.Register(c) // a second Run in one process (tests) keeps the first's

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/wakeup"
+)
+
+const (
+	wakeupNS = "wk"
+	probes   = 1000
+)
+
+// wakeups measures the wakeup source with 10k and then `max` records
+// pending (due an hour or more ahead), today's windowed source against the
+// one at wakeupBaseline: RSS once it has listed them and delivered 1000
+// probe records due over 10 s (100/s), and how late those probes fired.
+func (e *env) wakeups(ctx context.Context, r *report, max int) error {
+	bins := map[string]string{"window": filepath.Join(e.dir, "wakeup-source"), "before": filepath.Join(e.dir, "wakeup-source-before")}
+	if out, err := buildCmd("", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/wakeup-source: %v\n%s", err, out)
+	}
+	build := buildCmd("", bins["before"], "./cmd/wakeup-source") // the source that held an entry per record
+	build.Dir = filepath.Join(e.dir, "baseline-src")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the wakeup source at %s: %v\n%s", baseline[:7], err, out)
+	}
+	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wakeupNS}}); err != nil {
+		return err
+	}
+	sink := &probeSink{arrived: map[string]time.Time{}}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: sink, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	sinkURL := "http://" + l.Addr().String()
+
+	type row struct {
+		pending            int
+		variant            string
+		rss, peak          float64
+		ready              time.Duration
+		p50, p99, maxLate  time.Duration
+		delivered, ofProbe int
+	}
+	var rows []row
+	far := time.Now().Add(2 * time.Hour)
+	created := 0
+	run := 0
+	for _, n := range []int{10_000, max} {
+		if n < created {
+			continue
+		}
+		fmt.Printf("  wakeups: %d pending ...\n", n)
+		t0 := time.Now()
+		if err := e.createWakeups(ctx, created, n, sinkURL, func(i int) time.Time { return far.Add(time.Duration(i) * 36 * time.Millisecond) }, "p"); err != nil {
+			return err
+		}
+		fmt.Printf("    created %d in %s\n", n-created, time.Since(t0).Round(time.Second))
+		created = n
+		for _, v := range []string{"before", "window"} {
+			run++
+			res, err := e.wakeupRun(ctx, bins[v], sink, sinkURL, run)
+			if err != nil {
+				return fmt.Errorf("wakeup source %s with %d pending: %w", v, n, err)
+			}
+			rows = append(rows, row{pending: n, variant: v, rss: res.rss, peak: res.peak, ready: res.ready,
+				p50: res.late[len(res.late)/2], p99: res.late[len(res.late)*99/100], maxLate: res.late[len(res.late)-1],
+				delivered: len(res.late), ofProbe: probes})
+			fmt.Printf("    %s: RSS %.1f MiB (peak %.1f), ready after %s, probes late p99 %s\n", v, res.rss, res.peak, res.ready.Round(time.Millisecond), res.late[len(res.late)*99/100])
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Records pending in namespace %s, due 2-3 hours ahead; `cmd/wakeup-source --operator bench --concurrency 16` started against them. "+
+		"Once it is ready (it has listed them) it delivers %d probe records due over 10 s (100/s, created after it is ready) to an in-process sink. "+
+		"RSS (VmRSS) when the probes are delivered and peak (VmHWM), MiB; lateness of the probes (arrival - due). One run per cell. "+
+		"Before: the source at %s, which held an entry per record (a reflector's full list); window: today's, which holds at most --window (10000) records.\n\n",
+		wakeupNS, probes, baseline[:7])
+	b.WriteString("| pending | source | RSS | peak RSS | exec -> ready | fire lateness p50 | p99 | max |\n|---|---|---|---|---|---|---|---|\n")
+	for _, w := range rows {
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %s | %s | %s |\n", w.pending, w.variant, w.rss, w.peak,
+			w.ready.Round(10*time.Millisecond), w.p50.Round(100*time.Microsecond), w.p99.Round(100*time.Microsecond), w.maxLate.Round(100*time.Microsecond))
+	}
+	byKey := map[string]row{}
+	for _, w := range rows {
+		byKey[fmt.Sprint(w.pending, w.variant)] = w
+	}
+	if a, c := byKey[fmt.Sprint(max, "window")], byKey[fmt.Sprint(max, "before")]; c.rss > 0 {
+		fmt.Fprintf(&b, "\nAt %d pending the windowed source is at **%.2fx** the RSS of the one before (%.1f against %.1f MiB).\n", max, a.rss/c.rss, a.rss, c.rss)
+	}
+	r.add("Wakeup source", b.String())
+	if w, ok := byKey[fmt.Sprint(max, "window")]; ok {
+		r.fig("wk-pending", float64(max))
+		r.fig("wk-rss", w.rss)
+		r.fig("wk-peak", w.peak)
+		r.fig("wk-p99", float64(w.p99)/float64(time.Millisecond))
+		r.fig("wk-rss-before", byKey[fmt.Sprint(max, "before")].rss)
+	}
+	return nil
+}
+
+// createWakeups creates records [from, to) of operator bench, labeled as
+// the Store labels them, due at due(i), named <prefix><i>.
+func (e *env) createWakeups(ctx context.Context, from, to int, sink string, due func(int) time.Time, prefix string) error {
+	jobs := make(chan int)
+	errc := make(chan error, 32)
+	var wg sync.WaitGroup
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				d := due(i)
+				name := fmt.Sprintf("%s%07d", prefix, i)
+				wk := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: wakeupNS, Name: name,
+					Labels: map[string]string{wakeup.OperatorLabel: "bench", wakeup.DueBucketLabel: wakeup.DueBucket(d)}},
+					Spec: v1alpha1.WakeupSpec{Operator: "bench", Sink: sink, Due: metav1.NewMicroTime(d), Reason: v1alpha1.ReasonRequeueAfter,
+						Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: wakeupNS, Name: name}}}
+				if err := e.c.Create(ctx, wk); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := from; i < to; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+type wakeupResult struct {
+	rss, peak float64
+	ready     time.Duration
+	late      []time.Duration // sorted
+}
+
+// wakeupRun starts one source, waits until it is ready, has it deliver
+// the probes and measures it.
+func (e *env) wakeupRun(ctx context.Context, bin string, sink *probeSink, sinkURL string, run int) (wakeupResult, error) {
+	port, err := freePort()
+	if err != nil {
+		return wakeupResult{}, err
+	}
+	cmd := exec.Command(bin, "--namespace", wakeupNS, "--operator", "bench", "--concurrency", "16", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return wakeupResult{}, err
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	var res wakeupResult
+	for {
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", port)); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				res.ready = time.Since(t0)
+				break
+			}
+		}
+		if time.Since(t0) > 10*time.Minute {
+			return res, fmt.Errorf("not ready after 10 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	prefix := fmt.Sprintf("probe%d-", run)
+	start := time.Now().Add(20 * time.Second)
+	due := func(i int) time.Time { return start.Add(time.Duration(i) * 10 * time.Millisecond) }
+	sink.expect(prefix, probes, due)
+	if err := e.createWakeups(ctx, 0, probes, sinkURL, due, prefix); err != nil {
+		return res, err
+	}
+	if time.Now().After(start) {
+		return res, fmt.Errorf("creating the probes took longer than 20 s")
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for !sink.done() {
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("probes not all delivered within 2 minutes of their due time")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m := rssMiB(cmd.Process.Pid)
+	res.rss, res.peak = m.total, peakMiB(cmd.Process.Pid)
+	res.late = sink.lateness()
+	return res, nil
+}
+
+func peakMiB(pid int) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// probeSink records when each expected probe first arrives.
+type probeSink struct {
+	mu      sync.Mutex
+	due     map[string]time.Time
+	arrived map[string]time.Time
+}
+
+func (p *probeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, now := r.Header.Get("Ce-Targetname"), time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.due[name]; ok {
+		if _, seen := p.arrived[name]; !seen {
+			p.arrived[name] = now
+		}
+	}
+}
+
+func (p *probeSink) expect(prefix string, n int, due func(int) time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.due, p.arrived = map[string]time.Time{}, map[string]time.Time{}
+	for i := 0; i < n; i++ {
+		p.due[fmt.Sprintf("%s%07d", prefix, i)] = due(i)
+	}
+}
+
+func (p *probeSink) done() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.arrived) == len(p.due)
+}
+
+func (p *probeSink) lateness() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var late []time.Duration
+	for name, at := range p.arrived {
+		late = append(late, at.Sub(p.due[name]))
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	return late
+}
