@@ -212,7 +212,7 @@ func (d *session) stop(t *testing.T) {
 	}
 }
 
-var statusRe = regexp.MustCompile(`memcached: (\d+) instances?, \d+ events \(\d+ failed\), (\d+) reconciles, (\d+) cold starts`)
+var statusRe = regexp.MustCompile(`memcached: (\d+) instances?, \d+ events \(\d+ failed\), (\d+) reconciles(?: \(\d+ failed\))?, (\d+) cold starts`)
 
 // status returns the last status line's instances, reconciles and cold starts.
 func (d *session) status() (instances, reconciles, coldStarts int, ok bool) {
