@@ -25,6 +25,7 @@ import (
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devsession"
 )
 
 const (
@@ -47,7 +48,7 @@ type demo struct {
 	c                     client.Client
 	t0                    time.Time
 	step                  int
-	dev                   *devProcess
+	dev                   *devsession.Process
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -82,7 +83,7 @@ func run(ctx context.Context) error {
 	defer func() {
 		fmt.Println("\n[teardown] Ctrl-C to opzero dev (it stops the adapters and the operator), then the control plane")
 		if d.dev != nil {
-			d.dev.stop()
+			d.dev.Stop()
 		}
 		_ = plane.Stop(false)
 	}()
@@ -136,12 +137,12 @@ func (d *demo) startDev(ctx context.Context) error {
 	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root,
 		"--events=json", "--no-status"}
 	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
-	p, err := startDev(opzero, args)
+	p, err := devsession.Start(opzero, svc, args)
 	if err != nil {
 		return err
 	}
 	d.dev = p
-	ready, err := p.next(ctx, 0, 3*time.Minute, "ready", func(e dev.Event) bool { return e.Event == dev.EventReady })
+	ready, err := p.Next(ctx, 0, 3*time.Minute, "ready", func(e dev.Event) bool { return e.Event == dev.EventReady })
 	if err != nil {
 		return err
 	}
@@ -153,37 +154,37 @@ func (d *demo) startDev(ctx context.Context) error {
 
 func (d *demo) scenario(ctx context.Context, before []string) error {
 	d.say("kubectl apply the book's ConfigWatcher (Example 23-5): the first event starts the operator")
-	if err := d.dev.waitZero(ctx); err != nil {
+	if err := d.dev.WaitZero(ctx); err != nil {
 		return err
 	}
-	mark, t := d.dev.len(), time.Now()
+	mark, t := d.dev.Len(), time.Now()
 	if err := d.kubectl("apply", "-n", ns, "-f", filepath.Join(d.root, "examples/configwatcher/config/samples/configwatcher.yaml")); err != nil {
 		return err
 	}
-	if _, err := d.dev.next(ctx, mark, time.Minute, "the ConfigWatcher reconciled", func(e dev.Event) bool {
+	if _, err := d.dev.Next(ctx, mark, time.Minute, "the ConfigWatcher reconciled", func(e dev.Event) bool {
 		return e.Event == dev.EventReconciled && e.Kind == "ConfigWatcher" && e.Key == ns+"/webapp-config-watcher"
 	}); err != nil {
 		return err
 	}
-	d.note("reconciled %s after apply%s: ConfigMap version recorded, no restart on first sight", since(t), d.dev.coldNote(mark))
+	d.note("reconciled %s after apply%s: ConfigMap version recorded, no restart on first sight", since(t), d.dev.ColdNote(mark))
 	if err := d.scaleToZero(ctx, mark); err != nil {
 		return err
 	}
 
 	d.say("Edit the ConfigMap: a second cold start; the operator restarts the pods the ConfigWatcher selects")
-	if err := d.dev.waitZero(ctx); err != nil {
+	if err := d.dev.WaitZero(ctx); err != nil {
 		return err
 	}
-	mark, t = d.dev.len(), time.Now()
+	mark, t = d.dev.Len(), time.Now()
 	if err := d.kubectl("patch", "-n", ns, "configmap", "webapp-config", "--type=merge", "-p", `{"data":{"message":"Hello, opzero"}}`); err != nil {
 		return err
 	}
-	if _, err := d.dev.next(ctx, mark, time.Minute, "the ConfigMap's event reconciled", func(e dev.Event) bool {
+	if _, err := d.dev.Next(ctx, mark, time.Minute, "the ConfigMap's event reconciled", func(e dev.Event) bool {
 		return e.Event == dev.EventReconciled && e.Kind == "ConfigMap" && e.Key == ns+"/webapp-config"
 	}); err != nil {
 		return err
 	}
-	d.note("reconciled %s after the edit%s", since(t), d.dev.coldNote(mark))
+	d.note("reconciled %s after the edit%s", since(t), d.dev.ColdNote(mark))
 	after, err := d.waitPods(ctx, before)
 	if err != nil {
 		return err
@@ -200,9 +201,9 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 	}
 
 	d.say("What opzero dev reported, from its event stream")
-	d.dev.summarize(d.t0)
+	d.dev.Summarize(d.t0)
 	if f := os.Getenv("OPZERO_DEMO_TIMELINE"); f != "" {
-		if err := d.dev.drawTimeline(f); err != nil {
+		if err := d.dev.DrawTimeline(f); err != nil {
 			return err
 		}
 		d.note("the session as an SVG timeline: %s (what opzero dev timeline draws from an events file)", f)
@@ -214,7 +215,7 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 // scaleToZero waits for the Service's scaled-to-zero event after mark.
 func (d *demo) scaleToZero(ctx context.Context, mark int) error {
 	t := time.Now()
-	if _, err := d.dev.next(ctx, mark, time.Minute, "scaled to zero", func(e dev.Event) bool {
+	if _, err := d.dev.Next(ctx, mark, time.Minute, "scaled to zero", func(e dev.Event) bool {
 		return e.Event == dev.EventScaledToZero && e.Service == svc
 	}); err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 	"github.com/opzero/opzero/examples/postgres/internal/pgtest"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devsession"
 )
 
 const (
@@ -53,7 +54,7 @@ type demo struct {
 	admin                          *pgx.Conn
 	t0                             time.Time
 	step                           int
-	dev                            *devProcess
+	dev                            *devsession.Process
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -94,7 +95,7 @@ func run(ctx context.Context) (err error) {
 	defer func() {
 		fmt.Println("\n[teardown] Ctrl-C to opzero dev and the bridge, then the control plane and PostgreSQL")
 		if d.dev != nil {
-			d.dev.stop()
+			d.dev.Stop()
 		}
 		_ = plane.Stop(false)
 	}()
@@ -141,12 +142,12 @@ func (d *demo) startDev(ctx context.Context) error {
 	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.example,
 		"--events=json", "--no-status"}
 	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
-	p, err := startDev(opzero, args)
+	p, err := devsession.Start(opzero, svc, args)
 	if err != nil {
 		return err
 	}
 	d.dev = p
-	ready, err := p.next(ctx, 0, 5*time.Minute, "ready", func(e dev.Event) bool { return e.Event == dev.EventReady })
+	ready, err := p.Next(ctx, 0, 5*time.Minute, "ready", func(e dev.Event) bool { return e.Event == dev.EventReady })
 	if err != nil {
 		return err
 	}
@@ -190,19 +191,19 @@ func (d *demo) startBridge(ctx context.Context) (func(), error) {
 
 func (d *demo) scenario(ctx context.Context) error {
 	d.say("kubectl apply a Database: the operator starts from zero and makes the database, its role and a Secret")
-	if err := d.dev.waitZero(ctx); err != nil {
+	if err := d.dev.WaitZero(ctx); err != nil {
 		return err
 	}
-	mark, t := d.dev.len(), time.Now()
+	mark, t := d.dev.Len(), time.Now()
 	if err := d.kubectl("apply", "-n", ns, "-f", filepath.Join(d.example, "config/samples/database.yaml")); err != nil {
 		return err
 	}
-	if _, err := d.dev.next(ctx, mark, 2*time.Minute, "the Database reconciled", func(e dev.Event) bool {
+	if _, err := d.dev.Next(ctx, mark, 2*time.Minute, "the Database reconciled", func(e dev.Event) bool {
 		return e.Event == dev.EventReconciled && e.Key == ns+"/orders"
 	}); err != nil {
 		return err
 	}
-	d.note("reconciled %s after apply%s", since(t), d.dev.coldNote(mark))
+	d.note("reconciled %s after apply%s", since(t), d.dev.ColdNote(mark))
 	_ = d.kubectl("get", "-n", ns, "databases")
 	_ = d.kubectl("get", "-n", ns, "secret", "orders-credentials", "-o", "go-template={{range $k, $v := .data}}{{$k}} {{end}}")
 	fmt.Println()
@@ -215,10 +216,10 @@ func (d *demo) scenario(ctx context.Context) error {
 			"SELECT count(*) = 1 FROM pg_database WHERE datname = 'orders' AND pg_get_userbyid(datdba) = 'orders'"},
 	} {
 		d.say("With the operator at zero instances, %s", drift.what)
-		if err := d.dev.waitZero(ctx); err != nil {
+		if err := d.dev.WaitZero(ctx); err != nil {
 			return err
 		}
-		mark, t := d.dev.len(), time.Now()
+		mark, t := d.dev.Len(), time.Now()
 		fmt.Printf("    $ psql -c %q\n", drift.sql)
 		for _, s := range strings.Split(drift.sql, "; ") {
 			if _, err := d.admin.Exec(ctx, s); err != nil {
@@ -229,34 +230,34 @@ func (d *demo) scenario(ctx context.Context) error {
 			return err
 		}
 		d.note("healed in PostgreSQL %s after the change (the bridge's event, the Broker, the Trigger, a cold start, the reconcile)", since(t))
-		if _, err := d.dev.next(ctx, mark, time.Minute, "the bridge's event delivered", func(e dev.Event) bool {
+		if _, err := d.dev.Next(ctx, mark, time.Minute, "the bridge's event delivered", func(e dev.Event) bool {
 			return e.Event == dev.EventDelivery && e.Type == controller.ChangedEventType
 		}); err != nil {
 			return err
 		}
-		d.note("event: delivery of %s%s", controller.ChangedEventType, d.dev.coldNote(mark))
+		d.note("event: delivery of %s%s", controller.ChangedEventType, d.dev.ColdNote(mark))
 	}
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "databases")
 	_ = d.kubectl("get", "-n", ns, "events", "--field-selector", "involvedObject.kind=Database", "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 
 	d.say("kubectl delete the Database: the finalizer drops the database and the role")
-	if err := d.dev.waitZero(ctx); err != nil {
+	if err := d.dev.WaitZero(ctx); err != nil {
 		return err
 	}
 	if err := d.kubectl("delete", "-n", ns, "database", "orders", "--wait=true", "--timeout=2m"); err != nil {
 		return err
 	}
 	d.psql("SELECT (SELECT count(*) FROM pg_database WHERE datname = 'orders') AS databases, (SELECT count(*) FROM pg_roles WHERE rolname = 'orders') AS roles")
-	mark = d.dev.len()
-	if _, err := d.dev.next(ctx, mark, time.Minute, "scaled to zero after the deletion", func(e dev.Event) bool {
+	mark = d.dev.Len()
+	if _, err := d.dev.Next(ctx, mark, time.Minute, "scaled to zero after the deletion", func(e dev.Event) bool {
 		return e.Event == dev.EventScaledToZero && e.Service == svc
 	}); err != nil {
 		return err
 	}
 
 	d.say("What opzero dev reported, from its event stream")
-	d.dev.summarize(d.t0)
+	d.dev.Summarize(d.t0)
 	d.say("Done in %s", since(d.t0))
 	return nil
 }

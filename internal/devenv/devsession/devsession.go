@@ -1,5 +1,7 @@
-// This file is hack/demo/events.go (package main there, so not importable).
-package main
+// Package devsession runs `opzero dev --events=json` as a child process and
+// waits on its event stream: what the demos (hack/demo,
+// examples/postgres/demo) print and wait for.
+package devsession
 
 import (
 	"bufio"
@@ -8,27 +10,34 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/timeline"
 )
 
-// devProcess is `opzero dev --events=json` running as a child: its events
+// Process is `opzero dev --events=json` running as a child: its events
 // (standard output) are decoded and kept in order, its human log (standard
 // error) is shown indented.
-type devProcess struct {
+type Process struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	mu     sync.Mutex
 	cond   *sync.Cond
 	events []dev.Event
 	bad    error // a line that was not an event
+	// service is the Knative Service (namespace/name) whose instances
+	// WaitZero and ColdNote follow.
+	service string
 }
 
-func startDev(bin string, args []string) (*devProcess, error) {
-	p := &devProcess{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+// Start runs bin with args (an `opzero dev --events=json` command line) and
+// follows the instances of service (namespace/name).
+func Start(bin, service string, args []string) (*Process, error) {
+	p := &Process{cmd: exec.Command(bin, args...), done: make(chan struct{}), service: service}
 	p.cond = sync.NewCond(&p.mu)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -79,17 +88,18 @@ func startDev(bin string, args []string) (*devProcess, error) {
 	return p, nil
 }
 
-func (p *devProcess) len() int {
+// Len is the number of events so far: a mark for next.
+func (p *Process) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.events)
 }
 
-// next returns the first event at index from or later that matches,
+// Next returns the first event at index from or later that matches,
 // waiting for it up to timeout.
-func (p *devProcess) next(ctx context.Context, from int, timeout time.Duration, what string, match func(dev.Event) bool) (dev.Event, error) {
+func (p *Process) Next(ctx context.Context, from int, timeout time.Duration, what string, match func(dev.Event) bool) (dev.Event, error) {
 	var found dev.Event
-	err := p.until(ctx, from, timeout, what, func(events []dev.Event) bool {
+	err := p.Until(ctx, from, timeout, what, func(events []dev.Event) bool {
 		for _, e := range events[from:] {
 			if match(e) {
 				found = e
@@ -101,14 +111,14 @@ func (p *devProcess) next(ctx context.Context, from int, timeout time.Duration, 
 	return found, err
 }
 
-// waitZero waits until every operator instance opzero dev reported started
+// WaitZero waits until every operator instance opzero dev reported started
 // has stopped (a sweep may have started one).
-func (p *devProcess) waitZero(ctx context.Context) error {
-	return p.until(ctx, 0, time.Minute, "0 operator instances", func(events []dev.Event) bool {
+func (p *Process) WaitZero(ctx context.Context) error {
+	return p.Until(ctx, 0, time.Minute, "0 operator instances", func(events []dev.Event) bool {
 		n := 0
 		for _, e := range events {
 			switch {
-			case e.Service != svc:
+			case e.Service != p.service:
 			case e.Event == dev.EventProcessStarted:
 				n++
 			case e.Event == dev.EventProcessStopped:
@@ -119,9 +129,9 @@ func (p *devProcess) waitZero(ctx context.Context) error {
 	})
 }
 
-// until waits up to timeout for done to hold of the events so far; an
+// Until waits up to timeout for done to hold of the events so far; an
 // error event from index from on, or opzero dev exiting, ends the wait.
-func (p *devProcess) until(ctx context.Context, from int, timeout time.Duration, what string, done func([]dev.Event) bool) error {
+func (p *Process) Until(ctx context.Context, from int, timeout time.Duration, what string, done func([]dev.Event) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { p.mu.Lock(); p.cond.Broadcast(); p.mu.Unlock() })
@@ -152,15 +162,15 @@ func (p *devProcess) until(ctx context.Context, from int, timeout time.Duration,
 	}
 }
 
-// coldNote says whether the events after mark include a cold start, and
+// ColdNote says whether the events after mark include a cold start, and
 // how long the process took to become ready.
-func (p *devProcess) coldNote(mark int) string {
+func (p *Process) ColdNote(mark int) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pid := 0
 	for _, e := range p.events[mark:] {
 		switch {
-		case e.Event == dev.EventProcessStarted && e.Service == svc && e.ColdStart:
+		case e.Event == dev.EventProcessStarted && e.Service == p.service && e.ColdStart:
 			pid = e.PID
 		case e.Event == dev.EventProcessReady && pid != 0 && e.PID == pid:
 			return fmt.Sprintf(" (cold start included: pid %d ready %.0f ms after exec)", pid, e.ReadyMS)
@@ -169,9 +179,9 @@ func (p *devProcess) coldNote(mark int) string {
 	return " (an instance was already running)"
 }
 
-// summarize prints the operator's processes and deliveries as the event
+// Summarize prints the operator's processes and deliveries as the event
 // stream reported them.
-func (p *devProcess) summarize(t0 time.Time) {
+func (p *Process) Summarize(t0 time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range p.events {
@@ -196,8 +206,21 @@ func (p *devProcess) summarize(t0 time.Time) {
 	}
 }
 
-// stop sends SIGINT (Ctrl-C) and waits for opzero dev to exit.
-func (p *devProcess) stop() {
+// DrawTimeline writes the events so far as an SVG timeline to path
+// (package timeline).
+func (p *Process) DrawTimeline(path string) error {
+	p.mu.Lock()
+	events := slices.Clone(p.events)
+	p.mu.Unlock()
+	svg, err := timeline.SVG(events)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, svg, 0o644)
+}
+
+// Stop sends SIGINT (Ctrl-C) and waits for opzero dev to exit.
+func (p *Process) Stop() {
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
