@@ -2,9 +2,14 @@ package manifests_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -32,7 +37,8 @@ func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":configwatcher",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
-	rt, err := operator.New(operator.Options{Mode: operator.Classic, Config: cfg, Scheme: env.Scheme, LeaderElectionNamespace: ns})
+	rt, err := operator.New(operator.Options{Mode: operator.Classic, Config: cfg, Scheme: env.Scheme, LeaderElectionNamespace: ns,
+		Logger: bufferedLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,4 +68,23 @@ func TestClassicRunsOnTheGeneratedRBAC(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), cw)
 		return err == nil && cw.Status.Restarts == 1, err
 	})
+}
+
+// bufferedLog keeps the operator's log and shows it if the test failed
+// (the manager may still log while it stops, after the test's own end).
+func bufferedLog(t *testing.T) logr.Logger {
+	var mu sync.Mutex
+	var b strings.Builder
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("the operator's log:\n%s", b.String())
+		}
+	})
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(&b, "%s %s %s\n", time.Now().Format("15:04:05.000"), prefix, args)
+	}, funcr.Options{Verbosity: 1})
 }
