@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,50 +23,13 @@ func (r *Reconciler) syncDecorator(ctx context.Context, c *Controller, d Decorat
 	if !d.matches(obj) {
 		return reconcile.Result{}, nil // not (or no longer) selected: left alone
 	}
-	finalizing, done, err := r.finalizer(ctx, c, obj)
-	if err != nil || done {
-		return reconcile.Result{}, err
-	}
-	observed, err := r.children(ctx, c, obj)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	related, err := r.relatedFor(ctx, c, obj)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	hook := c.Sync
-	if finalizing {
-		hook = c.Finalize
-	}
-	url, timeout, err := r.hookURL(ctx, hook.Webhook)
-	if err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
-	}
-	req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: observed.byKey(c, obj.GetNamespace()), Related: related, Finalizing: finalizing}
-	var resp DecoratorSyncResponse
-	if err := r.Hooks.Call(ctx, url, timeout, req, &resp); err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
-	}
-	desired, err := desiredChildren(c, obj, resp.Attachments)
-	if err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, obj, &BadAnswer{URL: url, Reason: err.Error()})
-	}
-	if err := r.applyChildren(ctx, c, obj, observed, desired); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.patchMeta(ctx, obj, resp.Labels, resp.Annotations); err != nil {
-		return reconcile.Result{}, err
-	}
-	if resp.Status != nil {
-		if err := r.writeStatus(ctx, obj, resp.Status); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	if finalizing && resp.Finalized {
-		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
-	}
-	return r.resync(c, resp.ResyncAfterSeconds), nil
+	return r.sync(ctx, c, obj, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
+		req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: in.children, Related: in.related, Finalizing: in.finalizing}
+		var resp DecoratorSyncResponse
+		err := r.Hooks.Call(ctx, url, timeout, req, &resp)
+		return hookAnswer{status: resp.Status, children: resp.Attachments, labels: resp.Labels, annotations: resp.Annotations,
+			resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
+	})
 }
 
 func (d Decorated) matches(o client.Object) bool {

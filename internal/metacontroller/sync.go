@@ -25,15 +25,46 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	if err != nil || parent == nil {
 		return reconcile.Result{}, err // gone: the garbage collector deletes its children
 	}
-	finalizing, done, err := r.finalizer(ctx, c, parent)
+	return r.sync(ctx, c, parent, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
+		req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: in.children, Related: in.related, Finalizing: in.finalizing}
+		var resp CompositeSyncResponse
+		err := r.Hooks.Call(ctx, url, timeout, req, &resp)
+		return hookAnswer{status: resp.Status, children: resp.Children, resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
+	})
+}
+
+// hookInput is what a sync hook is told besides the controller and the
+// object: its children (a DecoratorController's attachments), what the
+// customize hook named, and whether the object is being deleted.
+type hookInput struct {
+	children, related ChildMap
+	finalizing        bool
+}
+
+// hookAnswer is what either kind of controller's sync hook answers.
+type hookAnswer struct {
+	status              map[string]any
+	children            []*unstructured.Unstructured
+	labels, annotations map[string]*string // DecoratorController only
+	resyncAfter         float64
+	finalized           bool
+}
+
+// sync is one sync (or finalize) of obj, a CompositeController's parent or
+// the object a DecoratorController decorates: call (the hook, in its
+// controller's request and response shapes), then make the children, the
+// labels and annotations and the status what it answered.
+func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.Unstructured,
+	call func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
+	finalizing, done, err := r.finalizer(ctx, c, obj)
 	if err != nil || done {
 		return reconcile.Result{}, err
 	}
-	observed, err := r.children(ctx, c, parent)
+	observed, err := r.children(ctx, c, obj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	related, err := r.relatedFor(ctx, c, parent)
+	related, err := r.relatedFor(ctx, c, obj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -43,29 +74,31 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	}
 	url, timeout, err := r.hookURL(ctx, hook.Webhook)
 	if err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, parent, err)
+		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
-	req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: observed.byKey(c, parent.GetNamespace()), Related: related, Finalizing: finalizing}
-	var resp CompositeSyncResponse
-	if err := r.Hooks.Call(ctx, url, timeout, req, &resp); err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, parent, err)
-	}
-	desired, err := desiredChildren(c, parent, resp.Children)
+	resp, err := call(ctx, url, timeout, hookInput{children: observed.byKey(c, obj.GetNamespace()), related: related, finalizing: finalizing})
 	if err != nil {
-		return reconcile.Result{}, r.hookFailed(ctx, c, parent, &BadAnswer{URL: url, Reason: err.Error()})
+		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
-	if err := r.applyChildren(ctx, c, parent, observed, desired); err != nil {
+	desired, err := desiredChildren(c, obj, resp.children)
+	if err != nil {
+		return reconcile.Result{}, r.hookFailed(ctx, c, obj, &BadAnswer{URL: url, Reason: err.Error()})
+	}
+	if err := r.applyChildren(ctx, c, obj, observed, desired); err != nil {
 		return reconcile.Result{}, err
 	}
-	if resp.Status != nil {
-		if err := r.writeStatus(ctx, parent, resp.Status); err != nil {
+	if err := r.patchMeta(ctx, obj, resp.labels, resp.annotations); err != nil {
+		return reconcile.Result{}, err
+	}
+	if resp.status != nil {
+		if err := r.writeStatus(ctx, obj, resp.status); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if finalizing && resp.Finalized {
-		return reconcile.Result{}, r.removeFinalizer(ctx, parent, c.Finalizer())
+	if finalizing && resp.finalized {
+		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
 	}
-	return r.resync(c, resp.ResyncAfterSeconds), nil
+	return r.resync(c, resp.resyncAfter), nil
 }
 
 // childID identifies a child.
