@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/opzero/opzero/internal/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opzero/opzero/internal/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/testenv"
 )
@@ -202,24 +204,8 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 	if got := strings.Join(sources, ","); got != "Deployment,Memcached" {
 		t.Fatalf("ApiServerSources for %s, want Deployment (owned) and Memcached (For)", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
-		BuildDir: dir, Idle: time.Second, Out: logWriter{t}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		p.Stop()
-		if t.Failed() {
-			matches, _ := filepath.Glob(p.LogPath("*"))
-			for _, m := range matches {
-				b, _ := os.ReadFile(m)
-				t.Logf("%s:\n%s", m, tail(b, 60))
-			}
-		}
-	})
+	p := devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
+		BuildDir: dir, Idle: time.Second})
 	instances := func() int { return p.Services[0].Activator.Instances() }
 	exercise(t, env.Client, ns, func(step string) {
 		testkit.Eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) { return instances() == 0, nil })
@@ -249,7 +235,7 @@ func classic(t *testing.T, env *testenv.Env, dir string, objs []manifests.Object
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("operator log:\n%s", tail(b, 60))
+			t.Logf("operator log:\n%s", testkit.Tail(b, 60))
 		}
 	})
 	exercise(t, env.Client, ns, nil)
@@ -390,19 +376,4 @@ func hasEvent(ctx context.Context, t *testing.T, c client.Client, ns, reason str
 		}
 	}
 	return false
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
-}
-
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

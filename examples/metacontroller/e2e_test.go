@@ -25,6 +25,7 @@ import (
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/metacontroller"
 	"github.com/opzero/opzero/internal/proc"
@@ -46,13 +47,6 @@ func TestMain(m *testing.M) {
 		CRDDirs: []string{"../../config/metacontroller", "helloworld/crd.yaml"}})
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 var helloGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "HelloWorld"}
@@ -143,17 +137,11 @@ func exercise(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	logs := t.TempDir()
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objects(t, root, ns, mode), Dir: logs,
-		CacheDir: cacheDir, BuildDir: root, Idle: 3 * time.Second, Out: logWriter{t}})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objects(t, root, ns, mode), Dir: logs,
+		CacheDir: cacheDir, BuildDir: root, Idle: 3 * time.Second})
 	t.Cleanup(func() {
-		cancel()
-		p.Stop()
 		if t.Failed() {
 			wl := &unstructured.UnstructuredList{}
 			wl.SetAPIVersion("opzero.dev/v1alpha1")
@@ -162,13 +150,6 @@ func exercise(t *testing.T, mode string) {
 				for _, w := range wl.Items {
 					t.Logf("Wakeup %s: %v", w.GetName(), w.Object["spec"])
 				}
-			}
-			matches, _ := filepath.Glob(filepath.Join(logs, "service-*"))
-			more, _ := filepath.Glob(filepath.Join(logs, "deployment-*"))
-			matches = append(matches, more...)
-			for _, m := range matches {
-				b, _ := os.ReadFile(m)
-				t.Logf("%s:\n%s", m, b)
 			}
 		}
 	})

@@ -31,6 +31,7 @@ import (
 	"github.com/opzero/opzero/examples/postgres/controller"
 	"github.com/opzero/opzero/examples/postgres/internal/pgtest"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
@@ -87,13 +88,6 @@ func (e *events) since(t time.Time, kind string) []dev.Event {
 		}
 	}
 	return out
-}
-
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
 }
 
 func adminConn(t *testing.T, db string) *pgx.Conn {
@@ -168,24 +162,8 @@ func TestDatabaseThroughDev(t *testing.T) {
 	}
 	evs := &events{}
 	devDir := t.TempDir()
-	dctx, cancel := context.WithCancel(ctx)
-	p, err := dev.Start(dctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: devDir, CacheDir: t.TempDir(),
-		BuildDir: wd, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(evs)})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		p.Stop()
-		if t.Failed() {
-			matches, _ := filepath.Glob(p.LogPath("*"))
-			for _, m := range matches {
-				b, _ := os.ReadFile(m)
-				t.Logf("%s:\n%s", m, b)
-			}
-		}
-	})
+	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: devDir, CacheDir: t.TempDir(),
+		BuildDir: wd, Idle: time.Second, Events: dev.NewEventWriter(evs)})
 	svc := p.Services[0]
 	atZero := func(step string) {
 		testkit.Eventually(t, 90*time.Second, "scaled to zero after "+step, func(context.Context) (bool, error) { return svc.Activator.Instances() == 0, nil })

@@ -47,14 +47,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logWriter sends the platform's lines to t.Log.
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
-	return len(b), nil
-}
-
 // fixture reads the hand-written manifests into namespace ns, with the
 // sweep moved to once a year so no tick lands in a test.
 func fixture(t testing.TB, ns string) []*unstructured.Unstructured {
@@ -80,7 +72,7 @@ func start(t testing.TB, env *testenv.Env, objs []*unstructured.Unstructured, id
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: idle, Out: logWriter{t}})
+		CacheDir: cacheDir, BuildDir: root, Idle: idle, Out: testkit.LogWriter(t)})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -99,20 +91,12 @@ func start(t testing.TB, env *testenv.Env, objs []*unstructured.Unstructured, id
 				matches, _ := filepath.Glob(p.LogPath(f + "*"))
 				for _, m := range matches {
 					b, _ := os.ReadFile(m)
-					t.Logf("%s:\n%s", m, tail(b, 40))
+					t.Logf("%s:\n%s", m, testkit.Tail(b, 40))
 				}
 			}
 		}
 	})
 	return p
-}
-
-func tail(b []byte, n int) string {
-	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // gone reports whether pid has exited (or is a zombie about to be reaped).

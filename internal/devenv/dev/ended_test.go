@@ -9,6 +9,7 @@ import (
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -68,7 +69,7 @@ func TestFailedStartLeavesNothingReady(t *testing.T) {
 	}
 	empty := t.TempDir()
 	_, err = dev.Start(context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: fixture(t, ns), Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, BinDir: empty, Out: logWriter{t}})
+		CacheDir: cacheDir, BuildDir: root, BinDir: empty, Out: testkit.LogWriter(t)})
 	if err == nil || !strings.Contains(err.Error(), "apiserver_receive_adapter not found in --bin-dir "+empty) || !strings.Contains(err.Error(), "opzero install") {
 		t.Fatalf("Start with an empty --bin-dir: %v, want an error naming the adapter, the folder and opzero install", err)
 	}

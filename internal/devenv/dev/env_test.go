@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/opzero/opzero/internal/testkit"
 	"io"
 	"maps"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opzero/opzero/internal/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,7 +162,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 		objs := envopManifests(t, manifests.Options{Namespace: other, NoDurableTime: true})
 		root, _ := controlplane.RepoRoot()
 		p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-			CacheDir: cacheDir, BuildDir: root, Out: logWriter{t}})
+			CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
 		if err == nil {
 			p.Stop()
 			t.Fatal("started without the Secret the operator's env needs")

@@ -5,12 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/opzero/opzero/internal/testkit"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opzero/opzero/internal/testkit"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -142,7 +143,7 @@ func startWithEvents(t *testing.T, env *testenv.Env, objs []*unstructured.Unstru
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
+		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: testkit.LogWriter(t), Events: dev.NewEventWriter(buf)})
 	if err != nil {
 		t.Fatal(err)
 	}

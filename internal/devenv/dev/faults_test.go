@@ -3,11 +3,12 @@ package dev_test
 import (
 	"context"
 	"fmt"
-	"github.com/opzero/opzero/internal/testkit"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opzero/opzero/internal/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,7 +74,7 @@ func TestAPIServerRestartThroughDev(t *testing.T) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p, err := dev.Start(pctx, dev.Options{Kubeconfig: plane.Kubeconfig, Objects: fixture(t, ns), Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: 3 * time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(buf)})
+		CacheDir: cacheDir, BuildDir: root, Idle: 3 * time.Second, Out: testkit.LogWriter(t), Events: dev.NewEventWriter(buf)})
 	if err != nil {
 		t.Fatal(err)
 	}

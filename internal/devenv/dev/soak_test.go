@@ -29,6 +29,7 @@ import (
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/devenv/pinned"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/spanlog"
@@ -171,24 +172,8 @@ func newSoak(t *testing.T, seed uint64) *soak {
 		t.Fatal(err)
 	}
 	s.prepare(us)
-	pctx, cancel := context.WithCancel(ctx)
-	p, err := dev.Start(pctx, dev.Options{Kubeconfig: plane.Kubeconfig, Objects: us, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: 2 * time.Second, Out: logWriter{t}, Events: dev.NewEventWriter(s.buf)})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		p.Stop()
-		if t.Failed() {
-			matches, _ := filepath.Glob(p.LogPath("*"))
-			for _, m := range matches {
-				b, _ := os.ReadFile(m)
-				t.Logf("%s:\n%s", m, tail(b, 30))
-			}
-		}
-	})
+	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: plane.Kubeconfig, Objects: us, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Idle: 2 * time.Second, Events: dev.NewEventWriter(s.buf)})
 	s.p = p
 	return s
 }

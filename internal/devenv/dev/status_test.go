@@ -155,6 +155,6 @@ func dumpLogs(t *testing.T, p *dev.Platform) {
 	matches, _ := filepath.Glob(p.LogPath("*"))
 	for _, m := range matches {
 		b, _ := os.ReadFile(m)
-		t.Logf("%s:\n%s", m, tail(b, 30))
+		t.Logf("%s:\n%s", m, testkit.Tail(b, 30))
 	}
 }

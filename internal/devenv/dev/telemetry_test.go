@@ -16,6 +16,7 @@ import (
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/devenv/otelcol"
 	"github.com/opzero/opzero/internal/devenv/pinned"
 	"github.com/opzero/opzero/internal/testkit"
@@ -39,7 +40,7 @@ func TestTelemetryThroughDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	col, err := otelcol.Start(ctx, bin, t.TempDir(), logWriter{t})
+	col, err := otelcol.Start(ctx, bin, t.TempDir(), testkit.LogWriter(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,23 +174,6 @@ func startWithEnv(t *testing.T, env *testenv.Env, objs []*unstructured.Unstructu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Out: logWriter{t}, Env: extra})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		p.Stop()
-		if t.Failed() {
-			logs, _ := filepath.Glob(p.LogPath("service-*"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, tail(b, 60))
-			}
-		}
-	})
-	return p
+	return devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Idle: time.Second, Env: extra})
 }
