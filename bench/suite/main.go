@@ -6,6 +6,7 @@
 //	go run ./bench/suite                 # everything
 //	go run ./bench/suite -only coldstart # exec -> ready / first reconcile at 2000 ConfigMaps
 //	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
+//	go run ./bench/suite -only leasestream # scaleout's steady stream alone: Lease writes per reconcile
 //	go run ./bench/suite -only telemetry # OTLP export off vs on: cold start, RSS, per-event time
 //	go run ./bench/suite -only wakeup    # the wakeup source with 10k and 100k records pending
 package main
@@ -40,7 +41,7 @@ var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout, telemetry or wakeup")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry or wakeup")
 	flag.IntVar(&wakeupsPending, "wakeups", 100_000, "how many Wakeups are pending in the wakeup part's larger run")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
@@ -180,6 +181,15 @@ func run(only string, runs int, out string) error {
 		{"throughput", func() error { return e.throughput(ctx, r, runs) }},
 		{"intake", func() error { return intake(r, runs) }},
 		{"scaleout", func() error { return e.scaleOut(ctx, r, runs) }},
+		{"leasestream", func() error { // part of scaleout; alone only when asked for
+			if only != "leasestream" {
+				return nil
+			}
+			var b strings.Builder
+			err := e.leaseStream(ctx, r, &b, runs)
+			r.add("Scale-out: a steady stream", b.String())
+			return err
+		}},
 		{"telemetry", func() error { return e.telemetryCost(ctx, r, runs) }},
 		{"wakeup", func() error { return e.wakeups(ctx, r, wakeupsPending) }}, // last: it leaves its records in etcd
 	}
