@@ -255,7 +255,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 
 // advertiseAddress is Options.AdvertiseAddress, or its default.
 func (r *Runtime) advertiseAddress() string {
-	switch a := r.opts.AdvertiseAddress; {
+	switch a := firstOf(r.opts.AdvertiseAddress, os.Getenv("OPZERO_ADVERTISE_ADDRESS")); {
 	case a == "none":
 		return ""
 	case a != "":
