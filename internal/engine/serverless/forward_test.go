@@ -20,14 +20,17 @@ import (
 	"github.com/opzero/opzero/internal/lease"
 )
 
-// lockerCalls counts the requests a Locker's client makes: all, and the
-// writes to Leases.
+// lockerCalls counts the requests a Locker's client makes to Leases: all,
+// and the writes.
 type lockerCalls struct {
 	next        http.RoundTripper
 	all, writes atomic.Int64
 }
 
 func (c *lockerCalls) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.Contains(r.URL.Path, "/leases") {
+		return c.next.RoundTrip(r) // discovery
+	}
 	c.all.Add(1)
 	if r.Method != http.MethodGet {
 		c.writes.Add(1)
@@ -285,4 +288,34 @@ func ptrOr(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// TestDefaultAdvertiseAddress: outside a pod, none; in one, the first
+// non-loopback IPv4 address with the listen port.
+func TestDefaultAdvertiseAddress(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if a := serverless.DefaultAdvertiseAddress(":8080"); a != "" {
+		t.Fatalf("outside a pod: %q, want none", a)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	var ipv4 []string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			ipv4 = append(ipv4, n.IP.String())
+		}
+	}
+	a := serverless.DefaultAdvertiseAddress(":8080")
+	if len(ipv4) == 0 {
+		if a != "" {
+			t.Fatalf("no non-loopback IPv4 address here, yet %q", a)
+		}
+		return
+	}
+	if a != "http://"+ipv4[0]+":8080" {
+		t.Fatalf("in a pod: %q, want http://%s:8080", a, ipv4[0])
+	}
+	if a := serverless.DefaultAdvertiseAddress("not an address"); a != "" {
+		t.Fatalf("unparsable listen address: %q", a)
+	}
 }
