@@ -75,7 +75,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		handled(w, rt.why)
 	case e.opts.Async:
 		e.accept(w, r.Context(), rt)
-	case e.forwarded(w, r, ev, rt, body):
+	case e.forwarded(w, r, ev, rt, body): // answered by the holder of the key's Lease, or reconciled here
 	case e.opts.AnswerAdmitted && rt.object && e.admit(rt):
 		e.affirm(w, r, rt)
 		handled(w, fmt.Sprintf("admitted %d key(s): %s", len(rt.keys), rt.why))
