@@ -97,6 +97,11 @@ type Options struct {
 	// InstanceID is the Leases' holder identity ($POD_NAME, else the host
 	// name, which is the pod name in Kubernetes, plus "-<pid>" if not PID 1).
 	InstanceID string
+	// AdvertiseAddress is where the other instances reach this one (a URL),
+	// recorded on the Leases it holds so that they forward it the events of
+	// its keys (env OPZERO_ADVERTISE_ADDRESS; default in a pod
+	// http://<pod IP>:<port> without TLS, else none; "none": none).
+	AdvertiseAddress string
 
 	// BackoffBase and BackoffCap shape retries after failures (1 s, 5 min).
 	BackoffBase, BackoffCap time.Duration
@@ -201,6 +206,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
 	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile (default 1s; a negative duration such as -1ns releases after each reconcile)")
 	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "serverless, max-scale > 1: URL where the other instances reach this one, recorded on the Leases it holds so that they forward it the events of its keys instead of marking the Lease; env OPZERO_ADVERTISE_ADDRESS (default in a pod without TLS http://<pod IP>:<port>; none: off)")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")

@@ -189,7 +189,8 @@ func (r *Runtime) Register(op *builder.Controller) error {
 				return err
 			}
 			l, err := lease.New(r.client, lease.Options{Operator: op.Name, Identity: r.opts.InstanceID,
-				Duration: r.opts.LeaseDuration, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE"))})
+				Duration: r.opts.LeaseDuration, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE")),
+				Address: r.advertiseAddress()})
 			if err != nil {
 				return err
 			}
@@ -250,6 +251,19 @@ func (r *Runtime) Start(ctx context.Context) error {
 		}
 	}
 	return r.engine.Serve(ctx, so)
+}
+
+// advertiseAddress is Options.AdvertiseAddress, or its default.
+func (r *Runtime) advertiseAddress() string {
+	switch a := firstOf(r.opts.AdvertiseAddress, os.Getenv("OPZERO_ADVERTISE_ADDRESS")); {
+	case a == "none":
+		return ""
+	case a != "":
+		return a
+	case r.opts.TLSCertFile != "":
+		return "" // the pod IP is not in the certificate
+	}
+	return serverless.DefaultAdvertiseAddress(firstOf(r.opts.Addr, serverless.Addr()))
 }
 
 func firstOf(vals ...string) string {

@@ -21,7 +21,7 @@ func (r *report) goals() string {
 		{"converge 2000 objects, the wiring `opzero manifests ... -- --answer=admitted --event-cache` generates (one ApiServerSource per kind, the Service with those arguments): x controller-runtime (x raw limit; the default answer after the reconcile, one source: x controller-runtime)", "x", []string{"tp-opzero-admitted-cr", "tp-opzero-admitted-raw", "tp-opzero-cr"}, 1.2, false},
 		{"the same with 4 ConfigWatcher sources: x controller-runtime (the default answer, 4 sources)", "x", []string{"tp-opzero-admitted-4src-cr", "tp-opzero-4src-cr"}, 1.5, false},
 		{"wakeup source with 100k pending: RSS MiB (peak; before: the source that held every record), fire lateness p99 ms", "MiB", []string{"wk-rss", "wk-peak", "wk-rss-before", "wk-p99"}, 40, true},
-		{"Lease writes per reconcile, max-scale > 1, a steady stream, 4 instances, Leases kept while warm (released after each reconcile, the engine before)", "", []string{"ls-4-true", "ls-4-false"}, 1.0, true},
+		{"Lease writes per reconcile, max-scale > 1, a steady stream, 4 instances, Leases kept while warm and events forwarded to the holder (kept, holder's Lease marked: the engine before forwarding; released after each reconcile)", "", []string{"ls-4-true", "ls-4-mark", "ls-4-false"}, 1.0, true},
 		{"4 instances, 50 ms external call: x one instance", "x", []string{"so-4x"}, 3.7, false},
 		{"serverless RSS, default build, largest median over 0-10000 ConfigMaps, MiB (serverless-only build)", "MiB", []string{"rss-default", "rss-slim"}, 24, true},
 		{"cold start, event at zero -> reconciled through `opzero dev`'s activator, ms (with a TokenReview; serverless-only build)", "ms", []string{"cold-activator-0", "cold-activator-1", "cold-activator-2"}, 40, true},

@@ -96,25 +96,30 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 
 // leaseStream: a steady stream (soStreamObjects objects, soStreamEvents
 // events each, interleaved) through the balancer, 1 and 4 instances at
-// max-scale 4, Leases kept while warm (the default) and released after
-// every reconcile (--lease-keep-idle=-1ns, the engine before): Lease
-// writes per reconcile.
+// max-scale 4: Leases kept while warm with events forwarded to the holder
+// (the default in a pod), kept with the holder's Lease marked instead (no
+// --advertise-address: the engine before forwarding), and released after
+// every reconcile (--lease-keep-idle=-1ns, the engine before keeping):
+// Lease writes per reconcile.
 func (e *env) leaseStream(ctx context.Context, r *report, b *strings.Builder, runs int) error {
 	type variant struct {
-		n    int
-		keep bool
+		n             int
+		keep, forward bool
 	}
-	variants := []variant{{1, false}, {1, true}, {4, false}, {4, true}}
+	variants := []variant{{1, false, false}, {1, true, true}, {4, false, false}, {4, true, false}, {4, true, true}}
 	res := map[variant][]float64{}
 	leaseWrites, reconciles := map[variant]float64{}, map[variant]float64{}
 	for i := 0; i < runs; i++ {
 		for _, v := range variants {
-			fmt.Printf("  lease stream %d instance(s), keep %v, run %d ...\n", v.n, v.keep, i+1)
+			fmt.Printf("  lease stream %d instance(s), keep %v, forward %v, run %d ...\n", v.n, v.keep, v.forward, i+1)
 			var extra []string
 			if !v.keep {
-				extra = []string{"--lease-keep-idle=-1ns"}
+				extra = append(extra, "--lease-keep-idle=-1ns")
 			}
-			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, 4, fmt.Sprintf("ls-%d-%v-%d", v.n, v.keep, i), soStreamObjects, soStreamEvents, extra...)
+			if v.forward {
+				extra = append(extra, advertiseSelf)
+			}
+			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, 4, fmt.Sprintf("ls-%d-%v-%v-%d", v.n, v.keep, v.forward, i), soStreamObjects, soStreamEvents, extra...)
 			if err != nil {
 				return fmt.Errorf("lease stream with %d instances: %w", v.n, err)
 			}
@@ -123,21 +128,31 @@ func (e *env) leaseStream(ctx context.Context, r *report, b *strings.Builder, ru
 			reconciles[v] += rc
 		}
 	}
-	fmt.Fprintf(b, "\nA steady stream: %d ConfigWatchers, %d events each, interleaved, sent as above (max-scale 4, Leases); events per second until every send is answered and no Lease is left, median (min-max) of %d runs; Lease writes and reconciles (status writes), all runs.\n\n", soStreamObjects, soStreamEvents, runs)
-	fmt.Fprintf(b, "| instances | Lease kept while warm | events/s | reconciles per event | lease writes per reconcile | lease writes per event |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "\nA steady stream: %d ConfigWatchers, %d events each, interleaved, sent as above (max-scale 4, Leases); events per second until every send is answered and no Lease is left, median (min-max) of %d runs; Lease writes and reconciles (status writes), all runs. An event for a key another instance holds is forwarded to the holder (each instance's `--advertise-address`, recorded on the Leases it holds; the default in a pod) or, without addresses (the engine before forwarding), marks the holder's Lease. Lease writes count every request but reads, refused ones too: a create the API server refuses (409, the key held elsewhere) is one.\n\n", soStreamObjects, soStreamEvents, runs)
+	fmt.Fprintf(b, "| instances | Lease kept while warm | events for other instances' keys | events/s | reconciles per event | lease writes per reconcile | lease writes per event |\n|---|---|---|---|---|---|---|\n")
 	events := float64(soStreamObjects * soStreamEvents * runs)
 	for _, v := range variants {
-		keep := "no (released after each reconcile)"
+		keep, other := "no (released after each reconcile)", "mark the Lease"
 		if v.keep {
 			keep = "yes (default, 1s idle)"
 		}
-		fmt.Fprintf(b, "| %d | %s | %s | %.2f | %.2f | %.2f |\n", v.n, keep, fstatsInt(res[v]), reconciles[v]/events, leaseWrites[v]/reconciles[v], leaseWrites[v]/events)
+		switch {
+		case v.n == 1:
+			other = "-"
+		case v.forward:
+			other = "forwarded to the holder (default)"
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %s | %.2f | %.2f | %.2f |\n", v.n, keep, other, fstatsInt(res[v]), reconciles[v]/events, leaseWrites[v]/reconciles[v], leaseWrites[v]/events)
 		if v.n == 4 {
-			r.fig(fmt.Sprintf("ls-4-%v", v.keep), leaseWrites[v]/reconciles[v])
+			r.fig(map[variant]string{{4, false, false}: "ls-4-false", {4, true, false}: "ls-4-mark", {4, true, true}: "ls-4-true"}[v], leaseWrites[v]/reconciles[v])
 		}
 	}
 	return nil
 }
+
+// advertiseSelf, among scaleOutOnce's extra arguments, is each instance's
+// --advertise-address: its own URL.
+const advertiseSelf = "--advertise-address=self"
 
 // scaleOutOnce sends events events to each of objects ConfigWatchers through
 // a balancer over n instances and returns events per second until every
@@ -161,14 +176,20 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		cmd := exec.Command(filepath.Join(e.dir, "testop"), append([]string{"--mode=serverless", "--insecure-no-auth",
-			"--max-concurrent-reconciles=1", "--max-scale=" + strconv.Itoa(maxScale), "--lease-duration=10s"}, extra...)...)
+		url := fmt.Sprintf("http://127.0.0.1:%d", port)
+		args := append([]string{"--mode=serverless", "--insecure-no-auth",
+			"--max-concurrent-reconciles=1", "--max-scale=" + strconv.Itoa(maxScale), "--lease-duration=10s"}, extra...)
+		for i, a := range args {
+			if a == advertiseSelf {
+				args[i] = "--advertise-address=" + url
+			}
+		}
+		cmd := exec.Command(filepath.Join(e.dir, "testop"), args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PORT="+strconv.Itoa(port))
 		if err := cmd.Start(); err != nil {
 			return 0, 0, 0, err
 		}
 		defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
-		url := fmt.Sprintf("http://127.0.0.1:%d", port)
 		if err := waitHealthy(url); err != nil {
 			return 0, 0, 0, err
 		}

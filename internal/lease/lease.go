@@ -26,6 +26,18 @@
 //     HeldElsewhere.Expires); any later event or sweep takes the expired
 //     Lease over as well.
 //
+// Forwarding instead of marking (Options.Address, AcquireOrLocate): an
+// instance records in the Lease it creates or takes over, in the same write,
+// the address where the other instances of the operator reach it
+// (annotation opzero.dev/holder-address). AcquireOrLocate is Acquire for an
+// event that can be sent on: when a live instance with an address holds the
+// Lease, it writes nothing and returns *HeldElsewhere with Forward set; the
+// caller sends the event to the holder, whose per-key queue reconciles it in
+// a run that starts after it arrived, and falls back to Acquire (the mark)
+// if the holder cannot be reached or does not take it. A holder is never
+// asked to write anything to clear a mark that was never made: a forwarded
+// event costs no Lease write at all.
+//
 // An uncontended hold costs two writes: the create and the delete. A
 // holder may keep a Lease across several reconciles of its key (the
 // serverless engine does while events for the key keep coming): a mark
@@ -63,6 +75,9 @@ const (
 	OperatorLabel   = "opzero.dev/operator"
 	KeyAnnotation   = "opzero.dev/key"
 	DirtyAnnotation = "opzero.dev/dirty"
+	// AddressAnnotation is where the holder takes events forwarded to it
+	// (Options.Address); absent if it advertises none.
+	AddressAnnotation = "opzero.dev/holder-address"
 )
 
 // ErrLost is the cause of a reconcile's context when its Lease was taken
@@ -71,14 +86,23 @@ var ErrLost = errors.New("lease: the lease of this key was taken over by another
 
 // HeldElsewhere is returned by Acquire when another live instance holds the
 // key's Lease. The Lease has been marked dirty: the holder reconciles again
-// before releasing it.
+// before releasing it. From AcquireOrLocate with Forward set, it has not:
+// the caller must send the event to Address, or fall back to Acquire.
 type HeldElsewhere struct {
 	Key     reconcile.Request
 	Holder  string
 	Expires time.Time // when the holder's last renewal runs out
+	// Address is where the holder takes forwarded events ("": none).
+	Address string
+	// Forward: not marked; the event is the caller's to forward.
+	Forward bool
 }
 
 func (e *HeldElsewhere) Error() string {
+	if e.Forward {
+		return fmt.Sprintf("%s is being reconciled by %s at %s (lease until %s); not marked, to be forwarded",
+			e.Key, e.Holder, e.Address, e.Expires.Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("%s is being reconciled by %s (lease until %s); marked for another reconcile",
 		e.Key, e.Holder, e.Expires.Format(time.RFC3339Nano))
 }
@@ -97,6 +121,11 @@ type Options struct {
 	// Clock stamps renewals, judges expiry and paces KeepAlive (the wall
 	// clock if nil). Tests pass k8s.io/utils/clock/testing's FakeClock.
 	Clock clock.WithTicker
+	// Address, if set, is where the other instances of the operator reach
+	// this one (a URL): recorded in each Lease this instance creates or
+	// takes over (AddressAnnotation), so that they forward it the events of
+	// its keys (AcquireOrLocate) instead of marking the Lease.
+	Address string
 }
 
 // DefaultIdentity is $POD_NAME, else the host name (a pod's name in
@@ -148,6 +177,9 @@ func (l *Locker) Identity() string { return l.opts.Identity }
 // Duration is the Leases' duration.
 func (l *Locker) Duration() time.Duration { return l.opts.Duration }
 
+// Address is where this instance takes forwarded events ("": none).
+func (l *Locker) Address() string { return l.opts.Address }
+
 // Name is the Lease name of key for operator.
 func Name(operator string, key types.NamespacedName) string {
 	sum := sha256.Sum256([]byte(key.Namespace + "/" + key.Name))
@@ -169,12 +201,21 @@ const maxRounds = 10
 // Acquire takes key's Lease for this instance. It returns *HeldElsewhere
 // (after marking the Lease dirty) when another live instance holds it.
 func (l *Locker) Acquire(ctx context.Context, key reconcile.Request) (*Held, error) {
-	return l.acquire(ctx, key, nil)
+	return l.acquire(ctx, key, nil, nil)
+}
+
+// AcquireOrLocate is Acquire for an event the caller can forward: if a
+// live instance holds the Lease and records an address that forward
+// accepts (not this instance's own), it writes nothing and returns
+// *HeldElsewhere with Forward and Address set. The caller then sends the
+// event there and, if that fails, calls Acquire, which marks the Lease.
+func (l *Locker) AcquireOrLocate(ctx context.Context, key reconcile.Request, forward func(address string) bool) (*Held, error) {
+	return l.acquire(ctx, key, nil, forward)
 }
 
 // acquire is Acquire; existing, if set, is the Lease as just read (no
-// create is tried first).
-func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *coordinationv1.Lease) (*Held, error) {
+// create is tried first); forward, if set, is AcquireOrLocate's.
+func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *coordinationv1.Lease, forward func(string) bool) (*Held, error) {
 	ok := l.objectKey(key)
 	for range maxRounds {
 		now := l.opts.Clock.Now()
@@ -184,6 +225,7 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 				Labels:      map[string]string{OperatorLabel: l.opts.Operator},
 				Annotations: map[string]string{KeyAnnotation: key.String()}}}
 			l.hold(le, now, true)
+			l.advertise(le)
 			err := l.c.Create(ctx, le)
 			if err == nil {
 				return &Held{l: l, key: key, lease: le}, nil
@@ -207,6 +249,7 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 			l.hold(le, now, true)
 			le.Spec.LeaseTransitions = &transitions
 			delete(le.Annotations, DirtyAnnotation) // the reconcile that follows covers it
+			l.advertise(le)
 			if err := l.c.Update(ctx, le); err != nil {
 				if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 					continue
@@ -215,7 +258,11 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 			}
 			return &Held{l: l, key: key, lease: le}, nil
 		}
-		elsewhere := &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le)}
+		elsewhere := heldElsewhere(key, le)
+		if a := elsewhere.Address; forward != nil && a != "" && a != l.opts.Address && forward(a) {
+			elsewhere.Forward = true
+			return nil, elsewhere
+		}
 		if le.Annotations[DirtyAnnotation] != "" {
 			return nil, elsewhere // marked already, and not cleared since: the holder will see it
 		}
@@ -250,9 +297,26 @@ func (l *Locker) TakeOverIfAbandoned(ctx context.Context, key reconcile.Request)
 		return nil, fmt.Errorf("reading the lease of %s: %w", key, err)
 	}
 	if !l.free(le, l.opts.Clock.Now()) {
-		return nil, &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le)}
+		return nil, heldElsewhere(key, le)
 	}
-	return l.acquire(ctx, key, le)
+	return l.acquire(ctx, key, le, nil)
+}
+
+func heldElsewhere(key reconcile.Request, le *coordinationv1.Lease) *HeldElsewhere {
+	return &HeldElsewhere{Key: key, Holder: holder(le), Expires: expiry(le), Address: le.Annotations[AddressAnnotation]}
+}
+
+// advertise records this instance's address on le, which it is taking.
+func (l *Locker) advertise(le *coordinationv1.Lease) {
+	switch {
+	case l.opts.Address != "":
+		if le.Annotations == nil {
+			le.Annotations = map[string]string{}
+		}
+		le.Annotations[AddressAnnotation] = l.opts.Address
+	case le.Annotations != nil:
+		delete(le.Annotations, AddressAnnotation)
+	}
 }
 
 // hold makes le this instance's, renewed now; taking sets acquireTime too.
@@ -326,6 +390,13 @@ func (h *Held) Renew(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("renewing the lease of %s: still contended after %d rounds", h.key, maxRounds)
+}
+
+// Expires is when the Lease runs out unless renewed again.
+func (h *Held) Expires() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return expiry(h.lease)
 }
 
 // Refresh renews the Lease unless its last renewal was less than a third

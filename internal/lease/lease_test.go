@@ -295,3 +295,65 @@ func TestRefreshRenewsOnlyAStaleLease(t *testing.T) {
 		t.Fatalf("Refresh of a Lease taken over: %v, want ErrLost", err)
 	}
 }
+
+// An instance records its address on the Leases it creates or takes over;
+// AcquireOrLocate finds a live holder's address without marking its Lease
+// (one refused create, one read), unless forward refuses the address.
+func TestAddressLocatesTheHolder(t *testing.T) {
+	ns := testenv.Get(t).Namespace(t)
+	fc := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	a, _ := locker(t, ns, "a", fc)
+	b, bWrites := locker(t, ns, "b", fc)
+	aAt, err := lease.New(testenv.Get(t).Client, lease.Options{Operator: "op", Identity: "a", Duration: 3 * time.Second, Namespace: ns, Clock: fc, Address: "http://a:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, k := context.Background(), key(ns, "x")
+	if _, err := aAt.Acquire(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if le, _ := getLease(t, k); le.Annotations[lease.AddressAnnotation] != "http://a:8080" {
+		t.Fatalf("address on the created Lease: %q", le.Annotations[lease.AddressAnnotation])
+	}
+	var he *lease.HeldElsewhere
+	var offered []string
+	_, err = b.AcquireOrLocate(ctx, k, func(a string) bool { offered = append(offered, a); return true })
+	if !errors.As(err, &he) || !he.Forward || he.Address != "http://a:8080" || he.Holder != "a" {
+		t.Fatalf("AcquireOrLocate: %v, want HeldElsewhere to forward to a at http://a:8080", err)
+	}
+	if le, _ := getLease(t, k); le.Annotations[lease.DirtyAnnotation] != "" || bWrites.Load() != 1 || len(offered) != 1 {
+		t.Fatalf("after locating: mark %q, %d writes by b, offered %v; want no mark, only the refused create", le.Annotations[lease.DirtyAnnotation], bWrites.Load(), offered)
+	}
+	if _, err := b.AcquireOrLocate(ctx, k, func(string) bool { return false }); !errors.As(err, &he) || he.Forward {
+		t.Fatalf("AcquireOrLocate refusing the address: %v, want a marked HeldElsewhere", err)
+	}
+	if le, _ := getLease(t, k); le.Annotations[lease.DirtyAnnotation] != "b" {
+		t.Fatal("not marked when the address was refused")
+	}
+	// A take-over records the new holder's address, or removes the old one.
+	fc.Step(4 * time.Second)
+	bAt, err := lease.New(testenv.Get(t).Client, lease.Options{Operator: "op", Identity: "b", Duration: 3 * time.Second, Namespace: ns, Clock: fc, Address: "http://b:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bAt.Acquire(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if le, _ := getLease(t, k); le.Annotations[lease.AddressAnnotation] != "http://b:8080" {
+		t.Fatalf("address after b took over: %q", le.Annotations[lease.AddressAnnotation])
+	}
+	fc.Step(4 * time.Second)
+	h, err := a.Acquire(ctx, k) // a, now without an address
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le, _ := getLease(t, k); le.Annotations[lease.AddressAnnotation] != "" {
+		t.Fatalf("address after a took over without one: %q", le.Annotations[lease.AddressAnnotation])
+	}
+	if _, err := b.AcquireOrLocate(ctx, k, func(string) bool { return true }); !errors.As(err, &he) || he.Forward {
+		t.Fatalf("a holder without an address: %v, want marked", err)
+	}
+	if _, err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

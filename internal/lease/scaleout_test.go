@@ -38,6 +38,10 @@ type instance struct {
 	url string
 }
 
+// forwarding, in startInstance's env, has the instance record its own URL
+// on the Leases it holds, so that the others forward it its keys' events.
+const forwarding = "OPZERO_ADVERTISE_ADDRESS=self"
+
 // startInstance starts an instance whose Leases go to namespace ns, on a
 // free port (another if the port was taken meanwhile).
 func startInstance(t *testing.T, ns, spans string, env []string, args ...string) *instance {
@@ -47,6 +51,11 @@ func startInstance(t *testing.T, ns, spans string, env []string, args ...string)
 		in.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 		cmd := exec.Command(testop, append([]string{"--mode=serverless", "--insecure-no-auth"}, args...)...)
 		cmd.Env = append(append(os.Environ(), "KUBECONFIG="+testenv.Get(t).Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans, "POD_NAMESPACE="+ns), env...)
+		for i, kv := range cmd.Env {
+			if kv == forwarding {
+				cmd.Env[i] = "OPZERO_ADVERTISE_ADDRESS=" + in.url
+			}
+		}
 		in.Child, err = testkit.StartChild(t, cmd, in.url+"/healthz", 20*time.Second)
 		return err
 	})
@@ -138,18 +147,24 @@ func leases(t *testing.T, ns string) []coordinationv1.Lease {
 // balancer, 200 objects, 20 events each in random order across instances.
 // No two reconciles of a key overlap (a span log shared by the processes),
 // every object's last reconcile started after its last event was sent, and
-// no Lease is left.
+// no Lease is left. Twice: the instances mark each other's Leases, or
+// forward each other the events of the keys they hold.
 func TestFourInstancesNeverOverlap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("processes")
 	}
+	t.Run("marking", func(t *testing.T) { fourInstances(t, nil) })
+	t.Run("forwarding", func(t *testing.T) { fourInstances(t, []string{forwarding}) })
+}
+
+func fourInstances(t *testing.T, instanceEnv []string) {
 	const objects, perObject, senders = 200, 20, 32
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
 	var urls []string
 	for range 4 {
-		urls = append(urls, startInstance(t, ns, spans, nil, "--max-scale=4", "--lease-duration=5s").url)
+		urls = append(urls, startInstance(t, ns, spans, instanceEnv, "--max-scale=4", "--lease-duration=5s").url)
 	}
 	lb := balancer.New(urls...)
 	front := httptest.NewServer(lb)
@@ -168,7 +183,7 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 	var mu sync.Mutex
 	lastSent := make([]time.Time, objects)
 	codes := map[int]int{}
-	handedOff := 0
+	handedOff, forwarded := 0, 0
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range senders {
@@ -187,6 +202,9 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 					if strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
 						handedOff++
 					}
+					if resp.Header.Get("Opzero-Holder") != "" {
+						forwarded++
+					}
 				}
 				mu.Unlock()
 			}
@@ -197,13 +215,13 @@ func TestFourInstancesNeverOverlap(t *testing.T) {
 	}
 	close(next)
 	wg.Wait()
-	t.Logf("answers %v, %d handed off; served per instance: %d %d %d %d", codes, handedOff,
+	t.Logf("answers %v, %d handed off, %d forwarded; served per instance: %d %d %d %d", codes, handedOff, forwarded,
 		lb.Served(urls[0]), lb.Served(urls[1]), lb.Served(urls[2]), lb.Served(urls[3]))
 	if codes[200] != objects*perObject {
 		t.Fatalf("answers %v: want %d x 200", codes, objects*perObject)
 	}
-	if handedOff == 0 {
-		t.Fatal("no event was handed off: the instances never contended, the test proves nothing")
+	if handedOff == 0 && instanceEnv == nil || forwarded == 0 && instanceEnv != nil {
+		t.Fatal("no event was handed off or forwarded: the instances never contended, the test proves nothing")
 	}
 	// Hand-offs are answered at once; the holders' follow-ups finish soon
 	// after, and a Lease kept while warm is deleted once idle.
@@ -277,6 +295,62 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
 	runs := readSpans(t, spans, map[int]time.Time{holder.Cmd.Process.Pid: killed})
 	if o := overlaps(t, runs); o != 0 {
+		t.Fatalf("%d overlapping reconciles", o)
+	}
+}
+
+// TestHolderKilledMidForward: an instance forwards an event to the holder
+// of its key's Lease, which is SIGKILLed before it answers. The forwarder
+// falls back to marking the Lease (answered 200 "handed off"), takes the
+// dead holder's Lease over at its expiry and reconciles: nothing is lost.
+func TestHolderKilledMidForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	const duration = 3 * time.Second
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	args := []string{"--max-scale=2", "--lease-duration=" + duration.String()}
+	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1", forwarding}, args...)
+	other := startInstance(t, ns, spans, []string{forwarding}, args...)
+	cw := newCW(t, ns, "x", "converge")
+	hang(t, holder, ns, cw)
+	if ls := leases(t, ns); ls[0].Annotations["opzero.dev/holder-address"] != holder.url {
+		t.Fatalf("the holder's address on its Lease: %q, want %s", ls[0].Annotations["opzero.dev/holder-address"], holder.url)
+	}
+	answered := make(chan *http.Response, 1)
+	go func() {
+		req, _ := event(t, other.url, cw)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- resp
+	}()
+	// The forwarded event waits in the holder's queue behind the hung reconcile.
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case resp := <-answered:
+		t.Fatalf("answered before the holder died: %v", resp)
+	default:
+	}
+	killed := time.Now()
+	holder.Kill()
+	resp := <-answered
+	if resp == nil || resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+		t.Fatalf("event to the other instance: %v, want 200 handed off (the fall-back to the mark)", resp)
+	}
+	got := &v1.ConfigWatcher{}
+	testkit.Eventually(t, 2*duration+5*time.Second, "the other instance reconciles", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cw), got)
+		return err == nil && got.Status.ObservedGeneration == got.Generation, err
+	})
+	if took := time.Since(killed); took > duration+time.Second {
+		t.Fatalf("completed %s after the kill: want within the lease duration + 1 s", took)
+	}
+	testkit.Eventually(t, 5*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
+	if o := overlaps(t, readSpans(t, spans, map[int]time.Time{holder.Cmd.Process.Pid: killed})); o != 0 {
 		t.Fatalf("%d overlapping reconciles", o)
 	}
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// Command starts one instance with the cmd.Env it sets (nil: the
 	// activator's own environment), to which the activator adds PORT.
 	Command func() *exec.Cmd
+	// AddressEnv, if set, names a variable the activator sets too: the
+	// instance's own URL (http://127.0.0.1:PORT), where the other instances
+	// reach it (an opzero operator forwards events there).
+	AddressEnv string
 	// Idle is how long an instance may serve nothing before it is stopped.
 	Idle time.Duration
 	// StartTimeout bounds a cold start (30 s).
@@ -319,6 +323,9 @@ func (a *Activator) startLocked() (*instance, string, error) {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, fmt.Sprintf("PORT=%d", port))
+	if a.opts.AddressEnv != "" {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=http://127.0.0.1:%d", a.opts.AddressEnv, port))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		time.Sleep(50 * time.Millisecond) // start-up work
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {})
+		mux.HandleFunc("/self", func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprint(w, os.Getenv("SELF_URL") == "http://127.0.0.1:"+os.Getenv("PORT"))
+		})
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
 				time.Sleep(d)
@@ -244,5 +247,22 @@ func TestServedSaysInstanceAndColdStart(t *testing.T) {
 	rec := httptest.NewRecorder()
 	if s := crash.Serve(rec, httptest.NewRequest("GET", "/", nil)); rec.Code != 503 || s.PID == 0 || !s.Cold {
 		t.Fatalf("failed start: %d %+v, want 503 naming the instance that did not start", rec.Code, s)
+	}
+}
+
+// TestAddressEnv: with AddressEnv, each instance finds its own URL in that
+// variable (where the other instances reach it); without, nothing is set.
+func TestAddressEnv(t *testing.T) {
+	for _, env := range []string{"SELF_URL", ""} {
+		a := New(Options{Idle: time.Minute, Command: backend("1"), AddressEnv: env})
+		resp, err := http.Get(serve(t, a) + "/self")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprint(env != ""); string(b) != want {
+			t.Fatalf("AddressEnv %q: the instance's SELF_URL is its own URL: %s, want %s", env, b, want)
+		}
 	}
 }

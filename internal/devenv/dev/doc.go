@@ -97,7 +97,11 @@
 //
 //   - for a Knative Service, what Knative injects: PORT (per instance),
 //     K_SERVICE, K_CONFIGURATION, K_REVISION (<name>-00001); a Service that
-//     sets one of them itself is refused, as Knative's webhook does;
+//     sets one of them itself is refused, as Knative's webhook does; and
+//     OPZERO_ADVERTISE_ADDRESS, the instance's own URL (per instance: in a
+//     pod the operator finds its pod IP itself), so that the instances of
+//     an opzero operator forward each other the events of the keys whose
+//     Leases they hold;
 //   - KUBECONFIG, a kubeconfig with a token of the template's
 //     serviceAccountName. It stands in for in-cluster config: in a pod,
 //     client-go finds the API server from KUBERNETES_SERVICE_HOST/PORT and

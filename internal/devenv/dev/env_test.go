@@ -115,7 +115,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 	mustCreate(t, env, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "envop-settings", Namespace: ns},
 		Data: map[string]string{"COLOR": "blue", "1NOT_A_NAME": "skipped, as kubelet does"}})
 	settings := []manifests.EnvFrom{{Kind: "ConfigMap", Name: "envop-settings"}}
-	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "PORT": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
+	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "PORT": "*", "OPZERO_ADVERTISE_ADDRESS": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
 		"K_REVISION": "envop-00001", "OPZERO_MAX_SCALE": "3", "POD_NAMESPACE": ns, "API_TOKEN": "s3cret", "COLOR": "blue"}
 
 	for _, tc := range []struct {

@@ -243,6 +243,9 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
 		OnProcess: s.onProcess(p.opts.Events),
+		// each instance's own URL, recorded on the Leases it holds: the
+		// other instances forward it the events of its keys
+		AddressEnv: "OPZERO_ADVERTISE_ADDRESS",
 		Command: func() *exec.Cmd {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], args)...)
 			cmd.Env = env

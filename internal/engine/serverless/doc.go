@@ -39,9 +39,9 @@
 //     deleted once the key has had none for Options.LeaseKeepIdle (1 s) or
 //     on shutdown. A stream of events for a key thus costs two Lease writes
 //     (and the renewals), not two per reconcile. An instance that gets an
-//     event for a key another live instance holds marks the Lease dirty and
-//     answers 200 "handed off": the holder reconciles once more before
-//     releasing (a holder that keeps the Lease idle finds the mark when it
+//     event for a key another live instance holds forwards it there (next
+//     item) or else marks the Lease dirty and answers 200 "handed off":
+//     the holder reconciles once more before releasing (a holder that keeps the Lease idle finds the mark when it
 //     releases it: up to LeaseKeepIdle later). An instance that dies
 //     keeping Leases leaves them to expire: the sweep then reconciles
 //     their keys, once each, needlessly. If the holder dies, the
@@ -51,6 +51,39 @@
 //     Lease expired. A look at the expiry of a Lease whose holder is alive
 //     writes nothing: the mark it followed is on the Lease or was
 //     reconciled.
+//   - Forwarding (forward.go; when the instances advertise an address,
+//     lease.Options.Address, --advertise-address, the default in a pod):
+//     an object or Broker event for one key whose Lease a live other
+//     instance holds is sent on to that instance (the original method,
+//     headers, Authorization included, and body, plus
+//     Opzero-Forwarded-By: <operator>/<identity>) instead of marking the
+//     Lease, and its answer is the answer. The holder handles it as any
+//     delivery: it checks the sender's token, queues the key (a run that
+//     starts after the event arrived reconciles it, serialized with its
+//     other runs) and, if it no longer holds the Lease, takes it or marks
+//     it; it never forwards a forwarded request again, and answers 421 to
+//     one for another operator. Cost: the first event an instance forwards
+//     for a key costs it a create the API server refuses (409) and a read;
+//     it then remembers the holder and its address until the Lease's
+//     expiry, extended by each answer in which the holder says it still
+//     keeps the Lease (Opzero-Lease-Until), and forwards the key's next
+//     events without an API call. The holder writes nothing for them
+//     beyond its renewals: a stream spread over N instances costs the
+//     Lease writes of one. If the holder cannot take the event (refused or
+//     broken connection, a timeout, an answer that is not from an instance
+//     of this operator, 421, 429, 502-504: draining or dying), the
+//     instance falls back to marking the Lease, as without forwarding, and
+//     does not try that address again for a Lease duration. A SIGKILL of
+//     the holder mid-forward therefore loses nothing: the forwarder's
+//     connection breaks, it marks the Lease and looks again at its expiry
+//     (it answers 200 "handed off"); had the forwarder died too, its
+//     sender gets no 2xx and delivers again. Sweeps, wakeups, events
+//     answered at admission and events for several keys are not
+//     forwarded; they mark. Forwarded requests go to the instance's own
+//     port, not through Knative's queue-proxy: containerConcurrency does
+//     not bound them at the holder (MaxInFlight and
+//     MaxConcurrentReconciles do), and the autoscaler counts them at the
+//     forwarder, which holds the original request meanwhile.
 //   - A 2xx answer means handled: reconciled, deliberately skipped, or
 //     handed off to the instance holding the key's Lease. With
 //     Options.AnswerAdmitted (see below) an object event's 200 means
@@ -163,6 +196,11 @@
 //	     (Retry-After is set)
 //
 // # Caveats
+//
+// Forwarding trusts the address on a Lease as much as the Lease itself:
+// whoever may write the operator's Leases (its namespace's RBAC) can have
+// its instances send the senders' tokens to another address. The tokens
+// carry the operator's audience only.
 //
 // Without durable time (Options.Durable), retries and requeues are
 // in-process timers: they die with the instance. Reference-mode events for owned kinds cost a GET to find the

@@ -135,6 +135,9 @@ type Engine struct {
 	admitted atomic.Int64
 	// keeper holds the Leases kept between a key's runs (Options.LeaseKeepIdle).
 	keeper keeper
+	// fwd sends events to the instance holding their key's Lease
+	// (forward.go); nil without a Locker.
+	fwd *forwarder
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
@@ -165,6 +168,8 @@ type arrival struct {
 	// (Options.LeaseKeepIdle) since its idle period seq began.
 	release bool
 	seq     int
+	// forward: its request can forward itself to the key's holder (forward.go).
+	forward bool
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -178,6 +183,11 @@ type Stats struct {
 	// Lease; Reruns the extra reconciles such marks caused here.
 	HandOffs atomic.Int64
 	Reruns   atomic.Int64
+	// Forwarded counts events sent on to the instance holding their key's
+	// Lease and answered by it; ForwardFailures those it did not take
+	// (then marked, as hand-offs).
+	Forwarded       atomic.Int64
+	ForwardFailures atomic.Int64
 	// Admitted counts events answered at admission (Options.AnswerAdmitted).
 	Admitted atomic.Int64
 }
@@ -207,6 +217,9 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		obs: telemetry.NewObserver(op.Name, opts.MaxConcurrentReconciles, opts.Logger)}
 	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
 		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
+	if opts.Locker != nil {
+		e.fwd = newForwarder(opts.Locker.Duration())
+	}
 	if opts.EventCache {
 		var kinds []schema.GroupVersionKind
 		for _, k := range op.Owned {

@@ -28,6 +28,9 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST a CloudEvent here", http.StatusMethodNotAllowed)
 		return
 	}
+	if !e.acceptForwarded(w, r) {
+		return
+	}
 	if e.draining.Load() {
 		unavailable(w, "shutting down; deliver to another instance or retry")
 		return
@@ -42,7 +45,11 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)
-	ev, err := cloudevent.DecodeRequest(r.Context(), r)
+	body, err := e.keepBody(r)
+	var ev any
+	if err == nil {
+		ev, err = cloudevent.DecodeRequest(r.Context(), r)
+	}
 	if err != nil {
 		e.cache.Forget() // an event refused unread may have been any object's
 		var tooBig *http.MaxBytesError
@@ -68,10 +75,14 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		handled(w, rt.why)
 	case e.opts.Async:
 		e.accept(w, r.Context(), rt)
+	case e.forwarded(w, r, ev, rt, body): // answered by the holder of the key's Lease, or reconciled here
 	case e.opts.AnswerAdmitted && rt.object && e.admit(rt):
+		e.affirm(w, r, rt)
 		handled(w, fmt.Sprintf("admitted %d key(s): %s", len(rt.keys), rt.why))
 	default:
-		answer(w, rt, e.reconcileAll(r.Context(), rt))
+		vs := e.reconcileAll(r.Context(), rt)
+		e.affirm(w, r, rt)
+		answer(w, rt, vs)
 	}
 }
 

@@ -131,6 +131,17 @@ func (kp *keeper) close() map[reconcile.Request]int {
 	return out
 }
 
+// until is when key's kept Lease runs out unless renewed, if it is kept.
+func (kp *keeper) until(key reconcile.Request) (time.Time, bool) {
+	kp.mu.Lock()
+	k := kp.m[key]
+	kp.mu.Unlock()
+	if k == nil || k.isLost() {
+		return time.Time{}, false
+	}
+	return k.held.Expires(), true
+}
+
 // Kept is the number of keys whose Lease this instance keeps between runs.
 func (e *Engine) Kept() int {
 	e.keeper.mu.Lock()

@@ -32,6 +32,9 @@ type routed struct {
 	// object: routed from an object event (ApiServerSource), which
 	// Options.AnswerAdmitted answers at admission.
 	object bool
+	// forward: its request can forward itself to the holder of the key's
+	// Lease (forward.go).
+	forward bool
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -44,7 +47,7 @@ func (rt *routed) add(k reconcile.Request) {
 }
 
 func (rt *routed) arrival(k reconcile.Request) *arrival {
-	a := &arrival{reason: rt.why}
+	a := &arrival{reason: rt.why, forward: rt.forward}
 	if rt.delivery != nil {
 		a.obs = rt.delivery.Queued()
 	}

@@ -89,7 +89,7 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 				return &Verdict{Key: key, Outcome: Reconciled, Note: "released by its holder, which reconciled it"}
 			}
 		} else {
-			held, err = e.opts.Locker.Acquire(ctx, key)
+			held, err = e.acquire(ctx, key, arrivals)
 		}
 		var elsewhere *lease.HeldElsewhere
 		switch {
@@ -169,6 +169,9 @@ func onlyChecks(arrivals []*arrival) bool {
 // again when the Lease expires: in-process, and durably with durable time
 // (this instance may scale to zero first).
 func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.HeldElsewhere) *Verdict {
+	if he.Forward { // not marked: each request of the run forwards itself (forward.go)
+		return forwardVerdict(key, he)
+	}
 	e.stats.HandOffs.Add(1)
 	e.obs.HandOff()
 	wait := max(time.Until(he.Expires)+handOffMargin, handOffMargin)
