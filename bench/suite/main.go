@@ -32,7 +32,7 @@ import (
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
-var operators = []string{"controller-runtime", "opzero", "opzero-slim", "opzero-classic", "opzero-before"}
+var operators = []string{"controller-runtime", "opzero", "opzero-linked", "opzero-classic", "opzero-before"}
 
 // baseline is the commit before issue 16's changes to memory, cold start
 // and the wakeup source: "before" (today's variant) is built from it with
@@ -79,6 +79,9 @@ type report struct {
 	sections  []string
 	rss       map[string]map[int][]float64 // operator -> count -> runs
 	split     map[string][2][]float64      // operator -> file-backed, anonymous MiB at 0 ConfigMaps
+	// steady: operator -> count -> RSS, file-backed, anonymous MiB and
+	// per-event ms after steadyEvents more reconciles
+	steady map[string]map[int][4][]float64
 }
 
 func (r *report) add(title, body string) {
@@ -117,8 +120,10 @@ func run(only string, runs int, out string) error {
 		return fmt.Errorf("go build ./examples/configwatcher at %s: %v\n%s", baseline[:7], err, out)
 	}
 	for _, b := range []struct{ name, pkg, tags string }{
-		{"opzero", "./examples/configwatcher", ""},
-		{"opzero-slim", "./examples/configwatcher", "opzero_serverless"}, // serverless only: no controller-runtime manager linked
+		{"opzero", "./examples/configwatcher", ""}, // the default build: serverless only
+		// classic mode linked (examples/configwatcher/classic.go imports
+		// operator/classic): run serverless ("opzero-linked") and classic
+		{"opzero-linked", "./examples/configwatcher", "opzero_classic"},
 		{"controller-runtime", "./bench/crbaseline", ""},
 		{"testop", "./internal/testop", ""},
 	} {
@@ -158,7 +163,7 @@ func run(only string, runs int, out string) error {
 	if err := e.setup(ctx); err != nil {
 		return err
 	}
-	r := &report{rss: map[string]map[int][]float64{}, split: map[string][2][]float64{}, figs: map[string]float64{}, loadStart: loadavg()}
+	r := &report{rss: map[string]map[int][]float64{}, steady: map[string]map[int][4][]float64{}, split: map[string][2][]float64{}, figs: map[string]float64{}, loadStart: loadavg()}
 	// A full run writes the report after each part, so that a run stopped
 	// early keeps what it measured (the goals table says "not measured").
 	save := func() error {
@@ -217,9 +222,21 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 				k = 10
 			}
 			for i := 0; i < k; i++ {
-				ready, first, mem, err := e.once(ctx, op)
+				sm, err := e.once(ctx, op, only != "coldstart" && i < runs)
 				if err != nil {
 					return fmt.Errorf("%s with %d ConfigMaps: %w", op, n, err)
+				}
+				ready, first, mem := sm.ready, sm.first, sm.mem
+				if sm.steady.total > 0 {
+					st := r.steady[op]
+					if st == nil {
+						st = map[int][4][]float64{}
+						r.steady[op] = st
+					}
+					v := st[n]
+					v[0], v[1], v[2] = append(v[0], sm.steady.total), append(v[1], sm.steady.file), append(v[2], sm.steady.anon)
+					v[3] = append(v[3], float64(sm.perEvent)/float64(time.Millisecond))
+					st[n] = v
 				}
 				if r.rss[op] == nil {
 					r.rss[op] = map[int][]float64{}
@@ -241,12 +258,12 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	if only != "coldstart" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "RSS once the first event is reconciled, MiB, median (min-max) of %d runs. Each operator watches ConfigWatchers and ConfigMaps (1 KiB each).\n\n", runs)
-		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, serverless-only build | opzero classic | opzero serverless, before (%s) | serverless / controller-runtime | serverless / before |\n|---|---|---|---|---|---|---|---|\n", baseline[:7])
+		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, classic linked | opzero classic | opzero serverless, before (%s) | serverless / controller-runtime | serverless / classic linked | serverless / before |\n|---|---|---|---|---|---|---|---|---|\n", baseline[:7])
 		for _, n := range counts {
-			cr, sl, slim, cl, bf := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-slim"][n], r.rss["opzero-classic"][n], r.rss["opzero-before"][n]
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.2f | %.2f |\n", n, fstats(cr), fstats(sl), fstats(slim), fstats(cl), fstats(bf), fmedian(sl)/fmedian(cr), fmedian(sl)/fmedian(bf))
+			cr, sl, linked, cl, bf := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-linked"][n], r.rss["opzero-classic"][n], r.rss["opzero-before"][n]
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", n, fstats(cr), fstats(sl), fstats(linked), fstats(cl), fstats(bf), fmedian(sl)/fmedian(cr), fmedian(sl)/fmedian(linked), fmedian(sl)/fmedian(bf))
 			r.fig("rss-default", math.Max(r.figs["rss-default"], fmedian(sl)))
-			r.fig("rss-slim", math.Max(r.figs["rss-slim"], fmedian(slim)))
+			r.fig("rss-linked", math.Max(r.figs["rss-linked"], fmedian(linked)))
 		}
 		if counts[0] == 0 {
 			b.WriteString("\nAt 0 ConfigMaps, file-backed (the binary's code and data pages) + anonymous (heap, stacks, runtime) MiB, medians:")
@@ -255,7 +272,17 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 			}
 			b.WriteString("\n")
 		}
-		b.WriteString("\nThe serverless-only build is the same example built with `-tags opzero_serverless` (no controller-runtime manager linked; `--mode=classic` refused); the other opzero columns are the one binary that runs either mode.\n")
+		fmt.Fprintf(&b, "\nAfter %d more reconciles (PingSource events naming the target, one after another, answered 200; then 0.5 s idle): RSS = file-backed + anonymous MiB, medians, and the median time per event (send -> answer), serverless variants:\n\n| ConfigMaps | opzero serverless | opzero serverless, classic linked | opzero serverless, before (%s) |\n|---|---|---|---|\n", steadyEvents, baseline[:7])
+		for _, n := range counts {
+			fmt.Fprintf(&b, "| %d |", n)
+			for _, op := range []string{"opzero", "opzero-linked", "opzero-before"} {
+				v := r.steady[op][n]
+				fmt.Fprintf(&b, " %.1f = %.1f + %.1f, %.2f ms |", fmedian(v[0]), fmedian(v[1]), fmedian(v[2]), fmedian(v[3]))
+			}
+			b.WriteString("\n")
+			r.fig("rss-steady", math.Max(r.figs["rss-steady"], fmedian(r.steady["opzero"][n][0])))
+		}
+		b.WriteString("\n\"opzero serverless\" is the example's default build, serverless only (its main does not import `operator/classic`: controller-runtime's manager is not linked and `--mode=classic` is refused); \"classic linked\" is the same example built with `-tags opzero_classic`, whose classic.go imports it, run serverless, and \"opzero classic\" that binary run `--mode=classic`.\n")
 		b.WriteString("\n![RSS against the number of ConfigMaps](bench-rss.svg)\n")
 		r.add("Memory", b.String())
 	}
@@ -273,7 +300,7 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	var b strings.Builder
 	fmt.Fprintf(&b, "2000 ConfigMaps present; exec of the operator binary to ready (controller-runtime: caches synced; opzero: accepting connections) and to its first event reconciled (observed in the API server). Median (min-max) of 10 runs.\n\n")
 	fmt.Fprintf(&b, "| operator | exec -> ready | exec -> first event reconciled |\n|---|---|---|\n")
-	for _, op := range []string{"controller-runtime", "opzero", "opzero-slim", "opzero-before"} {
+	for _, op := range []string{"controller-runtime", "opzero", "opzero-linked", "opzero-before"} {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", label(op), stats(cold[op][0]), stats(cold[op][1]))
 	}
 	fmt.Fprintf(&b, "\nexec -> first event reconciled: opzero serverless is **%.1fx** faster.\n", float64(median(cold["controller-runtime"][1]))/float64(median(cold["opzero"][1])))
@@ -290,7 +317,7 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 var activatorVariants = []struct{ label, bin, audience string }{
 	{"opzero serverless, --insecure-no-auth", "opzero", ""},
 	{"opzero serverless, --audience (a TokenReview at the first request)", "opzero", "opzero-bench"},
-	{"opzero serverless, serverless-only build, --insecure-no-auth", "opzero-slim", ""},
+	{"opzero serverless, classic linked, --insecure-no-auth", "opzero-linked", ""},
 	{"opzero serverless, before (" + baseline[:7] + "), --insecure-no-auth", "opzero-before", ""},
 	{"opzero serverless, before (" + baseline[:7] + "), --audience", "opzero-before", "opzero-bench"},
 }
@@ -307,8 +334,8 @@ func label(op string) string {
 	switch op {
 	case "opzero":
 		return "opzero serverless"
-	case "opzero-slim":
-		return "opzero serverless, serverless-only build"
+	case "opzero-linked":
+		return "opzero serverless, classic linked"
 	case "opzero-classic":
 		return "opzero classic"
 	case "opzero-before":
