@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/lease"
 	"github.com/opzero/opzero/internal/standin"
+	"github.com/opzero/opzero/internal/trim"
 	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/operator/internal/seam"
 	"github.com/opzero/opzero/reconcileutil"
@@ -261,6 +262,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 			return outer(h)
 		}
+	}
+	// Once the first event is answered and the instance idle, give back
+	// what start-up left resident (internal/trim).
+	if wrap := so.Wrap; wrap != nil {
+		so.Wrap = func(h http.Handler) http.Handler { return trim.Handler(wrap(h)) }
+	} else {
+		so.Wrap = trim.Handler
 	}
 	return r.engine.Serve(ctx, so)
 }

@@ -137,14 +137,19 @@ func (e *env) start(ctx context.Context, name string) (ready, first time.Duratio
 		return 0, 0, rss{}, 0, nil, err
 	}
 	bin, args := name, []string{}
+	var env []string
 	switch name {
-	case "opzero", "opzero-linked", "opzero-before":
+	case "opzero", "opzero-before":
+		args = append(args, "--mode=serverless", "--insecure-no-auth")
+	case "opzero-notrim", "opzero-linked": // the trim off (internal/trim): what the builds before it did
+		bin, env = strings.TrimSuffix(name, "-notrim"), []string{"OPZERO_TRIM=off"}
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
 		bin, args = "opzero-linked", append(args, "--mode=classic", "--disable-leader-election")
 	}
 	cmd := exec.Command(filepath.Join(e.dir, bin), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Env = append(cmd.Env, profileEnv(name)...)
 	stdout, _ := cmd.StdoutPipe()
 	readyc := make(chan time.Time, 1)
@@ -161,7 +166,7 @@ func (e *env) start(ctx context.Context, name string) (ready, first time.Duratio
 			}
 		}
 	}()
-	if name == "opzero" || name == "opzero-linked" || name == "opzero-before" {
+	if name == "opzero" || name == "opzero-notrim" || name == "opzero-linked" || name == "opzero-before" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)

@@ -53,7 +53,7 @@ func rssSVG(rss map[string]map[int][]float64) string {
 		v := maxY * float64(i) / 4
 		fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end">%.0f</text><line x1="%d" y1="%.0f" x2="%d" y2="%.0f" stroke="#ddd"/>`+"\n", m-6, y(v)+4, v, m, y(v), w-m, y(v))
 	}
-	colors := map[string]string{"controller-runtime": "#d62728", "opzero": "#2ca02c", "opzero-linked": "#98df8a", "opzero-classic": "#1f77b4", "opzero-before": "#7f7f7f"}
+	colors := map[string]string{"controller-runtime": "#d62728", "opzero": "#2ca02c", "opzero-notrim": "#bcbd22", "opzero-linked": "#98df8a", "opzero-classic": "#1f77b4", "opzero-before": "#7f7f7f"}
 	ly := m
 	for _, op := range operators {
 		if _, ok := rss[op]; !ok {
