@@ -381,44 +381,55 @@ the opzero operators with ` + "`-tags opzero_pprof`" + `, and each instance writ
 Numbers quoted here are from such single runs on this 2-core machine while
 other work shared it.
 
-- **Serverless RSS is flat in the object count; what bounds it is the code
-  image, not the heap, so the default build misses 24 MiB.** What each
-  change saved, after the first reconcile, medians of the memory table
-  (MiB, at 0, 2000 and 10000 ConfigMaps): building with
-  ` + "`CGO_ENABLED=0`" + ` (as ko builds the images; the suite now builds every
-  operator so) -1.1 to -1.6, file-backed (libc and the dynamic loader are
-  no longer mapped: the report before this one measured the same code,
-  built with cgo, at 33.2, 33.3, 33.0; the "before" column has it at 31.9,
-  31.7, 31.9); discovering only the group-versions used
-  (operator/mapper.go, below) -0.1 to -0.6 (31.8, 31.5, 31.3; anonymous
-  6.6 -> 6.2 at 0: no mapper of every kind of the cluster); leaving the
-  classic manager out (` + "`-tags opzero_serverless`" + `, the serverless-only
-  column) -3.9 to -4.3 more (27.5, 27.4, 27.4, nearly all file-backed);
-  ` + "`GOGC=50`" + `: nothing measurable; ` + "`GOMEMLIMIT=10MiB`" + `: -0.4 anonymous, but
-  the garbage collector then runs during package init and exec -> first
-  reconcile went from ~34 to ~100 ms, so neither is a default.
-  The default build was not changed to leave classic mode out: the
-  manager is linked by ` + "`operator`" + ` itself (classic mode and
-  ` + "`operator.NewManager`" + ` for adopted kubebuilder projects), so leaving it
-  out by default means moving both into a package the user's main
-  imports, a change of the public API and of docs/migrating.md's diff that
-  this round did not make; and it would not reach 24 either (the
-  serverless-only build is ~27).
-  Where the rest is (` + "`python3 hack/resident-by-package.py PID`" + ` on the
-  serverless-only build after its first reconcile: /proc/PID/pagemap
-  against ` + "`go tool nm`" + `): RSS 27.3 = 21.0 file-backed + 6.3 anonymous; of
-  the binary's text 10.8 of 14.6 MiB are resident, of its read-only data
-  9.4 of 13.6 (the function tables, pclntab, 4.6; type descriptors 4.8).
-  3.75 MiB of the resident text is k8s.io/api: every package's init
-  registers its protobuf descriptors and the scheme registers every
-  built-in kind, and the kernel maps 64 KiB around each page fault, so
-  code touched once at start stays resident. controller-runtime's
-  ` + "`pkg/client`" + ` imports client-go's kubernetes/scheme, which links all 56
-  built-in API groups; any operator on controller-runtime's client pays
-  for them. Package init is also most of exec -> ready
-  (` + "`GODEBUG=inittrace=1 ./configwatcher --mode=serverless`" + `: client-go's
-  kubernetes/scheme 13 ms, controller-runtime's apiutil, which registers
-  every kind again, 8.7 ms, on this loaded machine).
+- **Serverless RSS: the default build now leaves classic mode out and
+  trims after its first answer; at steady state it is ~21.5 MiB, under 24.**
+  Read the steady-state table (after 200 more reconciles): right after the
+  first reconcile the anonymous part has not grown to its working size and,
+  with the trim, the code pages are not mapped back yet, so that snapshot
+  (~7 MiB with the trim) says nothing about a warm instance. What each change
+  saved, steady state, medians at 0, 2000, 10000 ConfigMaps
+  (` + "`go run ./bench/suite -only memory -runs 3`" + `, one run, the variants side by
+  side): classic mode linked only by importing ` + "`operator/classic`" + ` (the
+  "classic linked, no trim" column, what the default build was, against
+  "no trim") -3.1, -3.4, -2.6 MiB (34.6 -> 31.5; file-backed 25.6 -> 23.2,
+  anonymous 8.9 -> 8.3; after the first reconcile 32.2 -> 29.0); the trim
+  (internal/trim, "no trim" against the default) -10.0, -9.7, -10.0 more
+  (31.5 -> 21.5), all file-backed (23.2 -> 13.1): once the instance has
+  answered its first event and been idle 100 ms, ` + "`debug.FreeOSMemory`" + ` and
+  ` + "`madvise(MADV_DONTNEED)`" + ` on the executable's r-x and r-- mappings (never
+  a writable one, nor one holding a private copy of a page). That unmaps
+  what package init and the first request touched (the scheme registering
+  every built-in kind, discovery, TLS set-up) and the 64 KiB the kernel maps
+  around each fault; the next events map back what they run, 4 KiB pages
+  and their fault-around, which is the 13 MiB left. It is exactly that: the
+  pages stay in the page cache (clean, shared by every instance of the
+  binary on the node), so a cgroup that read them is still charged for
+  them until the kernel reclaims them, which it can do without touching a
+  process; RSS, the figure here, counts mapped pages. Per event it
+  costs nothing measurable: in four alternating runs of 400 events each
+  (` + "`OPZERO_TRIM=off`" + ` against the default, the same binary) the median of
+  the second 200 was 4.6 against 4.5 ms, within this loaded machine's
+  noise; the first events after the trim pay the minor faults once.
+  ` + "`OPZERO_TRIM=off`" + ` turns it off, ` + "`OPZERO_TRIM=heap`" + ` keeps only
+  ` + "`FreeOSMemory`" + `. Tried and not kept: ` + "`FreeOSMemory`" + ` alone (-0.8 MiB
+  anonymous right after the first reconcile, nothing at steady state: the
+  heap grows back to the collector's goal); ` + "`madvise(MADV_RANDOM)`" + ` before
+  the drop (nothing: it does not stop fault-around); ` + "`GOGC=50`" + ` (-1.5 MiB
+  anonymous at steady state, more collector work per event) and
+  ` + "`GOMEMLIMIT=12MiB`" + ` (-2.2; it slowed cold start to ~100 ms before, when
+  the collector ran during package init), neither a default.
+  Where the steady-state 21.5 is (` + "`python3 hack/resident-by-package.py PID`" + `
+  after 400 events): 13.2 file-backed, of which r-x 5.0 (net/http, crypto/tls,
+  k8s.io/api/core/v1, apimachinery's meta/v1, reflect, the engine) and
+  r-- 7.9: the function tables (pclntab, 3.3: every stack the collector
+  scans and every traceback reads them), type descriptors (3.0: JSON and
+  the scheme reflect over the types) and go: func data (1.5); and 8.3-9.0
+  anonymous: the heap at the collector's goal under a stream of events,
+  stacks and the runtime. Lower would need fewer types reached by
+  reflection (controller-runtime's ` + "`pkg/client`" + ` imports client-go's
+  kubernetes/scheme, which registers all 56 built-in API groups; a client
+  on client-go's REST client with only the kinds used would shed most of
+  the type descriptors and k8s.io/api's code) or a smaller heap goal.
 - **Cold start: the first reconcile no longer discovers the whole API.**
   controller-runtime's mapper answers its first question with aggregated
   discovery: GET /api and GET /apis, every resource of every group,
