@@ -51,7 +51,7 @@ var _ builder.Runtime = (*Runtime)(nil)
 // main does not import package operator/classic.
 var ErrClassicNotLinked = errors.New(`--mode=classic: classic mode is not linked into this binary (serverless only, the default); ` +
 	`add  import _ "github.com/opzero/opzero/operator/classic"  to package main and rebuild ` +
-	`(it links controller-runtime's manager: about 4 MiB more RSS per instance, in either mode)`)
+	`(it links controller-runtime's manager: about 3 MiB more RSS per instance, in either mode)`)
 
 func init() {
 	seam.Engine = func(rt any) http.Handler {
