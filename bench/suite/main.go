@@ -401,7 +401,7 @@ other work shared it.
   (~7 MiB with the trim) says nothing about a warm instance. What each change
   saved, steady state, medians at 0, 2000, 10000 ConfigMaps
   (` + "`go run ./bench/suite -only memory -runs 3`" + `, one run, the variants side by
-  side): classic mode linked only by importing ` + "`operator/classic`" + ` (the
+  side; a second run gave the same within 0.5 MiB): classic mode linked only by importing ` + "`operator/classic`" + ` (the
   "classic linked, no trim" column, what the default build was, against
   "no trim") -3.1, -3.4, -2.6 MiB (34.6 -> 31.5; file-backed 25.6 -> 23.2,
   anonymous 8.9 -> 8.3; after the first reconcile 32.2 -> 29.0); the trim
@@ -418,10 +418,13 @@ other work shared it.
   binary on the node), so a cgroup that read them is still charged for
   them until the kernel reclaims them, which it can do without touching a
   process; RSS, the figure here, counts mapped pages. Per event it
-  costs nothing measurable: in four alternating runs of 400 events each
-  (` + "`OPZERO_TRIM=off`" + ` against the default, the same binary) the median of
-  the second 200 was 4.6 against 4.5 ms, within this loaded machine's
-  noise; the first events after the trim pay the minor faults once.
+  costs nothing measurable: in six alternating runs of 400 sequential
+  events each (the same binary, the default against ` + "`OPZERO_TRIM=off`" + `),
+  the median of the runs' per-event medians was 3.5 against 4.1 ms over the
+  200 events right after the trim (which pay its minor faults) and 4.2
+  against 4.8 over the next 200: below this loaded machine's noise (the
+  per-event column of the steady-state table moves 0.7-1.4x between
+  variants and runs while other work shares the cores).
   ` + "`OPZERO_TRIM=off`" + ` turns it off, ` + "`OPZERO_TRIM=heap`" + ` keeps only
   ` + "`FreeOSMemory`" + `. Tried and not kept: ` + "`FreeOSMemory`" + ` alone (-0.8 MiB
   anonymous right after the first reconcile, nothing at steady state: the
