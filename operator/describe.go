@@ -12,6 +12,7 @@ import (
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/operator/internal/seam"
 )
 
 // describeTarget is where a binary started with OPZERO_DESCRIBE writes its
@@ -27,7 +28,7 @@ func newDescriber(opts Options, target string) *Runtime {
 
 // writeDescription is Start in describe mode.
 func (r *Runtime) writeDescription() error {
-	d := description.Description{Mode: string(r.opts.Mode)}
+	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil}
 	for _, op := range r.ops {
 		d.Operators = append(d.Operators, describe(op))
 	}

@@ -5,9 +5,13 @@
 //	err = builder.ControllerManagedBy(rt).For(&v1.Thing{}).Complete(r)
 //	err = rt.Start(ctx)
 //
-// An existing controller-runtime (kubebuilder) project keeps its main and its
-// SetupWithManager calls and replaces ctrl.NewManager with NewManager, which
-// returns a manager.Manager in either mode (docs/migrating.md).
+// Classic mode is linked only into a binary whose main imports package
+// operator/classic (import _ "github.com/opzero/opzero/operator/classic");
+// without it the binary is serverless only and New refuses Classic with
+// ErrClassicNotLinked. An existing controller-runtime (kubebuilder) project
+// keeps its main and its SetupWithManager calls and replaces ctrl.NewManager
+// with classic.NewManager, which returns a manager.Manager in either mode
+// (docs/migrating.md).
 //
 // It mirrors the parts of controller-runtime's manager a reconciler uses
 // (GetClient, GetScheme, GetEventRecorder, GetEventRecorderFor), so a
@@ -26,7 +30,10 @@
 // # Caveats
 //
 // One operator per runtime in serverless mode (one HTTP endpoint, one
-// Knative Service). A binary built with -tags opzero_serverless has no
-// classic mode (ClassicAvailable is false; New refuses Classic): the
-// controller-runtime manager is not linked, which lowers its size and RSS.
+// Knative Service). Leaving classic mode out (the default) keeps the
+// controller-runtime manager out of the binary, which lowers its size and
+// RSS. Once a serverless instance has answered its first event and is idle
+// for 100 ms, it trims once (internal/trim): the heap's garbage goes back to
+// the kernel and the binary's code and read-only pages are unmapped, to be
+// mapped again as the next events run them; OPZERO_TRIM=off turns it off.
 package operator

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
+
+	"github.com/opzero/opzero/operator/internal/seam"
 )
 
 // RequestsServed is how many HTTP requests the serverless engine has taken
@@ -21,9 +23,9 @@ func RequestsServed(r *Runtime) int64 {
 // SetInformerStuckAfter shortens how long an informer may fail before
 // classic mode's /healthz fails; it returns a func that restores it.
 func SetInformerStuckAfter(d time.Duration) func() {
-	old := informerStuckAfter
-	informerStuckAfter = d
-	return func() { informerStuckAfter = old }
+	old := seam.InformerStuckAfter
+	seam.InformerStuckAfter = d
+	return func() { seam.InformerStuckAfter = old }
 }
 
 // APIConfig is the rest.Config the serverless client uses, with

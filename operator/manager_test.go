@@ -1,5 +1,3 @@
-//go:build !opzero_serverless
-
 package operator_test
 
 import (
@@ -41,6 +39,7 @@ import (
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/operator"
+	"github.com/opzero/opzero/operator/classic"
 	"github.com/opzero/opzero/testenv"
 )
 
@@ -110,7 +109,7 @@ func TestAdoptedControllerServerless(t *testing.T) {
 	ns := env.Namespace(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	mgr, err := operator.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config,
+	mgr, err := classic.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config,
 		manager.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: metricsAddr}})
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +344,7 @@ func get(ctx context.Context, url string) int {
 func TestAdoptedControllerClassic(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	mgr, err := operator.NewManager(operator.Options{Mode: operator.Classic}, env.Config, manager.Options{Scheme: scheme,
+	mgr, err := classic.NewManager(operator.Options{Mode: operator.Classic}, env.Config, manager.Options{Scheme: scheme,
 		Metrics: metricsOff, HealthProbeBindAddress: "0"})
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +399,7 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.mo.Scheme = scheme
-			mgr, err := operator.NewManager(operator.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), InsecureNoAuth: true}, env.Config, tc.mo)
+			mgr, err := classic.NewManager(operator.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), InsecureNoAuth: true}, env.Config, tc.mo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,7 +431,7 @@ func describes(t *testing.T, mode operator.Mode) {
 	cfg := testenv.Get(t).Config
 	// Leader election (the classic Deployment's) is no reason to refuse a
 	// classic description.
-	mgr, err := operator.NewManager(operator.Options{Mode: mode}, cfg, manager.Options{Scheme: scheme, LeaderElection: mode == operator.Classic})
+	mgr, err := classic.NewManager(operator.Options{Mode: mode}, cfg, manager.Options{Scheme: scheme, LeaderElection: mode == operator.Classic})
 	if err != nil {
 		t.Fatal(err)
 	}

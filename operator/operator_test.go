@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +26,10 @@ import (
 )
 
 var scheme = runtime.NewScheme()
+
+// Classic mode is linked into this test binary: manager_test.go imports
+// operator/classic. A binary without it refuses --mode=classic
+// (internal/depcheck's TestClassicLinkedOnlyByImport).
 
 func TestMain(m *testing.M) {
 	_ = clientgoscheme.AddToScheme(scheme)
@@ -73,12 +76,6 @@ func TestManagerReconcilerRunsUnchangedInBothModes(t *testing.T) {
 			ns := env.Namespace(t)
 			addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) // the runtime binds it itself
 			rt, err := operator.New(operator.Options{Mode: mode, Scheme: scheme, Config: env.Config, Addr: addr, LeaderElectionNamespace: ns, InsecureNoAuth: true})
-			if mode == operator.Classic && !operator.ClassicAvailable { // -tags opzero_serverless
-				if err == nil || !strings.Contains(err.Error(), "opzero_serverless") {
-					t.Fatalf("classic in a serverless-only build: %v, want an error naming the build tag", err)
-				}
-				return
-			}
 			if err != nil {
 				t.Fatal(err)
 			}

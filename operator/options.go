@@ -130,11 +130,6 @@ type Options struct {
 // shorter than Knative's 5 min request timeout.
 const DefaultAPITimeout = 30 * time.Second
 
-// informerStuckAfter is how long an informer may fail to list or watch
-// before classic mode's /healthz fails (classic.DefaultStuckAfter; tests
-// shorten it).
-var informerStuckAfter = 2 * time.Minute
-
 // withTimeout returns a copy of cfg with Options.APITimeout applied.
 func (o *Options) withTimeout(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)

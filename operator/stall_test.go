@@ -201,9 +201,6 @@ func TestStalledAPIServer(t *testing.T) {
 // 3 s here; 2 min by default) /healthz fails, naming the informers check.
 // Access back, the informer lists again and /healthz passes.
 func TestClassicHealthzStuckInformer(t *testing.T) {
-	if !operator.ClassicAvailable {
-		t.Skip("built with -tags opzero_serverless")
-	}
 	defer operator.SetInformerStuckAfter(3 * time.Second)()
 	env := testenv.Get(t)
 	ns := env.Namespace(t)

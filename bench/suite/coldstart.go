@@ -76,40 +76,88 @@ func (e *env) ensureConfigMaps(ctx context.Context, total int) error {
 	return nil
 }
 
+// sample is one run of an operator (once).
+type sample struct {
+	ready, first time.Duration // exec -> ready, exec -> first event reconciled
+	mem          rss           // once the first event is reconciled
+	// steady is the RSS after steadyEvents more reconciles (serverless
+	// variants, when asked); perEvent their median send -> answer.
+	steady   rss
+	perEvent time.Duration
+}
+
+// steadyEvents is how many PingSource events a serverless instance gets
+// after its first reconcile before its RSS is read again: a steady-state
+// figure, not one taken while start-up's pages are still fresh.
+const steadyEvents = 200
+
 // once bumps the target's generation, execs the operator and measures exec
-// -> ready and exec -> the target's status showing the new generation.
-func (e *env) once(ctx context.Context, name string) (ready, first time.Duration, mem rss, err error) {
+// -> ready and exec -> the target's status showing the new generation;
+// with steady, then the RSS after steadyEvents more reconciles.
+func (e *env) once(ctx context.Context, name string, steady bool) (sm sample, err error) {
+	ready, first, mem, port, stop, err := e.start(ctx, name)
+	if stop != nil {
+		defer stop.stop()
+	}
+	if err != nil {
+		return sample{}, err
+	}
+	sm = sample{ready: ready, first: first, mem: mem}
+	if steady && name != "controller-runtime" && name != "opzero-classic" {
+		ds, err := pings(port, steadyEvents)
+		if err != nil {
+			return sample{}, fmt.Errorf("%d events after the first: %w", steadyEvents, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		sm.steady, sm.perEvent = rssMiB(stop.pid), median(ds)
+	}
+	return sm, nil
+}
+
+// stopper stops a started operator; pid is its process.
+type stopper struct {
+	pid  int
+	stop func()
+}
+
+// start is once without the steady part: it leaves the operator running
+// (stop ends it).
+func (e *env) start(ctx context.Context, name string) (ready, first time.Duration, mem rss, port int, stop *stopper, err error) {
 	cw := &v1.ConfigWatcher{}
 	key := client.ObjectKey{Namespace: ns, Name: "target"}
 	if err := e.c.Get(ctx, key, cw); err != nil {
-		return 0, 0, rss{}, err
+		return 0, 0, rss{}, 0, nil, err
 	}
 	cw.Spec.PodSelector = map[string]string{"app": "none", "run": fmt.Sprint(time.Now().UnixNano())}
 	if err := e.c.Update(ctx, cw); err != nil {
-		return 0, 0, rss{}, err
+		return 0, 0, rss{}, 0, nil, err
 	}
 	want := cw.Generation
-	port, err := freePort()
-	if err != nil {
-		return 0, 0, rss{}, err
+	if port, err = freePort(); err != nil {
+		return 0, 0, rss{}, 0, nil, err
 	}
 	bin, args := name, []string{}
+	var env []string
 	switch name {
-	case "opzero", "opzero-slim", "opzero-before":
+	case "opzero", "opzero-before":
+		args = append(args, "--mode=serverless", "--insecure-no-auth")
+	case "opzero-notrim", "opzero-linked": // the trim off (internal/trim): what the builds before it did
+		bin, env = strings.TrimSuffix(name, "-notrim"), []string{"OPZERO_TRIM=off"}
 		args = append(args, "--mode=serverless", "--insecure-no-auth")
 	case "opzero-classic":
-		bin, args = "opzero", append(args, "--mode=classic", "--disable-leader-election")
+		bin, args = "opzero-linked", append(args, "--mode=classic", "--disable-leader-election")
 	}
 	cmd := exec.Command(filepath.Join(e.dir, bin), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Env = append(cmd.Env, profileEnv(name)...)
 	stdout, _ := cmd.StdoutPipe()
 	readyc := make(chan time.Time, 1)
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, 0, rss{}, err
+		return 0, 0, rss{}, 0, nil, err
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	stop = &stopper{pid: cmd.Process.Pid, stop: func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }}
 	go func() {
 		s := bufio.NewScanner(stdout)
 		for s.Scan() {
@@ -118,7 +166,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 			}
 		}
 	}()
-	if name == "opzero" || name == "opzero-slim" || name == "opzero-before" {
+	if name == "opzero" || name == "opzero-notrim" || name == "opzero-linked" || name == "opzero-before" {
 		go e.deliver(port, cw, readyc)
 	}
 	done := make(chan time.Time, 1)
@@ -136,7 +184,7 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 	case t := <-done:
 		first = t.Sub(t0)
 	case <-time.After(60 * time.Second):
-		return 0, 0, rss{}, fmt.Errorf("not reconciled within 60s")
+		return 0, 0, rss{}, 0, stop, fmt.Errorf("not reconciled within 60s")
 	}
 	if name == "opzero-classic" { // it says nothing when its caches have synced
 		ready = first
@@ -145,11 +193,36 @@ func (e *env) once(ctx context.Context, name string) (ready, first time.Duration
 		case t := <-readyc:
 			ready = t.Sub(t0)
 		case <-time.After(5 * time.Second):
-			return 0, 0, rss{}, fmt.Errorf("never ready")
+			return 0, 0, rss{}, 0, stop, fmt.Errorf("never ready")
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // settled after the first reconcile
-	return ready, first, rssMiB(cmd.Process.Pid), nil
+	return ready, first, rssMiB(cmd.Process.Pid), port, stop, nil
+}
+
+// pings sends n PingSource events naming the target, one after another,
+// to the operator on port, and returns each one's send -> answer time.
+func pings(port, n int) ([]time.Duration, error) {
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	data := []byte(fmt.Sprintf(`{"namespace":%q,"name":"target"}`, ns))
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		req, err := cloudevent.NewRequest(context.Background(), url, cloudevent.NewPing("/bench/steady", data), false)
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("answer %s", resp.Status)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	return ds, nil
 }
 
 // rss is a process's resident memory, MiB: total, file-backed (the

@@ -56,7 +56,8 @@ func (e *env) telemetryCost(ctx context.Context, r *report, runs int) error {
 	for i := 0; i < k; i++ {
 		for m, enabled := range []bool{false, true} {
 			set(enabled)
-			_, f, rss, err := e.once(ctx, "opzero-slim")
+			sm, err := e.once(ctx, "opzero-notrim", false)
+			f, rss := sm.first, sm.mem
 			if err != nil {
 				return fmt.Errorf("cold start, telemetry %v: %w", enabled, err)
 			}
@@ -70,7 +71,7 @@ func (e *env) telemetryCost(ctx context.Context, r *report, runs int) error {
 	}
 	set(false)
 	var b strings.Builder
-	fmt.Fprintf(&b, "`go run ./bench/suite -only telemetry`: the serverless-only build of the ConfigWatcher example, with the OTEL_* environment unset (export off, the default) and set (OTLP over HTTP to a local collector, the Collector's OTLP receiver; metrics pushed every 10 s and on drain, every span exported). Alternating, median (min-max) of %d runs each, 0 ConfigMaps. The collector runs on the same cores, and writes every span it gets as JSON.\n\n", k)
+	fmt.Fprintf(&b, "`go run ./bench/suite -only telemetry`: the ConfigWatcher example's default (serverless-only) build with the trim off (`OPZERO_TRIM=off`: the RSS is read 0.5 s after the first reconcile), with the OTEL_* environment unset (export off, the default) and set (OTLP over HTTP to a local collector, the Collector's OTLP receiver; metrics pushed every 10 s and on drain, every span exported). Alternating, median (min-max) of %d runs each, 0 ConfigMaps. The collector runs on the same cores, and writes every span it gets as JSON.\n\n", k)
 	fmt.Fprintf(&b, "| telemetry | exec -> first event reconciled | RSS after it, MiB | per event, warm (300 sequential reconciles) |\n|---|---|---|---|\n")
 	for m, name := range []string{"off", "on (OTLP)"} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, stats(first[m]), fstats(mem[m]), stats(perEvent[m]))
@@ -90,8 +91,8 @@ func (e *env) warmEvents(enabled bool, n int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(filepath.Join(e.dir, "opzero-slim"), "--mode=serverless", "--insecure-no-auth")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port))
+	cmd := exec.Command(filepath.Join(e.dir, "opzero"), "--mode=serverless", "--insecure-no-auth")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "OPZERO_TRIM=off")
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		return 0, err

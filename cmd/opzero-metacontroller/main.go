@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/opzero/opzero/internal/metacontroller"
+	_ "github.com/opzero/opzero/operator/classic" // --mode=classic (a Deployment)
 )
 
 func main() {

@@ -16,7 +16,8 @@ func newInitCmd() *cobra.Command {
 		Long: `init writes a new operator project into the current folder, which must be
 empty (a .git folder is fine): go.mod, PROJECT (kubebuilder's format),
 cmd/main.go (operator.New with BindFlags: one binary, --mode=serverless or
---mode=classic), a Makefile (generate, manifests, test, run, dev, build),
+--mode=classic; it imports operator/classic for classic mode, which make run
+uses: delete that import for a serverless-only binary), a Makefile (generate, manifests, test, run, dev, build),
 README.md, hack/boilerplate.go.txt and .gitignore; then it runs go mod tidy.
 Add a kind and its controller with opzero create api.
 

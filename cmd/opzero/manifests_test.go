@@ -93,6 +93,7 @@ func TestManifestsBadFlags(t *testing.T) {
 // operators; bad ones are refused and nothing is written.
 func TestManifestsEnvFlags(t *testing.T) {
 	t.Chdir("../..")
+	t.Setenv("GOFLAGS", "-tags=opzero_classic") // the example with classic mode linked (its classic.go)
 	flags := []string{"--env", "LOG_LEVEL=debug", "--env-secret", "GITHUB_TOKEN=github:token",
 		"--env-from-configmap", "cw-settings", "--env-from-secret", "cw-credentials", "--", "--max-concurrent-reconciles=4"}
 	for _, mode := range []string{"serverless", "classic"} {

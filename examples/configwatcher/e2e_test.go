@@ -48,7 +48,8 @@ func run(m *testing.M) int {
 	if flag.Parse(); testing.Short() { // every test needs the control plane: testenv.Get skips them
 		return testenv.Main(m, testenv.Options{})
 	}
-	if out, err := exec.Command("go", "build", "-o", operatorBin, ".").CombinedOutput(); err != nil {
+	// -tags opzero_classic: both modes (classic.go links classic mode)
+	if out, err := exec.Command("go", "build", "-tags", "opzero_classic", "-o", operatorBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the operator: %v\n%s", err, out)
 		return 1
 	}

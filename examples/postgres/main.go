@@ -36,6 +36,7 @@ import (
 	v1alpha1 "github.com/opzero/opzero/examples/postgres/api/v1alpha1"
 	"github.com/opzero/opzero/examples/postgres/controller"
 	"github.com/opzero/opzero/operator"
+	_ "github.com/opzero/opzero/operator/classic" // --mode=classic: links controller-runtime's manager
 )
 
 func main() {

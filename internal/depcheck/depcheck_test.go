@@ -5,7 +5,9 @@ package depcheck
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -68,7 +70,7 @@ func TestDependencyBudget(t *testing.T) {
 		// controller-tools is for the CLI's manifest generator, never in an operator binary
 		// The public packages (what a user imports) and an operator binary
 		// link neither the CLI's tools nor the local platform.
-		{pkg: mod + "operator", forbidden: cliOnly},
+		{pkg: mod + "operator", forbidden: append(append([]string(nil), cliOnly...), managerOnly...)},
 		{pkg: mod + "builder", forbidden: cliOnly},
 		{pkg: mod + "reconcileutil", forbidden: cliOnly},
 		{pkg: mod + "testenv", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages", "github.com/spf13/cobra", mod + "internal/manifests", mod + "cmd/"}},
@@ -100,12 +102,18 @@ func TestDependencyBudget(t *testing.T) {
 	}
 }
 
-// TestServerlessOnlyBuild: -tags opzero_serverless keeps the controller-runtime
-// manager (and what only it needs) out of a serverless operator's binary;
-// without the tag the same operator runs either mode.
-func TestServerlessOnlyBuild(t *testing.T) {
-	const example = "github.com/opzero/opzero/examples/configwatcher"
-	managerOnly := []string{"sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/webhook", "github.com/opzero/opzero/internal/engine/classic"}
+// managerOnly is what only classic mode links: package operator must not
+// import it, so that a binary links it only when its main imports
+// operator/classic.
+var managerOnly = []string{"sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/webhook",
+	mod + "internal/engine/classic", mod + "operator/classic"}
+
+// TestClassicLinkedOnlyByImport: the ConfigWatcher example's default build
+// links no part of the controller-runtime manager, and refuses
+// --mode=classic naming the import that links it; built with -tags
+// opzero_classic (its classic.go imports operator/classic) it links them.
+func TestClassicLinkedOnlyByImport(t *testing.T) {
+	const example = mod + "examples/configwatcher"
 	has := func(ps []pkg, path string) bool {
 		for _, p := range ps {
 			if p.ImportPath == path {
@@ -114,13 +122,31 @@ func TestServerlessOnlyBuild(t *testing.T) {
 		}
 		return false
 	}
-	slim, full := deps(t, example, "opzero_serverless"), deps(t, example)
+	def, linked := deps(t, example), deps(t, example, "opzero_classic")
 	for _, m := range managerOnly {
-		if has(slim, m) {
-			t.Errorf("-tags opzero_serverless: %s is still linked", m)
+		if has(def, m) {
+			t.Errorf("the default build links %s", m)
 		}
-		if !has(full, m) {
-			t.Errorf("without the tag %s should be linked (classic mode)", m)
+		if !has(linked, m) {
+			t.Errorf("-tags opzero_classic: %s should be linked (classic mode)", m)
 		}
+	}
+	if testing.Short() {
+		return
+	}
+	bin := filepath.Join(t.TempDir(), "configwatcher")
+	if out, err := exec.Command("go", "build", "-o", bin, example).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig") // loads; nothing is reached
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+		"users: [{name: x, user: {}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--mode=classic")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kc)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `import _ "github.com/opzero/opzero/operator/classic"`) {
+		t.Fatalf("--mode=classic in the default build: %v\n%s\nwant a failure naming the import", err, out)
 	}
 }

@@ -48,8 +48,11 @@ const Env = "OPZERO_DESCRIBE"
 type Description struct {
 	APIVersion string `json:"apiVersion"`
 	// Mode is the mode the binary was started in (serverless or classic).
-	Mode      string       `json:"mode"`
-	Operators []Controller `json:"operators"`
+	Mode string `json:"mode"`
+	// ServerlessOnly: the binary cannot run --mode=classic (its main does
+	// not import operator/classic). Absent in older binaries, which could.
+	ServerlessOnly bool         `json:"serverlessOnly,omitempty"`
+	Operators      []Controller `json:"operators"`
 	// Flags are the command-line flags the binary accepts, by name.
 	Flags []string `json:"flags,omitempty"`
 }

@@ -48,6 +48,10 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if n := len(t.Desc.Operators); n != 1 {
 		return Input{}, fmt.Errorf("%s registers %d operators; opzero manifests deploys one operator per binary (one Service, one endpoint)", t.ImportPath, n)
 	}
+	if o.Mode == Classic && t.Desc.ServerlessOnly {
+		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+
+			"so the Deployment would fail to start; add  import _ \"github.com/opzero/opzero/operator/classic\"  to its package main, or generate serverless manifests", t.ImportPath)
+	}
 	op := t.Desc.Operators[0]
 	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
 	if err != nil {

@@ -14,7 +14,14 @@ import (
 
 // TestMain starts one control plane with Knative's CRDs and the
 // ConfigWatcher CRD (for the tests that apply manifests and check RBAC).
+//
+// GOFLAGS builds the ConfigWatcher example with classic mode linked
+// (examples/configwatcher/classic.go), so that the classic golden cases
+// describe a binary that can run --mode=classic.
 func TestMain(m *testing.M) {
+	if err := os.Setenv("GOFLAGS", "-tags=opzero_classic"); err != nil {
+		panic(err)
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		panic(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/operator"
+	_ "github.com/opzero/opzero/operator/classic" // links --mode=classic
 	"github.com/opzero/opzero/testenv"
 )
 

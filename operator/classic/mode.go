@@ -1,11 +1,10 @@
-//go:build !opzero_serverless
-
-package operator
+package classic
 
 import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,16 +15,21 @@ import (
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/auth"
 	"github.com/opzero/opzero/internal/engine/classic"
+	"github.com/opzero/opzero/operator"
+	"github.com/opzero/opzero/operator/internal/seam"
 )
 
-// ClassicAvailable reports whether this binary can run classic mode: false
-// when built with -tags opzero_serverless.
-const ClassicAvailable = true
+// Importing this package is what links classic mode.
+func init() { seam.Classic = seam.NewManager[operator.Options](newManager) }
 
 // managed is classic mode: a controller-runtime manager.
-type managed struct{ manager.Manager }
+type managed struct {
+	manager.Manager
+	o operator.Options
+}
 
-func (m managed) setup(op *builder.Controller, o Options, c client.Client) error {
+func (m managed) Setup(op *builder.Controller, c client.Client) error {
+	o := m.o
 	co := classic.Options{MaxConcurrentReconciles: o.MaxConcurrentReconciles}
 	if len(op.Events) > 0 {
 		// The Broker's Triggers deliver with OIDC tokens, as to a serverless
@@ -46,11 +50,11 @@ func (m managed) setup(op *builder.Controller, o Options, c client.Client) error
 	return classic.Setup(m.Manager, op, co)
 }
 
-func newManager(cfg *rest.Config, o Options) (classicManager, error) {
+func newManager(cfg, clientCfg *rest.Config, o operator.Options) (seam.Manager, error) {
 	// /healthz fails while an informer is stuck (its list or watch failing
-	// for informerStuckAfter), so kubelet restarts the pod.
-	informers := &classic.Informers{StuckAfter: informerStuckAfter}
-	mo := managerOptions(o)
+	// for seam.InformerStuckAfter), so kubelet restarts the pod.
+	informers := &classic.Informers{StuckAfter: seam.InformerStuckAfter}
+	mo := managerOptions(o, clientCfg)
 	mo.Cache.DefaultWatchErrorHandler = informers.WatchError
 	mgr, err := manager.New(cfg, mo)
 	if err != nil {
@@ -64,13 +68,16 @@ func newManager(cfg *rest.Config, o Options) (classicManager, error) {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	return managed{mgr}, nil
+	return managed{Manager: mgr, o: o}, nil
 }
 
-func managerOptions(o Options) manager.Options {
+func managerOptions(o operator.Options, clientCfg *rest.Config) manager.Options {
 	ns := o.LeaderElectionNamespace
 	if ns == "" {
-		ns = envOr("POD_NAMESPACE", "default")
+		ns = os.Getenv("POD_NAMESPACE")
+	}
+	if ns == "" {
+		ns = "default"
 	}
 	metrics, probes := o.MetricsAddr, o.HealthProbeAddr
 	if metrics == "" {
@@ -92,7 +99,11 @@ func managerOptions(o Options) manager.Options {
 		// The client's calls are bounded (Options.APITimeout); the cache's
 		// watches, made from the manager's own config, are not.
 		NewClient: func(cfg *rest.Config, co client.Options) (client.Client, error) {
-			return client.New(o.withTimeout(cfg), co)
+			c := rest.CopyConfig(cfg)
+			if c.Timeout == 0 {
+				c.Timeout = clientCfg.Timeout
+			}
+			return client.New(c, co)
 		},
 	}
 }

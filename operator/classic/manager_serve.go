@@ -1,6 +1,4 @@
-//go:build !opzero_serverless
-
-package operator
+package classic
 
 import (
 	"net/http"

@@ -1,6 +1,4 @@
-//go:build !opzero_serverless
-
-package operator
+package classic
 
 import (
 	"context"
@@ -8,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +30,9 @@ import (
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/adopt"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/operator"
+	"github.com/opzero/opzero/operator/internal/seam"
 )
 
 // NewManager is ctrl.NewManager for an existing controller-runtime project:
@@ -42,7 +44,7 @@ import (
 //
 //	var serverless operator.Options
 //	serverless.BindFlags(flag.CommandLine) // before flag.Parse: --mode, --audience, ...
-//	mgr, err := operator.NewManager(serverless, cfg, ctrl.Options{...})
+//	mgr, err := classic.NewManager(serverless, cfg, ctrl.Options{...})
 //
 // Classic mode returns controller-runtime's own manager, built from mo as
 // ctrl.NewManager would. Serverless mode returns a manager.Manager with no
@@ -65,11 +67,12 @@ import (
 //   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
 //     List: it lists without the indexed requirement and keeps the objects
 //     whose index function yields the wanted value.
-func NewManager(o Options, cfg *rest.Config, mo manager.Options) (manager.Manager, error) {
+func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manager.Manager, error) {
 	if o.Mode == "" {
-		o.Mode = Serverless
+		o.Mode = operator.Serverless
 	}
-	if o.Mode == Classic && describeTarget() == "" {
+	describing := os.Getenv(description.Env) != ""
+	if o.Mode == operator.Classic && !describing {
 		return manager.New(cfg, mo)
 	}
 	if mo.Scheme != nil {
@@ -84,7 +87,7 @@ func NewManager(o Options, cfg *rest.Config, mo manager.Options) (manager.Manage
 	if o.Logger.GetSink() == nil {
 		o.Logger = mo.Logger
 	}
-	rt, err := New(o)
+	rt, err := operator.New(o)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +99,7 @@ func NewManager(o Options, cfg *rest.Config, mo manager.Options) (manager.Manage
 	if err != nil {
 		return nil, fmt.Errorf("a REST mapper for the API server: %w", err)
 	}
-	m := &adopted{Runtime: rt, cfg: o.Config, mo: mo, log: adopt.Logger(mo.Logger), http: hc, mapper: mapper,
+	m := &adopted{Runtime: rt, describing: describing, cfg: o.Config, mo: mo, log: adopt.Logger(mo.Logger), http: hc, mapper: mapper,
 		healthz: map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{}, extra: map[string]http.Handler{},
 		converters: &converters{Registry: conversion.NewRegistry()}}
 	m.cache = adopt.NewCache(nil, rt.GetScheme())
@@ -119,14 +122,16 @@ func readerOrNil(c client.Client) client.Reader {
 
 // adopted is the serverless manager.Manager (and the describing one).
 type adopted struct {
-	*Runtime
-	cfg    *rest.Config
-	mo     manager.Options
-	log    logr.Logger
-	http   *http.Client
-	mapper meta.RESTMapper
-	cache  *adopt.Cache
-	client client.Client // the runtime's, with field indexes applied to List
+	*operator.Runtime
+	// describing: OPZERO_DESCRIBE is set (the Runtime describes, not serves).
+	describing bool
+	cfg        *rest.Config
+	mo         manager.Options
+	log        logr.Logger
+	http       *http.Client
+	mapper     meta.RESTMapper
+	cache      *adopt.Cache
+	client     client.Client // the runtime's, with field indexes applied to List
 
 	mu          sync.Mutex
 	controllers []*adopt.Controller
@@ -272,7 +277,7 @@ func (m *adopted) refusals() error {
 // serverless engine and serves until ctx ends (or, describing, writes the
 // description and returns).
 func (m *adopted) Start(ctx context.Context) error {
-	if m.describeTo != "" && m.Mode() == Classic {
+	if m.describing && m.Mode() == operator.Classic {
 		// Described for a classic Deployment: controller-runtime's manager
 		// will run it, so nothing is refused and every controller is described.
 		if len(m.controllers) == 0 {
@@ -307,7 +312,7 @@ func (m *adopted) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if m.describeTo != "" {
+	if m.describing {
 		return m.Runtime.Start(ctx)
 	}
 	m.mu.Lock()
@@ -317,7 +322,7 @@ func (m *adopted) Start(ctx context.Context) error {
 	for _, r := range pending {
 		m.later(r, 0)
 	}
-	m.routes = m.serveChecks
+	seam.SetRoutes(m.Runtime, m.serveChecks)
 	errc := make(chan error, len(m.runnables)+1)
 	var wg sync.WaitGroup
 	run := func(what string, r manager.Runnable) {
@@ -374,7 +379,7 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	for _, inf := range m.cache.Informers() {
 		switch {
 		case inf == primary:
-		case m.describeTo != "" && m.cache.Owned(inf.GVK()):
+		case m.describing && m.cache.Owned(inf.GVK()):
 			b.Owns(inf.Prototype())
 		default:
 			b.Watches(inf.Prototype(), m.mapStashed)
@@ -382,7 +387,7 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	}
 	b.WithEventFilter(m.filter(a, primary.GVK()))
 	var r reconcile.Reconciler = reconcile.Func(a.Reconcile)
-	if m.describeTo != "" && a.Do() != nil {
+	if m.describing && a.Do() != nil {
 		r = a.Do() // its package holds the +kubebuilder:rbac markers
 	}
 	return b.Build(r)
@@ -453,7 +458,7 @@ func (m *adopted) whole(ev builder.Event) client.Object {
 // emits while the controller starts) wait for it.
 func (m *adopted) later(r reconcile.Request, after time.Duration) {
 	m.mu.Lock()
-	e := m.engine
+	e := seam.Engine(m.Runtime)
 	if e == nil {
 		m.pending = append(m.pending, r)
 		m.mu.Unlock()

@@ -1,0 +1,56 @@
+// Package seam joins package operator and package operator/classic without
+// widening operator's public API: operator/classic, which links
+// controller-runtime's manager, registers classic mode here when a binary
+// imports it, and reaches the two parts of a Runtime its NewManager needs.
+// Package operator imports nothing of the manager, so a binary whose main
+// does not import operator/classic does not link it.
+//
+// Both sides set their variables in package init (operator's runs first:
+// operator/classic imports it); nothing else writes them.
+package seam
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/opzero/opzero/builder"
+)
+
+// NewManager builds classic mode's manager: cfg serves the manager's
+// watches, clientCfg (cfg with the API timeout) its client. O is
+// operator.Options, a type parameter because seam cannot import operator.
+type NewManager[O any] func(cfg, clientCfg *rest.Config, o O) (Manager, error)
+
+// Manager is classic mode's controller-runtime manager as a Runtime uses it.
+type Manager interface {
+	GetClient() client.Client
+	GetEventRecorder(name string) recorder.EventRecorder
+	GetEventRecorderFor(name string) record.EventRecorder
+	Start(ctx context.Context) error
+	// Setup adds op's controller; c is the client reconcilers get.
+	Setup(op *builder.Controller, c client.Client) error
+}
+
+// Classic is a NewManager[operator.Options] once operator/classic is
+// linked (its init sets it); nil, the binary is serverless only.
+var Classic any
+
+// Set by package operator's init; rt is an *operator.Runtime.
+var (
+	// Engine is the serverless engine's handler, nil before Register.
+	Engine func(rt any) http.Handler
+	// SetRoutes makes Start serve routes(handler) instead of the handler:
+	// routes sees every request before authentication.
+	SetRoutes func(rt any, routes func(http.Handler) http.Handler)
+)
+
+// InformerStuckAfter is how long an informer may fail to list or watch
+// before classic mode's /healthz fails (classic.DefaultStuckAfter); tests
+// shorten it.
+var InformerStuckAfter = 2 * time.Minute
