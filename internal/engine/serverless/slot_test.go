@@ -34,7 +34,26 @@ func (b *blocker) hold(name string) {
 	b.held[name] = make(chan struct{})
 }
 
-func (b *blocker) let(name string) { close(b.gate(name)) }
+// let lets name's reconciles go; again is a no-op.
+func (b *blocker) let(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.held[name]; g != nil {
+		close(g)
+		delete(b.held, name)
+	}
+}
+
+// letAll lets every held key go (a failed test must not leave a handler
+// waiting).
+func (b *blocker) letAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, g := range b.held {
+		close(g)
+		delete(b.held, name)
+	}
+}
 
 func (b *blocker) gate(name string) chan struct{} {
 	b.mu.Lock()
@@ -58,6 +77,7 @@ func slotted(t *testing.T, opts serverless.Options) (*harness, *probe, *blocker,
 	p.started = make(chan reconcile.Request, 100)
 	p.result = b.result
 	h := newHarness(t, p, nil, serverless.Options{})
+	t.Cleanup(b.letAll) // before the server's Close: cleanups run last-in first-out
 	l, _ := newLocker(t, h, "a")
 	opts.Locker, opts.MaxConcurrentReconciles = l, 1
 	e := mustEngine(t, h, opts)
