@@ -40,8 +40,10 @@ const (
 // scaleOut: 200 ConfigWatchers whose reconcile makes a 50 ms external call
 // (internal/testop, script "external"), one event each through a
 // round-robin balancer over 1, 2 and 4 engine processes, each reconciling
-// one key at a time (containerConcurrency 1). One instance runs without
-// Leases (max-scale 1) and with them (max-scale 4, one instance up); 2 and 4
+// one key at a time (--max-concurrent-reconciles=1, as containerConcurrency
+// 1 would; taking and releasing Leases does not hold that slot:
+// internal/engine/serverless/slot.go). One instance runs without Leases
+// (max-scale 1) and with them (max-scale 4, one instance up); 2 and 4
 // serialize keys with Leases. Lease writes per reconcile come from the API
 // server's own request counters.
 func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
@@ -69,7 +71,7 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d ConfigWatchers, one event each, sent at concurrency %d through a round-robin balancer; each reconcile makes a 50 ms external call and writes the status; each instance reconciles one key at a time. Objects per second until all have observedGeneration == generation, median (min-max) of %d runs. Lease writes per reconcile: the API server's `apiserver_request_total` for leases over the status writes, all runs (the API server's own heartbeat Lease adds ~0.01).\n\n", soObjects, soSenders, runs)
+	fmt.Fprintf(&b, "%d ConfigWatchers, one event each, sent at concurrency %d through a round-robin balancer; each reconcile makes a 50 ms external call and writes the status; each instance reconciles one key at a time (`--max-concurrent-reconciles=1`; its Lease writes do not take that slot, so one key's Lease is taken while another reconciles). Objects per second until all have observedGeneration == generation, median (min-max) of %d runs. Lease writes per reconcile: the API server's `apiserver_request_total` for leases over the status writes, all runs (the API server's own heartbeat Lease adds ~0.01).\n\n", soObjects, soSenders, runs)
 	fmt.Fprintf(&b, "| instances | max-scale (locking) | objects/s | vs 1 instance, max-scale 1 | vs 1 instance, max-scale 4 | lease writes per reconcile |\n|---|---|---|---|---|---|\n")
 	one, oneLeased := fmedian(res[variants[0]]), fmedian(res[variants[1]])
 	for _, v := range variants {

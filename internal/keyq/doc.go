@@ -21,7 +21,9 @@
 //
 // The RunFunc receives the payloads of every submission its run serves, and
 // each of those tickets completes with the run's error. Ticket.Wait lets a
-// caller give up waiting (the run still happens).
+// caller give up waiting (the run still happens). A RunFunc that waits for
+// something after it has started can Claim its key's pending follow-up: the
+// submissions since it started join the run in progress instead.
 //
 // Shutdown stops accepting submissions, completes the tickets of every run
 // that has not started with ErrShutdown, and waits for the runs in progress.
@@ -38,7 +40,8 @@
 //     follow-up run (with Settle, so do those until the key's submissions
 //     pause, up to MaxSettle after the run ends).
 //   - A ticket completes with the error of a run that started after its
-//     Submit (or with ErrShutdown if that run never starts).
+//     Submit, or that claimed it (Claim) after its Submit (or with
+//     ErrShutdown if that run never starts).
 //   - Every payload reaches exactly one run, in arrival order per key.
 //   - At most MaxConcurrent keys run at once; waiting keys get a slot first
 //     come, first served, so a busy key cannot starve the others.

@@ -88,8 +88,9 @@ type Queue[K comparable, V any] struct {
 	// submissions pause (Options.Settle); such a key is in neither running
 	// nor ready.
 	settling map[K]*hold
-	// running is the set of keys whose run is in progress.
-	running map[K]struct{}
+	// running holds the batch of each key whose run is in progress (Claim
+	// adds to it).
+	running map[K]*batch[V]
 	// ready lists, first come first served, the keys whose pending batch
 	// waits for a free slot. A follow-up joins it when its key's run ends.
 	ready []K
@@ -139,7 +140,7 @@ func New[K comparable, V any](opts Options, run RunFunc[K, V]) *Queue[K, V] {
 		maxSet:   opts.MaxSettle,
 		clock:    opts.Clock,
 		pending:  map[K]*batch[V]{},
-		running:  map[K]struct{}{},
+		running:  map[K]*batch[V]{},
 		settling: map[K]*hold{},
 		drained:  make(chan struct{}),
 		idle:     make(chan struct{}),
@@ -176,6 +177,28 @@ func (q *Queue[K, V]) Submit(key K, payload V) *Ticket {
 	return t
 }
 
+// Claim hands the run of key in progress the submissions made since it
+// started: it returns their payloads, in arrival order, and their tickets
+// complete with this run's error; they cause no follow-up run. It is for a
+// RunFunc that waits for something after it has started (the serverless
+// engine: a reconcile slot, once it holds the key's Lease) and wants what
+// arrived meanwhile to be served by its work. nil if key has no run in
+// progress or nothing was submitted since it started: a queued run's
+// submissions are never taken, nor a held follow-up's (there is none while
+// the key runs).
+func (q *Queue[K, V]) Claim(key K) []V {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cur, running := q.running[key]
+	next, pending := q.pending[key]
+	if !running || !pending {
+		return nil
+	}
+	delete(q.pending, key)
+	cur.tickets = append(cur.tickets, next.tickets...) // cur.payloads is the RunFunc's: left alone
+	return next.payloads
+}
+
 // dispatchLocked starts ready keys while slots are free.
 func (q *Queue[K, V]) dispatchLocked() {
 	for len(q.running) < q.max && len(q.ready) > 0 {
@@ -185,7 +208,7 @@ func (q *Queue[K, V]) dispatchLocked() {
 		q.ready = q.ready[1:]
 		b := q.pending[key]
 		delete(q.pending, key)
-		q.running[key] = struct{}{}
+		q.running[key] = b
 		go q.execute(key, b)
 	}
 }

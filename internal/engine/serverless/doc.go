@@ -15,8 +15,9 @@
 //	            whose generation is already observed (package genskip);
 //	handler.go  reconcileAll submits each key to the per-key queue (package
 //	            keyq) and waits for a run that started after the request;
-//	run.go      run takes the key's Lease (Options.Locker); runOnce calls the
-//	            reconciler, its ctx carrying the logger and the stand-in;
+//	run.go      run takes the key's Lease (Options.Locker), then a reconcile
+//	            slot (slot.go); runOnce calls the reconciler, its ctx
+//	            carrying the logger and the stand-in;
 //	settle.go   settle interprets (Result, error), writes observedGeneration,
 //	            schedules what follows (a retrier: in-memory timers or
 //	            durable Wakeups) and returns a Verdict;
@@ -30,7 +31,8 @@
 //     FollowUpMaxSettle, 20 ms, after the reconcile before it ended), so a
 //     burst that outlasts a reconcile costs one follow-up, not one per
 //     reconcile it spans; distinct keys run in parallel up to
-//     Options.MaxConcurrentReconciles.
+//     Options.MaxConcurrentReconciles: never more reconciler calls at once
+//     than that.
 //   - Across instances (Options.Locker, set when --max-scale > 1): never two
 //     reconciles of one key at once anywhere. A run first takes the key's
 //     coordination.k8s.io Lease (package lease: a create) unless this
@@ -38,10 +40,19 @@
 //     every third of its duration, while runs of the key keep coming, and
 //     deleted once the key has had none for Options.LeaseKeepIdle (1 s) or
 //     on shutdown. A stream of events for a key thus costs two Lease writes
-//     (and the renewals), not two per reconcile. An instance that gets an
+//     (and the renewals), not two per reconcile. Lease writes do not count
+//     against MaxConcurrentReconciles: the queue then runs up to twice as
+//     many keys, and a run holds one of MaxConcurrentReconciles reconcile
+//     slots only around its reconcile (slot.go). So a key's Lease is taken
+//     while another key reconciles, and then the key waits for a slot,
+//     holding its Lease (events for it that arrive meanwhile join that
+//     reconcile); an idle key's release, a hand-off and the releases on
+//     shutdown wait for a reconcile only when MaxConcurrentReconciles
+//     other keys already wait for a slot. An instance that gets an
 //     event for a key another live instance holds forwards it there (next
 //     item) or else marks the Lease dirty and answers 200 "handed off":
-//     the holder reconciles once more before releasing (a holder that keeps the Lease idle finds the mark when it
+//     the holder reconciles once more before releasing (a holder that
+//     keeps the Lease idle finds the mark when it
 //     releases it: up to LeaseKeepIdle later). An instance that dies
 //     keeping Leases leaves them to expire: the sweep then reconciles
 //     their keys, once each, needlessly. If the holder dies, the

@@ -23,7 +23,11 @@ import (
 
 // Options tunes an Engine. Zero values take the defaults in parentheses.
 type Options struct {
-	// MaxConcurrentReconciles bounds distinct keys reconciling at once (8).
+	// MaxConcurrentReconciles bounds the reconciler calls at once (8):
+	// distinct keys reconciling. With a Locker, taking, keeping and
+	// releasing keys' Leases does not count against it: up to as many more
+	// keys may be doing that, or holding a Lease while they wait for a
+	// reconcile slot (slot.go).
 	MaxConcurrentReconciles int
 	// ReconcileTimeout bounds one reconcile (5 min).
 	ReconcileTimeout time.Duration
@@ -122,6 +126,11 @@ type Engine struct {
 	opts  Options
 	log   logr.Logger
 	queue *keyq.Queue[reconcile.Request, *arrival]
+	// slots bounds the reconciles at once (MaxConcurrentReconciles); with
+	// a Locker the queue runs more keys than that (slot.go).
+	slots slots
+	// claims: arrivals answered at admission that a run claimed (slot.go).
+	claims claims
 	// retry schedules what follows a reconcile: durably or in memory.
 	retry retrier
 	// checks looks again at a Lease another instance held when it
@@ -214,8 +223,8 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 	}
 	e := &Engine{op: op, c: c, opts: opts, log: opts.Logger, memo: genskip.NewMemo[reconcile.Request](100_000),
 		versions: standin.NewVersions(), inFlight: make(chan struct{}, opts.MaxInFlight),
-		obs: telemetry.NewObserver(op.Name, opts.MaxConcurrentReconciles, opts.Logger)}
-	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.MaxConcurrentReconciles,
+		obs: telemetry.NewObserver(op.Name, opts.MaxConcurrentReconciles, opts.Logger), slots: make(slots, opts.MaxConcurrentReconciles)}
+	e.queue = keyq.New[reconcile.Request, *arrival](keyq.Options{MaxConcurrent: opts.queueRuns(),
 		Settle: max(opts.FollowUpSettle, 0), MaxSettle: opts.FollowUpMaxSettle}, e.run)
 	if opts.Locker != nil {
 		e.fwd = newForwarder(opts.Locker.Duration())

@@ -55,6 +55,8 @@ type probe struct {
 	spans    map[reconcile.Request][]span
 	overlaps atomic.Int64
 	calls    atomic.Int64
+	atOnce   atomic.Int64           // reconciles in progress, all keys
+	most     atomic.Int64           // the most atOnce has been
 	started  chan reconcile.Request // receives each start when not nil
 	gate     chan struct{}          // each reconcile waits for a value when not nil
 	result   func(reconcile.Request, int) (reconcile.Result, error)
@@ -69,6 +71,12 @@ func newProbe() *probe {
 
 func (p *probe) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	n := int(p.calls.Add(1))
+	for now := p.atOnce.Add(1); ; {
+		if most := p.most.Load(); now <= most || p.most.CompareAndSwap(most, now) {
+			break
+		}
+	}
+	defer p.atOnce.Add(-1)
 	p.mu.Lock()
 	p.running[req]++
 	if p.running[req] > 1 {

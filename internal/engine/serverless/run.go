@@ -27,13 +27,15 @@ const handOffMargin = 250 * time.Millisecond
 
 // run is the queue's RunFunc: one reconcile of key, never concurrent with
 // another of the same key (across instances too, with a Locker). arrivals
-// are the events folded into this run. Its error is always its *Verdict.
+// are the events folded into this run (with a Locker, also those it claims
+// while it waits for a reconcile slot: slot.go). Its error is always its
+// *Verdict.
 // If an arrival was answered at admission and the run could not happen
 // (Unavailable, and nothing scheduled), the key is submitted again after
 // its backoff: no sender will deliver it again.
 func (e *Engine) run(ctx context.Context, key reconcile.Request, arrivals []*arrival) error {
-	n := countAdmitted(arrivals)
 	v := e.runLocked(ctx, key, arrivals)
+	n := countAdmitted(arrivals) + e.claims.take(key)
 	if n == 0 {
 		return v
 	}
@@ -114,7 +116,7 @@ func (e *Engine) withLease(ctx context.Context, key reconcile.Request, k *kept, 
 		if len(arrivals) > 0 {
 			rctx, cancel := context.WithCancelCause(ctx)
 			end := k.during(cancel)
-			v = e.runOnce(rctx, key, arrivals)
+			v = e.reconcileInSlot(rctx, key, arrivals)
 			end()
 			cancel(nil)
 		}
