@@ -7,7 +7,7 @@
 //	go run ./bench/suite -only coldstart # exec -> ready / first reconcile at 2000 ConfigMaps
 //	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
 //	go run ./bench/suite -only telemetry # OTLP export off vs on: cold start, RSS, per-event time
-//	go run ./bench/suite -only wakeup    # the wakeup source with 10k and 100k records pending
+//	go run ./bench/suite -only wakeup    # the wakeup source with 10k, 100k and 1M records pending
 package main
 
 import (
@@ -41,7 +41,7 @@ const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
 	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout, telemetry or wakeup")
-	flag.IntVar(&wakeupsPending, "wakeups", 100_000, "how many Wakeups are pending in the wakeup part's larger run")
+	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
 	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
@@ -146,7 +146,7 @@ func run(only string, runs int, out string) error {
 			return err
 		}
 	}
-	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config}
+	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
 	_ = v1alpha1.AddToScheme(e.scheme)
