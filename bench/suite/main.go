@@ -419,15 +419,34 @@ other work shared it.
   deletes while it runs, a fake clock) and ` + "`TestSourceKilledWithPending`" + `
   (SIGKILLed twice while delivering; 10k records with a window of 1000 in
   ` + "`make test`" + `, ` + "`OPZERO_WAKEUPS=100000`" + ` for 100k with a window of 10000).
-  1M pending was not run: creating Wakeups ran at ~140/s on this loaded
-  machine (10k in 72 s), so 1M would take about two hours. What the source
-  holds does not depend on the count (the window; one page of 500 during
-  its list at start), so its RSS at 1M should be that at 100k; what grows
-  is the API server's and etcd's memory, and the list at start (2000 pages
-  at 1M). Its cost: a second holding more than a window of records is
-  listed again for each window delivered. Fire lateness is the process
-  getting the CPU: on this machine, with the load at 13-15, one stall of a
-  few hundred ms moves the p99 of a 10 s run of probes.
+  The bench loads the pending records straight into etcd (` + "`loadWakeups`" + `,
+  bench/suite/wakeupload.go): creating them through the API server went at
+  165-300/s here (1 to 8 clients, 32 to 256 creates at once; custom
+  resources have no protobuf encoding), so 1M would take one to two hours.
+  Two records are created through the API, the rest rendered from the
+  first one's stored bytes (the render of the second must equal its stored
+  bytes), put one per etcd revision through etcd's JSON gateway, then
+  counted by a paginated list and sampled by GET through the API server.
+  The load is bounded by the API server taking each write into its watch
+  cache, etcd's gateway (one put a request) and the other work on the 2
+  cores: 900-1900 records/s, so 1M took 12-18 minutes here (900k in
+  11m56s with the load at 5-8). What the source holds does not depend on
+  the count (the window; one page of 500 during its list at start): its
+  RSS at 1M is that at 100k. What grows is the API server: its watch cache
+  holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
+  KiB a record, most while the source lists at start: the bench needs
+  ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
+  list at start (2000 pages at 1M) sets exec -> ready. A label-selected
+  list (` + "`in (...)`" + `) is answered from the watch cache by reading every
+  record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
+  once a minute when idle and on its keeper's goroutine, while what it
+  holds is delivered from memory, so such a list does not delay a fire
+  unless it outlasts the window's lead (a minute). While the cache lags
+  behind etcd (during the load) a list waits for it and fails with 504
+  "Too large resource version"; the bench retries its count until it
+  passes. Fire lateness is the process getting the CPU: on this machine,
+  with other work at a load of 7-16, one stall of a few hundred ms moves
+  the p99 of a 10 s run of probes.
 - **Throughput, scale-out and Leases** (from the ` + "`" + `throughput` + "`" + ` branch's notes, docs/perf-notes-throughput.md, with its commands). Its profile run: ` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted,opzero go run ./bench/suite -only throughput -runs 1 -pprof /tmp/prof` + "`" + `
 (profiling slows the operators; read ratios). In that run the generated
 wiring with ` + "`" + `--answer=admitted --event-cache` + "`" + ` converged at 85 objects/s:
