@@ -436,7 +436,11 @@ other work shared it.
   holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
   KiB a record, most while the source lists at start: the bench needs
   ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
-  list at start (2000 pages at 1M) sets exec -> ready. A label-selected
+  list at start sets exec -> ready: at 1M it took over 8 minutes, because
+  the API server answers each page of 500 from its watch cache by walking
+  the namespace's records (2000 pages, each O(1M)); larger pages at start
+  (SourceOptions.PageSize) would cut it, at the price of a larger page in
+  memory, not yet measured. A label-selected
   list (` + "`in (...)`" + `) is answered from the watch cache by reading every
   record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
   once a minute when idle and on its keeper's goroutine, while what it
