@@ -436,9 +436,11 @@ other work shared it.
   holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
   KiB a record, most while the source lists at start: the bench needs
   ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
-  list at start sets exec -> ready: at 1M it took over 8 minutes, because
-  the API server answers each page of 500 from its watch cache by walking
-  the namespace's records (2000 pages, each O(1M)); larger pages at start
+  list at start sets exec -> ready: at 1M it took over 8 minutes, with etcd
+  busy (62% CPU) and the API server at 31%: the continued pages of 500 are
+  read from etcd, which counts the rest of the range for each
+  (remainingItemCount), so 2000 pages cost O(1M) each (inferred from the
+  CPU split, not profiled); larger pages at start
   (SourceOptions.PageSize) would cut it, at the price of a larger page in
   memory, not yet measured. A label-selected
   list (` + "`in (...)`" + `) is answered from the watch cache by reading every
