@@ -430,7 +430,8 @@ other work shared it.
   The load is bounded by the API server taking each write into its watch
   cache, etcd's gateway (one put a request) and the other work on the 2
   cores: 900-1900 records/s, so 1M took 12-18 minutes here (900k in
-  11m56s with the load at 5-8). What the source holds does not depend on
+  11m56s with the load at 5-8); ` + "`go run ./bench/suite -only wakeup`" + `
+  took 25.6 minutes in all (builds and ready at 1M, 8m36s, included). What the source holds does not depend on
   the count (the window; one page of 500 during its list at start): its
   RSS at 1M is that at 100k. What grows is the API server: its watch cache
   holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
