@@ -39,6 +39,7 @@ type env struct {
 	kubeconfig string
 	dir        string
 	cfg        *rest.Config
+	etcdURL    string // the control plane's etcd (the wakeup part loads records into it)
 }
 
 // setup creates the namespace and the target ConfigWatcher (and its ConfigMap).

@@ -8,7 +8,7 @@
 //	go run ./bench/suite -only scaleout  # 1, 2, 4 instances behind a balancer, 50 ms external call
 //	go run ./bench/suite -only leasestream # scaleout's steady stream alone: Lease writes per reconcile
 //	go run ./bench/suite -only telemetry # OTLP export off vs on: cold start, RSS, per-event time
-//	go run ./bench/suite -only wakeup    # the wakeup source with 10k and 100k records pending
+//	go run ./bench/suite -only wakeup    # the wakeup source with 10k, 100k and 1M records pending
 package main
 
 import (
@@ -42,7 +42,7 @@ const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
 	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry or wakeup")
-	flag.IntVar(&wakeupsPending, "wakeups", 100_000, "how many Wakeups are pending in the wakeup part's larger run")
+	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
 	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
@@ -152,7 +152,7 @@ func run(only string, runs int, out string) error {
 			return err
 		}
 	}
-	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config}
+	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
 	_ = v1alpha1.AddToScheme(e.scheme)
@@ -487,15 +487,41 @@ other work shared it.
   deletes while it runs, a fake clock) and ` + "`TestSourceKilledWithPending`" + `
   (SIGKILLed twice while delivering; 10k records with a window of 1000 in
   ` + "`make test`" + `, ` + "`OPZERO_WAKEUPS=100000`" + ` for 100k with a window of 10000).
-  1M pending was not run: creating Wakeups ran at ~140/s on this loaded
-  machine (10k in 72 s), so 1M would take about two hours. What the source
-  holds does not depend on the count (the window; one page of 500 during
-  its list at start), so its RSS at 1M should be that at 100k; what grows
-  is the API server's and etcd's memory, and the list at start (2000 pages
-  at 1M). Its cost: a second holding more than a window of records is
-  listed again for each window delivered. Fire lateness is the process
-  getting the CPU: on this machine, with the load at 13-15, one stall of a
-  few hundred ms moves the p99 of a 10 s run of probes.
+  The bench loads the pending records straight into etcd (` + "`loadWakeups`" + `,
+  bench/suite/wakeupload.go): creating them through the API server went at
+  165-300/s here (1 to 8 clients, 32 to 256 creates at once; custom
+  resources have no protobuf encoding), so 1M would take one to two hours.
+  Two records are created through the API, the rest rendered from the
+  first one's stored bytes (the render of the second must equal its stored
+  bytes), put one per etcd revision through etcd's JSON gateway, then
+  counted by a paginated list and sampled by GET through the API server.
+  The load is bounded by the API server taking each write into its watch
+  cache, etcd's gateway (one put a request) and the other work on the 2
+  cores: 900-1900 records/s, so 1M took 12-18 minutes here (900k in
+  11m56s with the load at 5-8); ` + "`go run ./bench/suite -only wakeup`" + `
+  took 25.6 minutes in all (builds and ready at 1M, 8m36s, included). What the source holds does not depend on
+  the count (the window; one page of 500 during its list at start): its
+  RSS at 1M is that at 100k. What grows is the API server: its watch cache
+  holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
+  KiB a record, most while the source lists at start: the bench needs
+  ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
+  list at start sets exec -> ready: at 1M it took over 8 minutes, with etcd
+  busy (62% CPU) and the API server at 31%: the continued pages of 500 are
+  read from etcd, which counts the rest of the range for each
+  (remainingItemCount), so 2000 pages cost O(1M) each (inferred from the
+  CPU split, not profiled); larger pages at start
+  (SourceOptions.PageSize) would cut it, at the price of a larger page in
+  memory, not yet measured. A label-selected
+  list (` + "`in (...)`" + `) is answered from the watch cache by reading every
+  record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
+  once a minute when idle and on its keeper's goroutine, while what it
+  holds is delivered from memory, so such a list does not delay a fire
+  unless it outlasts the window's lead (a minute). While the cache lags
+  behind etcd (during the load) a list waits for it and fails with 504
+  "Too large resource version"; the bench retries its count until it
+  passes. Fire lateness is the process getting the CPU: on this machine,
+  with other work at a load of 7-16, one stall of a few hundred ms moves
+  the p99 of a 10 s run of probes.
 - **Throughput, scale-out and Leases** (from the ` + "`" + `throughput` + "`" + ` branch's notes, docs/perf-notes-throughput.md, with its commands). Its profile run: ` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted,opzero go run ./bench/suite -only throughput -runs 1 -pprof /tmp/prof` + "`" + `
 (profiling slows the operators; read ratios). In that run the generated
 wiring with ` + "`" + `--answer=admitted --event-cache` + "`" + ` converged at 85 objects/s:

@@ -24,12 +24,28 @@ import (
 const (
 	wakeupNS = "wk"
 	probes   = 1000
+	// beforeMax is the most records the source before runs with: it holds
+	// an entry per record (~1.2 KiB each at 100k: over 1 GiB at 1M).
+	beforeMax = 100_000
 )
 
-// wakeups measures the wakeup source with 10k and then `max` records
-// pending (due an hour or more ahead), today's windowed source against the
-// one at wakeupBaseline: RSS once it has listed them and delivered 1000
-// probe records due over 10 s (100/s), and how late those probes fired.
+// wakeupCounts are the pending counts measured, in increasing order.
+func wakeupCounts(largest int) []int {
+	var out []int
+	for _, n := range []int{10_000, 100_000, largest} {
+		if n <= largest && (len(out) == 0 || n > out[len(out)-1]) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// wakeups measures the wakeup source with 10k, 100k and then `max` records
+// pending (due two hours or more ahead, 36 ms apart; loaded into etcd, see
+// loadWakeups), today's windowed source against the one at baseline (up to
+// beforeMax records: it holds them all): RSS once it has listed them and
+// delivered 1000 probe records due over 10 s (100/s), and how late those
+// probes fired.
 func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	bins := map[string]string{"window": filepath.Join(e.dir, "wakeup-source"), "before": filepath.Join(e.dir, "wakeup-source-before")}
 	if out, err := buildCmd("", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
@@ -65,18 +81,21 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	far := time.Now().Add(2 * time.Hour)
 	created := 0
 	run := 0
-	for _, n := range []int{10_000, max} {
-		if n < created {
-			continue
-		}
+	var loads []string
+	for _, n := range wakeupCounts(max) {
 		fmt.Printf("  wakeups: %d pending ...\n", n)
 		t0 := time.Now()
-		if err := e.createWakeups(ctx, created, n, sinkURL, func(i int) time.Time { return far.Add(time.Duration(i) * 36 * time.Millisecond) }, "p"); err != nil {
+		if err := e.loadWakeups(ctx, created, n, sinkURL, func(i int) time.Time { return far.Add(time.Duration(i) * 36 * time.Millisecond) }, "p"); err != nil {
 			return err
 		}
-		fmt.Printf("    created %d in %s\n", n-created, time.Since(t0).Round(time.Second))
+		took := time.Since(t0).Round(time.Second)
+		fmt.Printf("    loaded %d in %s\n", n-created, took)
+		loads = append(loads, fmt.Sprintf("%d in %s", n-created, took))
 		created = n
 		for _, v := range []string{"before", "window"} {
+			if v == "before" && n > beforeMax {
+				continue
+			}
 			run++
 			res, err := e.wakeupRun(ctx, bins[v], sink, sinkURL, run)
 			if err != nil {
@@ -89,11 +108,13 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Records pending in namespace %s, due 2-3 hours ahead; `cmd/wakeup-source --operator bench --concurrency 16` started against them. "+
+	fmt.Fprintf(&b, "Records pending in namespace %s, due from 2 hours ahead on, 36 ms apart (1M: over 10 hours); `cmd/wakeup-source --operator bench --concurrency 16` started against them. "+
+		"The records are loaded into etcd as the API server stores them (two created through the API, the rest rendered from the first one's stored bytes and checked against the second's; "+
+		"then counted by a paginated list and sampled by GET through the API server; `loadWakeups` in bench/suite/wakeupload.go): loaded %s. "+
 		"Once it is ready (it has listed them) it delivers %d probe records due over 10 s (100/s, created after it is ready) to an in-process sink. "+
 		"RSS (VmRSS) when the probes are delivered and peak (VmHWM), MiB; lateness of the probes (arrival - due). One run per cell. "+
-		"Before: the source at %s, which held an entry per record (a reflector's full list); window: today's, which holds at most --window (10000) records.\n\n",
-		wakeupNS, probes, baseline[:7])
+		"Before: the source at %s, which held an entry per record (a reflector's full list); window: today's, which holds at most --window (10000) records; the source before is not run above %d pending (it would hold every record: over 1 GiB at 1M).\n\n",
+		wakeupNS, strings.Join(loads, ", then "), probes, baseline[:7], beforeMax)
 	b.WriteString("| pending | source | RSS | peak RSS | exec -> ready | fire lateness p50 | p99 | max |\n|---|---|---|---|---|---|---|---|\n")
 	for _, w := range rows {
 		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %s | %s | %s |\n", w.pending, w.variant, w.rss, w.peak,
@@ -103,16 +124,25 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	for _, w := range rows {
 		byKey[fmt.Sprint(w.pending, w.variant)] = w
 	}
-	if a, c := byKey[fmt.Sprint(max, "window")], byKey[fmt.Sprint(max, "before")]; c.rss > 0 {
-		fmt.Fprintf(&b, "\nAt %d pending the windowed source is at **%.2fx** the RSS of the one before (%.1f against %.1f MiB).\n", max, a.rss/c.rss, a.rss, c.rss)
+	for _, n := range wakeupCounts(max) {
+		if a, c := byKey[fmt.Sprint(n, "window")], byKey[fmt.Sprint(n, "before")]; c.rss > 0 {
+			fmt.Fprintf(&b, "\nAt %d pending the windowed source is at **%.2fx** the RSS of the one before (%.1f against %.1f MiB).\n", n, a.rss/c.rss, a.rss, c.rss)
+		}
 	}
 	r.add("Wakeup source", b.String())
+	for _, w := range rows {
+		if w.variant == "window" {
+			r.fig(fmt.Sprintf("wk-rss-%d", w.pending), w.rss)
+			r.fig(fmt.Sprintf("wk-p99-%d", w.pending), float64(w.p99)/float64(time.Millisecond))
+		} else {
+			r.fig(fmt.Sprintf("wk-rss-before-%d", w.pending), w.rss)
+		}
+	}
 	if w, ok := byKey[fmt.Sprint(max, "window")]; ok {
 		r.fig("wk-pending", float64(max))
 		r.fig("wk-rss", w.rss)
 		r.fig("wk-peak", w.peak)
 		r.fig("wk-p99", float64(w.p99)/float64(time.Millisecond))
-		r.fig("wk-rss-before", byKey[fmt.Sprint(max, "before")].rss)
 	}
 	return nil
 }

@@ -30,4 +30,6 @@
 //
 // There is no scheduler and no kubelet: Pods are created and stay Pending.
 // etcd runs with --unsafe-no-fsync: the plane is for development and tests.
+// Its space quota is 8 GiB (the default is 2 GiB), room for a million
+// small objects.
 package controlplane
