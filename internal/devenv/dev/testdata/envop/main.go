@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/operator"
+	_ "github.com/opzero/opzero/operator/classic" // it also stands in for a classic Deployment
 )
 
 func main() {
