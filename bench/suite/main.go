@@ -268,10 +268,10 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 	if only != "coldstart" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "RSS once the first event is reconciled, MiB, median (min-max) of %d runs. Each operator watches ConfigWatchers and ConfigMaps (1 KiB each).\n\n", runs)
-		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, no trim | opzero serverless, classic linked, no trim | opzero classic | opzero serverless, before (%s) | serverless / controller-runtime | serverless / classic linked | serverless / before |\n|---|---|---|---|---|---|---|---|---|---|\n", baseline[:7])
+		fmt.Fprintf(&b, "| ConfigMaps | controller-runtime | opzero serverless | opzero serverless, no trim | opzero serverless, classic linked, no trim | opzero classic | opzero serverless, before (%s) | no trim / controller-runtime | no trim / classic linked | no trim / before |\n|---|---|---|---|---|---|---|---|---|---|\n", baseline[:7])
 		for _, n := range counts {
 			cr, sl, nt, linked, cl, bf := r.rss["controller-runtime"][n], r.rss["opzero"][n], r.rss["opzero-notrim"][n], r.rss["opzero-linked"][n], r.rss["opzero-classic"][n], r.rss["opzero-before"][n]
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", n, fstats(cr), fstats(sl), fstats(nt), fstats(linked), fstats(cl), fstats(bf), fmedian(sl)/fmedian(cr), fmedian(sl)/fmedian(linked), fmedian(sl)/fmedian(bf))
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", n, fstats(cr), fstats(sl), fstats(nt), fstats(linked), fstats(cl), fstats(bf), fmedian(nt)/fmedian(cr), fmedian(nt)/fmedian(linked), fmedian(nt)/fmedian(bf))
 			r.fig("rss-first", math.Max(r.figs["rss-first"], fmedian(sl)))
 			r.fig("rss-linked", math.Max(r.figs["rss-linked"], fmedian(linked)))
 		}
@@ -295,7 +295,7 @@ func (e *env) memoryAndColdStart(ctx context.Context, r *report, only string, ru
 		// The goal's figure: the larger of the two, so that neither a
 		// snapshot right after the trim nor one before it decides alone.
 		r.fig("rss-default", math.Max(r.figs["rss-first"], r.figs["rss-steady"]))
-		b.WriteString("\n\"opzero serverless\" is the example's default build, serverless only (its main does not import `operator/classic`: controller-runtime's manager is not linked and `--mode=classic` is refused), which trims once after its first answer (internal/trim: once idle for 100 ms, the heap's garbage is returned and the binary's code and read-only pages are unmapped; what the next events run is mapped again); \"no trim\" is the same binary with `OPZERO_TRIM=off`; \"classic linked\" is the example built with `-tags opzero_classic`, whose classic.go imports `operator/classic`, run serverless with `OPZERO_TRIM=off` (what the default build was before both changes), and \"opzero classic\" that binary run `--mode=classic`. The RSS right after the first reconcile is read 0.5 s after it, so after the trim: the steady-state table is the figure to read.\n")
+		b.WriteString("\n\"opzero serverless\" is the example's default build, serverless only (its main does not import `operator/classic`: controller-runtime's manager is not linked and `--mode=classic` is refused), which trims once after its first answer (internal/trim: once idle for 100 ms, the heap's garbage is returned and the binary's code and read-only pages are unmapped; what the next events run is mapped again); \"no trim\" is the same binary with `OPZERO_TRIM=off`; \"classic linked\" is the example built with `-tags opzero_classic`, whose classic.go imports `operator/classic`, run serverless with `OPZERO_TRIM=off` (what the default build was before both changes), and \"opzero classic\" that binary run `--mode=classic`. The RSS right after the first reconcile is read 0.5 s after it, so after the trim: the steady-state table is the figure to read, and the ratios in the first table compare the default build with the trim off (a snapshot of the trimmed process would flatter it).\n")
 		b.WriteString("\n![RSS against the number of ConfigMaps](bench-rss.svg)\n")
 		r.add("Memory", b.String())
 	}
