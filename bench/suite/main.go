@@ -597,7 +597,15 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   those requests take on a shared 2-core machine, not by a slot: a leased
   instance reconciles back to back, as an unleased one does. (` + "`" + `-pprof` + "`" + `
   does not profile this part: it runs testop, which is built without
-  the opzero_pprof tag.)
+  the opzero_pprof tag.) On the quiet machine right after the report of
+  2026-11-23 (third session; it measured 3.59x, 57-62 objects/s at 4
+  instances in 3 runs), one run of the part alone
+  (` + "`" + `go run ./bench/suite -only scaleout -runs 1 -out ""` + "`" + `) gave 3.86x (3.92x
+  of one leased instance), and the CPU of every process, sampled from
+  /proc every 0.5 s, shows the 4-instance phase using 0.75 of the 2 cores
+  (kube-apiserver 55%, etcd 18%, the 4 instances 18%, the suite 9%): with
+  the machine to itself, CPU is not what bounds it; the spread between
+  runs is the other work sharing the cores.
 - **Lease writes per reconcile under a steady stream: 0.24-0.25 at 4
   instances, forwarding; 2.96-5.19 marking, the engine before.** Round-robin
   sends 3 events in 4 to an instance that does not hold the key. Each
