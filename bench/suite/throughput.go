@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -161,42 +160,16 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Dura
 }
 
 func (e *env) createWatchers(ctx context.Context, ns string, writeStatus bool) error {
-	jobs := make(chan int)
-	errc := make(chan error, 16)
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i), Labels: map[string]string{"shard": fmt.Sprint(i % 4)}},
-					Spec: v1.ConfigWatcherSpec{ConfigMap: "cfg", PodSelector: map[string]string{"app": "x"}}}
-				if err := e.c.Create(ctx, cw); err != nil {
-					errc <- err
-					return
-				}
-				if writeStatus {
-					cw.Status.ObservedGeneration = cw.Generation
-					meta.SetStatusCondition(&cw.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Watching", Message: "raw"})
-					if err := e.c.Status().Update(ctx, cw); err != nil {
-						errc <- err
-						return
-					}
-				}
-			}
-		}()
-	}
-	for i := 0; i < tpObjects; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
+	return forEach(ctx, 16, 0, tpObjects, func(ctx context.Context, i int) error {
+		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cw-%04d", i), Labels: map[string]string{"shard": fmt.Sprint(i % 4)}},
+			Spec: v1.ConfigWatcherSpec{ConfigMap: "cfg", PodSelector: map[string]string{"app": "x"}}}
+		if err := e.c.Create(ctx, cw); err != nil || !writeStatus {
+			return err
+		}
+		cw.Status.ObservedGeneration = cw.Generation
+		meta.SetStatusCondition(&cw.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Watching", Message: "raw"})
+		return e.c.Status().Update(ctx, cw)
+	})
 }
 
 func (e *env) startCR() (func(), error) {

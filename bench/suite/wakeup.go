@@ -150,40 +150,15 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 // createWakeups creates records [from, to) of operator bench, labeled as
 // the Store labels them, due at due(i), named <prefix><i>.
 func (e *env) createWakeups(ctx context.Context, from, to int, sink string, due func(int) time.Time, prefix string) error {
-	jobs := make(chan int)
-	errc := make(chan error, 32)
-	var wg sync.WaitGroup
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				d := due(i)
-				name := fmt.Sprintf("%s%07d", prefix, i)
-				wk := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: wakeupNS, Name: name,
-					Labels: map[string]string{wakeup.OperatorLabel: "bench", wakeup.DueBucketLabel: wakeup.DueBucket(d)}},
-					Spec: v1alpha1.WakeupSpec{Operator: "bench", Sink: sink, Due: metav1.NewMicroTime(d), Reason: v1alpha1.ReasonRequeueAfter,
-						Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: wakeupNS, Name: name}}}
-				if err := e.c.Create(ctx, wk); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := from; i < to; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
+	return forEach(ctx, 32, from, to, func(ctx context.Context, i int) error {
+		d := due(i)
+		name := fmt.Sprintf("%s%07d", prefix, i)
+		wk := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: wakeupNS, Name: name,
+			Labels: map[string]string{wakeup.OperatorLabel: "bench", wakeup.DueBucketLabel: wakeup.DueBucket(d)}},
+			Spec: v1alpha1.WakeupSpec{Operator: "bench", Sink: sink, Due: metav1.NewMicroTime(d), Reason: v1alpha1.ReasonRequeueAfter,
+				Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: wakeupNS, Name: name}}}
+		return e.c.Create(ctx, wk)
+	})
 }
 
 type wakeupResult struct {

@@ -10,8 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,33 +80,14 @@ func (e *env) loadWakeups(ctx context.Context, from, to int, sink string, due fu
 		return fmt.Errorf("a record rendered for etcd differs from what the API server stored:\nrendered %s\nstored   %s", check, second)
 	}
 
-	jobs := make(chan int, 256)
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				if failed.Load() != nil {
-					continue
-				}
-				v, err := renderWakeup(tmpl, fmt.Sprintf("%s%07d", prefix, i), due(i), uuid.NewUUID(), time.Now())
-				if err == nil {
-					err = et.put(ctx, key(i), v)
-				}
-				if err != nil {
-					failed.CompareAndSwap(nil, err)
-				}
-			}
-		}()
-	}
-	for i := from + 2; i < to && ctx.Err() == nil; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	err = forEach(ctx, 16, from+2, to, func(ctx context.Context, i int) error {
+		v, err := renderWakeup(tmpl, fmt.Sprintf("%s%07d", prefix, i), due(i), uuid.NewUUID(), time.Now())
+		if err != nil {
+			return err
+		}
+		return et.put(ctx, key(i), v)
+	})
+	if err != nil {
 		return fmt.Errorf("putting Wakeups into etcd: %w", err)
 	}
 	return e.checkServed(ctx, to, due, prefix)
