@@ -75,6 +75,14 @@ func New(opts Options) (*Runtime, error) {
 	if t := describeTarget(); t != "" {
 		return newDescriber(opts, t), nil
 	}
+	// Classic mode not linked is bad input: said before anything is read.
+	var newManager seam.NewManager[Options]
+	if opts.Mode == Classic {
+		var ok bool
+		if newManager, ok = seam.Classic.(seam.NewManager[Options]); !ok {
+			return nil, ErrClassicNotLinked
+		}
+	}
 	cfg := opts.Config
 	if cfg == nil {
 		var err error
@@ -107,10 +115,6 @@ func New(opts Options) (*Runtime, error) {
 		}
 		r.client = standin.NewClient(c)
 	case Classic:
-		newManager, ok := seam.Classic.(seam.NewManager[Options])
-		if !ok {
-			return nil, ErrClassicNotLinked
-		}
 		// The cache's watches use cfg as is; the client's calls are bounded
 		// (Options.APITimeout).
 		mc := withTelemetry(cfg)

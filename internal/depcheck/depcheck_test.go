@@ -149,4 +149,12 @@ func TestClassicLinkedOnlyByImport(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), `import _ "github.com/opzero/opzero/operator/classic"`) {
 		t.Fatalf("--mode=classic in the default build: %v\n%s\nwant a failure naming the import", err, out)
 	}
+	// Said before anything is read: with no API server configured at all,
+	// the error is still the import, not the missing kubeconfig.
+	cmd = exec.Command(bin, "--mode=classic")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "absent"), "KUBERNETES_SERVICE_HOST=")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `import _ "github.com/opzero/opzero/operator/classic"`) {
+		t.Fatalf("--mode=classic in the default build, no kubeconfig: %v\n%s\nwant a failure naming the import first", err, out)
+	}
 }
