@@ -39,7 +39,8 @@ type env struct {
 	kubeconfig string
 	dir        string
 	cfg        *rest.Config
-	etcdURL    string // the control plane's etcd (the wakeup part loads records into it)
+	etcdURL    string         // the control plane's etcd (the wakeup part loads records into it)
+	planePID   map[string]int // the control plane's processes by name (kube-apiserver, etcd)
 }
 
 // setup creates the namespace and the target ConfigWatcher (and its ConfigMap).

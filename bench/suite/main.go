@@ -152,7 +152,10 @@ func run(only string, runs int, out string) error {
 			return err
 		}
 	}
-	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL}
+	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL, planePID: map[string]int{}}
+	for _, pr := range plane.Processes {
+		e.planePID[pr.Name] = pr.PID
+	}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
 	_ = v1alpha1.AddToScheme(e.scheme)
@@ -541,30 +544,42 @@ wiring with ` + "`" + `--answer=admitted --event-cache` + "`" + ` converged at 8
 answering after the reconcile gave 42/s (0.80x). One run does not make the
 goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
 
-- **Throughput with one source is no longer bounded by the sender.**
-  With ` + "`" + `--answer=admitted` + "`" + ` the adapter's answer returns after decoding and
-  routing; the reconciles run 8 at once behind it. The operator is not the
-  bound either: its CPU profile shows 1.22 s of CPU for 2000 objects in a
-  25.3 s run (4.8% of one core, 0.6 ms per object;
-  ` + "`" + `go tool pprof -top opzero-admitted-throughput-2.cpu.pprof` + "`" + `), against
-  1.97 s in 48.6 s when answering after the reconcile
-  (` + "`" + `opzero-throughput-1.cpu.pprof` + "`" + `). What is left is the API server and
-  etcd, which share the 2 cores with the adapters, the creating client and,
-  on this machine, other work: the raw limit itself measured 31, 82 and
-  110 objects/s in three runs, below controller-runtime in two of them, and
-  245 in the notes' run 3. Against the raw limit (create + status write from one
-  client, nothing else), each object through opzero also costs the
-  adapters' watch and CloudEvent encoding, the operator's decoding, and a
-  second event (the status write's update, skipped), all on the same 2
-  cores: 0.41 of raw in the notes' run 3. The raw ratio is bounded by that per-object
-  overhead outside the API server, not by the operator's pace.
+- **Throughput with one source: what bounds it is the reconcile
+  concurrency, then the 2 cores.** With ` + "`" + `--answer=admitted` + "`" + ` the adapter's
+  answer returns after decoding and routing, and the reconciles run behind
+  it, up to ` + "`" + `--max-concurrent-reconciles` + "`" + ` at once. The table's "in flight"
+  column is measured from the operator's own metrics (its reconcile time
+  summed, over the run's): with the default before (8), 7.9 of the 8 slots
+  were busy for the whole run, and events waited 2.2 s in the queue on
+  average (` + "`" + `workqueue_queue_duration_seconds` + "`" + `), so the rate was slots /
+  reconcile latency (Little's law), the latency being the status write's
+  under the create load. The raw limit runs 16 writers. So the default is
+  now 16 (the "8" row is the engine before, in the same run); in the
+  session's runs on a machine loaded by other work, 16 gave 1.41x the rate
+  of 8 with the cores not saturated, and 0.9x with them saturated, where
+  more writers at once only add contention.
+  Once the cores are saturated, CPU per object decides, from /proc (the
+  CPU table): the API server costs about the same per object either way
+  (a watch event is encoded once for all its watchers), and opzero's path
+  adds the adapter's watch and CloudEvent encoding of two events per
+  object (its create, and its status write's update, skipped by the
+  operator) and the operator's decoding and its status write's client
+  work: 1.2-1.35x the raw limit's CPU per object in the session's runs,
+  so at most 0.74-0.83 of the raw rate on saturated cores. The operator's
+  CPU profile (` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted go run ./bench/suite -only throughput -runs 1 -out "" -pprof /tmp/prof` + "`" + `,
+  ` + "`" + `go tool pprof -top -cum /tmp/prof/opzero-admitted-throughput-1.cpu.pprof` + "`" + `):
+  1.17 ms per object, 27% of it the status write (client-go encoding, HTTP/2
+  and decoding the answer, as in controller-runtime), 25% the intake of
+  both events (CloudEvent decoding 12%, of which reading the object's
+  metadata for routing 5% and decoding it for the stand-in GET 6%), the
+  rest the runtime (GC, scheduling, syscalls).
 - **The event cache saves the reconcile's one read that is not its own
   object** (the ConfigMap GET): the reconcile then makes one API request,
   its status write, as controller-runtime's does. It gave 100 against 76
   objects/s in the notes' run 3 (48 against 33 and 48 against 47 on the saturated
   machine): the API server's headroom decides how much a saved GET shows.
 - **Four sources help only while the machine has headroom.** With
-  answering at admission, one source already keeps up to 8 reconciles
+  answering at admission, one source already keeps every reconcile slot
   busy; four sources split the event stream over four adapter processes,
   which helps when one adapter's delivery loop is the slowest part (the notes' run 3:
   132 against 100 objects/s) and costs when the 2 cores are saturated

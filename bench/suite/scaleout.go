@@ -200,6 +200,11 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 	front := httptest.NewServer(balancer.New(urls...))
 	defer front.Close()
 
+	conv, err := e.watchConvergence(ctx, ns)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer conv.close()
 	before, err := e.requestCounts(ctx)
 	if err != nil {
 		return 0, 0, 0, err
@@ -232,24 +237,8 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		return 0, 0, 0, err
 	default:
 	}
-	for {
-		list := &v1.ConfigWatcherList{}
-		if err := e.c.List(ctx, list, client.InNamespace(ns)); err != nil {
-			return 0, 0, 0, err
-		}
-		done := 0
-		for _, cw := range list.Items {
-			if cw.Status.ObservedGeneration == cw.Generation {
-				done++
-			}
-		}
-		if done == objects {
-			break
-		}
-		if time.Since(t0) > 3*time.Minute {
-			return 0, 0, 0, fmt.Errorf("%d of %d converged after 3 minutes", done, soObjects)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := conv.wait(ctx, objects, t0, 3*time.Minute, nil); err != nil {
+		return 0, 0, 0, err
 	}
 	d := time.Since(t0)
 	// Kept Leases are deleted once idle: count those writes too.

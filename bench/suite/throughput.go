@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +21,7 @@ import (
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/knative"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 const tpObjects = 2000
@@ -28,11 +31,12 @@ const tpObjects = 2000
 // at admission (--answer=admitted) with the generated wiring (one
 // ApiServerSource per kind: ConfigWatchers and ConfigMaps) and the event
 // cache (--event-cache), without the cache, and with four ConfigWatcher
-// sources; and the raw limit. Every object carries a shard label (0-3) in
+// sources, and with the reconcile concurrency before (8); and the raw
+// limit. Every object carries a shard label (0-3) in
 // every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
 // (controller-runtime and raw are always run: the ratios need them).
 var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
-	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "raw"}
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-admitted-c8", "raw"}
 
 // tpVariant describes how a serverless variant is run.
 type tpVariant struct {
@@ -47,6 +51,7 @@ var tpServerless = map[string]tpVariant{
 	"opzero-async":            {args: []string{"--async"}, selectors: []string{""}},
 	"opzero-admitted":         {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-nocache": {args: []string{"--answer=admitted"}, selectors: []string{""}, cmSource: true},
+	"opzero-admitted-c8":      {args: []string{"--answer=admitted", "--event-cache", "--max-concurrent-reconciles=8"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
 }
 
@@ -71,16 +76,27 @@ func tpSelected() []string {
 // concurrency 16).
 func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	res := map[string][]float64{}
+	cpuPer := map[string]map[string][]float64{} // variant -> process group -> CPU ms per object, per run
+	inFlight := map[string][]float64{}          // variant -> reconciler calls in flight on average, per run
 	variants := tpSelected()
 	for i := 0; i < runs; i++ {
 		for _, v := range variants {
 			ns := fmt.Sprintf("tp-%s-%d", v, i)
 			fmt.Printf("  throughput %s run %d ...\n", v, i+1)
-			d, err := e.throughputOnce(ctx, v, ns)
+			run, err := e.throughputOnce(ctx, v, ns)
 			if err != nil {
 				return fmt.Errorf("throughput %s: %w", v, err)
 			}
-			res[v] = append(res[v], tpObjects/d.Seconds())
+			res[v] = append(res[v], tpObjects/run.d.Seconds())
+			if run.inFlight > 0 {
+				inFlight[v] = append(inFlight[v], run.inFlight)
+			}
+			for g, c := range run.cpu {
+				if cpuPer[v] == nil {
+					cpuPer[v] = map[string][]float64{}
+				}
+				cpuPer[v][g] = append(cpuPer[v][g], float64(c)/float64(time.Millisecond)/tpObjects)
+			}
 		}
 	}
 	var b strings.Builder
@@ -90,73 +106,163 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	for _, v := range variants {
 		name := map[string]string{
 			"controller-runtime":      "controller-runtime (MaxConcurrentReconciles 4)",
-			"opzero":                  "opzero serverless, answer after the reconcile (default; real ApiServerSource adapter, 8 concurrent keys)",
+			"opzero":                  "opzero serverless, answer after the reconcile (default; real ApiServerSource adapter, 16 concurrent keys)",
 			"opzero-4src":             "opzero serverless, answer after the reconcile, 4 ApiServerSources each selecting a quarter of the objects by label",
 			"opzero-async":            "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
 			"opzero-admitted":         "opzero serverless --answer=admitted --event-cache, the generated wiring (one ApiServerSource per kind: ConfigWatchers, ConfigMaps)",
 			"opzero-admitted-nocache": "the same without --event-cache (the ConfigMap GET goes to the API server)",
 			"opzero-admitted-4src":    "opzero serverless --answer=admitted --event-cache, 4 ConfigWatcher sources by label + the ConfigMap source",
+			"opzero-admitted-c8":      "the generated wiring with --max-concurrent-reconciles=8 (the default before: 16 now)",
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
 		r.fig("tp-"+v+"-cr", m/cr)
 		r.fig("tp-"+v+"-raw", m/raw)
 	}
+	fmt.Fprintf(&b, "\nCPU per object, ms (user + system, from /proc, from the first create until the last object converged; median of %d runs): where the 2 cores go. The suite is the creating client and the watch that sees the objects converge. In flight: the opzero operator's reconciler calls at once, on average over the run (the sum of their durations, `controller_runtime_reconcile_time_seconds_sum`, over the run's), against its `--max-concurrent-reconciles` (16 by default, 8 before): a run that keeps every slot busy is bounded by slots / reconcile latency.\n\n", runs)
+	groups := []string{"api server", "etcd", "operator", "adapters", "suite"}
+	fmt.Fprintf(&b, "| variant | %s | total | total vs raw limit | in flight |\n|---|---|---|---|---|---|---|---|---|\n", strings.Join(groups, " | "))
+	total := func(v string) float64 {
+		t := 0.0
+		for _, g := range groups {
+			if c := cpuPer[v][g]; len(c) > 0 {
+				t += fmedian(c)
+			}
+		}
+		return t
+	}
+	for _, v := range variants {
+		fmt.Fprintf(&b, "| %s |", v)
+		for _, g := range groups {
+			if c := cpuPer[v][g]; len(c) > 0 {
+				fmt.Fprintf(&b, " %.2f |", fmedian(c))
+			} else {
+				fmt.Fprintf(&b, " - |")
+			}
+		}
+		fmt.Fprintf(&b, " %.2f | %.2f |", total(v), total(v)/total("raw"))
+		if f := inFlight[v]; len(f) > 0 {
+			fmt.Fprintf(&b, " %.1f |\n", fmedian(f))
+			r.fig("tp-"+v+"-inflight", fmedian(f))
+		} else {
+			fmt.Fprintf(&b, " - |\n")
+		}
+		r.fig("tp-"+v+"-cpu", total(v))
+	}
 	r.add("Throughput", b.String())
 	return nil
 }
 
-func (e *env) throughputOnce(ctx context.Context, variant, ns string) (time.Duration, error) {
+// tpRun is what one throughput run measured.
+type tpRun struct {
+	d        time.Duration            // first create to the last object converged
+	cpu      map[string]time.Duration // CPU used meanwhile, by process group
+	inFlight float64                  // reconciler calls in flight on average (serverless)
+}
+
+func (e *env) throughputOnce(ctx context.Context, variant, ns string) (tpRun, error) {
+	var run tpRun
 	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return 0, err
+		return run, err
 	}
 	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: ns}}); err != nil {
-		return 0, err
+		return run, err
 	}
+	groups := map[string][]int{"api server": {e.planePID["kube-apiserver"]}, "etcd": {e.planePID["etcd"]}, "suite": {os.Getpid()}}
 	var exited <-chan struct{} // closed if the opzero operator dies
+	var metrics string         // its /metrics
 	switch variant {
 	case "controller-runtime":
-		stop, err := e.startCR()
+		stop, pid, err := e.startCR()
 		if err != nil {
-			return 0, err
+			return run, err
 		}
 		defer stop()
-	case "opzero", "opzero-4src", "opzero-async", "opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src":
-		stop, gone, err := e.startServerless(ctx, ns, variant)
+		groups["operator"] = []int{pid}
+	case "raw":
+	default:
+		op, err := e.startServerless(ctx, ns, variant)
 		if err != nil {
-			return 0, err
+			return run, err
 		}
-		defer stop()
-		exited = gone
+		defer op.stop()
+		exited, metrics = op.exited, op.metrics
+		groups["operator"], groups["adapters"] = op.pids[:1], op.pids[1:]
 	}
+	conv, err := e.watchConvergence(ctx, ns)
+	if err != nil {
+		return run, err
+	}
+	defer conv.close()
+	cpu0 := cpuOf(groups)
 	t0 := time.Now()
 	if err := e.createWatchers(ctx, ns, variant == "raw"); err != nil {
+		return run, err
+	}
+	if err := conv.wait(ctx, tpObjects, t0, 5*time.Minute, exited); err != nil {
+		return run, err
+	}
+	d := time.Since(t0)
+	cpu := cpuOf(groups)
+	for g := range cpu {
+		cpu[g] -= cpu0[g]
+	}
+	if metrics != "" {
+		// Reconciler calls in flight, on average: their summed time over
+		// the run's (Little's law). It reads as busy slots out of
+		// --max-concurrent-reconciles.
+		busy, err := metricSum(ctx, metrics, "controller_runtime_reconcile_time_seconds_sum")
+		if err != nil {
+			return run, err
+		}
+		run.inFlight = busy / d.Seconds()
+	}
+	run.d, run.cpu = d, cpu
+	return run, nil
+}
+
+// metricSum adds up the samples of one metric (every label set) that url
+// serves in Prometheus' text format.
+func metricSum(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
 		return 0, err
 	}
-	for {
-		list := &v1.ConfigWatcherList{}
-		if err := e.c.List(ctx, list, client.InNamespace(ns)); err != nil {
-			return 0, err
-		}
-		done := 0
-		for _, cw := range list.Items {
-			if cw.Status.ObservedGeneration == cw.Generation {
-				done++
-			}
-		}
-		if done == tpObjects {
-			return time.Since(t0), nil
-		}
-		if time.Since(t0) > 5*time.Minute {
-			return 0, fmt.Errorf("%d of %d converged after 5 minutes", done, tpObjects)
-		}
-		select {
-		case <-exited:
-			return 0, fmt.Errorf("the operator exited with %d of %d converged", done, tpObjects)
-		default:
-		}
-		time.Sleep(50 * time.Millisecond)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
 	}
+	defer resp.Body.Close()
+	sum, found := 0.0, false
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s in %s: %w", name, url, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("%s serves no %s", url, name)
+	}
+	return sum, s.Err()
+}
+
+// cpuOf is the CPU time each group of processes has used so far.
+func cpuOf(groups map[string][]int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for g, pids := range groups {
+		for _, pid := range pids {
+			c, _ := proc.CPU(pid) // an exited process adds nothing
+			out[g] += c
+		}
+	}
+	return out
 }
 
 func (e *env) createWatchers(ctx context.Context, ns string, writeStatus bool) error {
@@ -172,12 +278,12 @@ func (e *env) createWatchers(ctx context.Context, ns string, writeStatus bool) e
 	})
 }
 
-func (e *env) startCR() (func(), error) {
+func (e *env) startCR() (func(), int, error) {
 	cmd := exec.Command(filepath.Join(e.dir, "controller-runtime"))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	stop := func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }
 	s := bufio.NewScanner(out)
@@ -187,22 +293,34 @@ func (e *env) startCR() (func(), error) {
 				for s.Scan() {
 				}
 			}()
-			return stop, nil
+			return stop, cmd.Process.Pid, nil
 		}
 	}
 	stop()
-	return nil, fmt.Errorf("controller-runtime operator exited before READY")
+	return nil, 0, fmt.Errorf("controller-runtime operator exited before READY")
 }
 
-// startServerless starts the operator and its sources; exited is closed if
-// the operator process ends before stop.
-func (e *env) startServerless(ctx context.Context, ns, variant string) (stop func(), exited <-chan struct{}, err error) {
+// tpOperator is a running serverless variant: the operator and its
+// sources.
+type tpOperator struct {
+	stop    func()
+	exited  <-chan struct{} // closed if the operator ends before stop
+	pids    []int           // the operator's, then the adapters'
+	metrics string          // the operator's /metrics
+}
+
+// startServerless starts the operator and its sources.
+func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOperator, error) {
 	port, err := freePort()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tv := tpServerless[variant]
-	args := append([]string{"--mode=serverless", "--insecure-no-auth"}, tv.args...)
+	mport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--mode=serverless", "--insecure-no-auth", fmt.Sprintf("--metrics-addr=127.0.0.1:%d", mport)}, tv.args...)
 	if variant == "opzero-async" {
 		args = append(args, fmt.Sprintf("--wakeup-sink=http://127.0.0.1:%d", port))
 	}
@@ -210,7 +328,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
 	cmd.Env = append(cmd.Env, profileEnv(variant+"-throughput")...)
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	gone := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(gone) }()
@@ -226,7 +344,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 		sources = append(sources, source{"", knative.Resource{Version: "v1", Resource: "configmaps"}})
 	}
 	var adapters []*knative.Adapter
-	stop = func() {
+	stop := func() {
 		for _, a := range adapters {
 			a.Stop()
 		}
@@ -241,7 +359,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 		})
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, err
 		}
 		adapters = append(adapters, a)
 	}
@@ -252,14 +370,18 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (stop fun
 		cm := &corev1.ConfigMap{}
 		if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cfg"}, cm); err != nil {
 			stop()
-			return nil, nil, err
+			return nil, err
 		}
 		cm.Data = map[string]string{"warm": "1"}
 		if err := e.c.Update(ctx, cm); err != nil {
 			stop()
-			return nil, nil, err
+			return nil, err
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return stop, gone, nil
+	op := &tpOperator{stop: stop, exited: gone, pids: []int{cmd.Process.Pid}, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)}
+	for _, a := range adapters {
+		op.pids = append(op.pids, a.PID())
+	}
+	return op, nil
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 func TestDead(t *testing.T) {
@@ -25,5 +26,34 @@ func TestDead(t *testing.T) {
 	_ = cmd.Wait()
 	if !Dead(pid) {
 		t.Fatal("a reaped child is reported alive")
+	}
+}
+
+func TestCPU(t *testing.T) {
+	before, err := CPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn CPU until the kernel's tick counter moves (at least 10 ms).
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for time.Now().Before(deadline) {
+		for i := 0; i < 1e6; i++ {
+			x += i
+		}
+		if now, _ := CPU(os.Getpid()); now >= before+20*time.Millisecond {
+			return
+		}
+	}
+	t.Fatalf("CPU did not grow by 20ms in 5s of spinning (x=%d)", x)
+}
+
+func TestCPUOfMissingProcess(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CPU(cmd.Process.Pid); err == nil {
+		t.Fatal("CPU of a reaped process gave no error")
 	}
 }
