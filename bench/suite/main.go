@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
-	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
+	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators and testop (scale-out) with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
 	refresh := flag.Bool("refresh-analysis", false, "measure nothing: replace the \"Reading the figures\" part of -out with this suite's text (after editing the text, without a new run)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the suite itself (the in-process intake part runs the engine here) to this file")
 	flag.Parse()
@@ -129,7 +129,7 @@ func run(only string, runs int, out string) error {
 		{"testop", "./internal/testop", ""},
 	} {
 		tags := b.tags
-		if pprofDir != "" && strings.HasPrefix(b.name, "opzero") {
+		if pprofDir != "" && profiled(b.name) {
 			tags = strings.TrimPrefix(tags+",opzero_pprof", ",")
 		}
 		if out, err := buildCmd(tags, filepath.Join(dir, b.name), b.pkg).CombinedOutput(); err != nil {
@@ -684,11 +684,18 @@ var pprofDir string
 
 var profileSeq int
 
+// profiled says whether -pprof builds the binary or variant name with -tags
+// opzero_pprof (internal/profile): the opzero operators and testop.
+func profiled(name string) bool {
+	return strings.HasPrefix(name, "opzero") || strings.HasPrefix(name, "testop")
+}
+
 // profileEnv is the environment that makes an operator built with -tags
 // opzero_pprof write its profiles as <dir>/<name>-<n>.{cpu,heap}.pprof and
-// .trace; nothing without -pprof.
+// .trace, n counting every instance of this suite run; nothing without
+// -pprof.
 func profileEnv(name string) []string {
-	if pprofDir == "" || !strings.HasPrefix(name, "opzero") {
+	if pprofDir == "" || !profiled(name) {
 		return nil
 	}
 	profileSeq++

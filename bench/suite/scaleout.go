@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -188,10 +189,12 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		}
 		cmd := exec.Command(filepath.Join(e.dir, "testop"), args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PORT="+strconv.Itoa(port))
+		cmd.Env = append(cmd.Env, profileEnv(fmt.Sprintf("testop-%s-i%d", ns, i))...)
 		if err := cmd.Start(); err != nil {
 			return 0, 0, 0, err
 		}
-		defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+		// SIGTERM, so that a profiled instance (-pprof) writes its profiles
+		defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 		if err := waitHealthy(url); err != nil {
 			return 0, 0, 0, err
 		}
