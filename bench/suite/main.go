@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
-	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators and testop (scale-out) with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
+	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators and testop (scale-out) with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder, and in scale-out take a 3 s CPU profile of the API server from each phase's first event (the figures are then not the ones to report)")
 	refresh := flag.Bool("refresh-analysis", false, "measure nothing: replace the \"Reading the figures\" part of -out with this suite's text (after editing the text, without a new run)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the suite itself (the in-process intake part runs the engine here) to this file")
 	flag.Parse()
@@ -142,7 +142,7 @@ func run(only string, runs int, out string) error {
 		}
 	}
 	fmt.Println("starting the control plane ...")
-	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true, NoControllerManager: true})
+	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true, NoControllerManager: true, Profiling: pprofDir != ""})
 	if err != nil {
 		return err
 	}
