@@ -596,8 +596,9 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   and the two Lease writes). 4 instances now fall short of 4x by the CPU
   those requests take on a shared 2-core machine, not by a slot: a leased
   instance reconciles back to back, as an unleased one does. On the quiet
-  machine right after the report of 2026-11-23 (third session; it measured 3.59x, 57-62 objects/s at 4
-  instances in 3 runs), one run of the part alone
+  machine right after the report of 2026-11-23 (third session; it
+  measured 3.59x, 57-62 objects/s at 4 instances in 3 runs), one run of
+  the part alone
   (` + "`" + `go run ./bench/suite -only scaleout -runs 1 -out ""` + "`" + `) gave 3.86x (3.92x
   of one leased instance), and the CPU of every process, sampled from
   /proc every 0.5 s, shows the 4-instance phase using 0.75 of the 2 cores
