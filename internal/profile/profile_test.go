@@ -21,11 +21,7 @@ func TestHook(t *testing.T) {
 		wants bool
 	}{{"opzero_pprof", true}, {"", false}} {
 		t.Run("tags="+tc.tags, func(t *testing.T) {
-			dir := t.TempDir()
-			bin := filepath.Join(dir, "hook")
-			if out, err := exec.Command("go", "build", "-tags", tc.tags, "-o", bin, "./testdata/hook").CombinedOutput(); err != nil {
-				t.Fatalf("go build: %v\n%s", err, out)
-			}
+			dir, bin := buildHook(t, tc.tags)
 			files := map[string]string{"OPZERO_CPUPROFILE": "cpu.pprof", "OPZERO_MEMPROFILE": "heap.pprof", "OPZERO_TRACE": "trace"}
 			cmd := exec.Command(bin)
 			cmd.Env = os.Environ()
@@ -58,15 +54,22 @@ func TestCreateFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "hook")
-	if out, err := exec.Command("go", "build", "-tags", "opzero_pprof", "-o", bin, "./testdata/hook").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	dir, bin := buildHook(t, "opzero_pprof")
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "OPZERO_CPUPROFILE="+filepath.Join(dir, "absent", "cpu.pprof"))
 	out, err := cmd.CombinedOutput()
 	if err == nil || !bytes.Contains(out, []byte("hook: profile:")) {
 		t.Fatalf("hook with an uncreatable profile: %v\n%s\nwant a failure naming the profile", err, out)
 	}
+}
+
+// buildHook builds testdata/hook with tags into a temporary folder.
+func buildHook(t *testing.T, tags string) (dir, bin string) {
+	t.Helper()
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "hook")
+	if out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, "./testdata/hook").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags %q: %v\n%s", tags, err, out)
+	}
+	return dir, bin
 }
