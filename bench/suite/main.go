@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
-	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder (the figures are then not the ones to report)")
+	flag.StringVar(&pprofDir, "pprof", "", "build the opzero operators and testop (scale-out) with -tags opzero_pprof and have each instance write a CPU profile, a heap profile and an execution trace into this folder, and in scale-out take a 3 s CPU profile of the API server from each phase's first event (the figures are then not the ones to report)")
 	refresh := flag.Bool("refresh-analysis", false, "measure nothing: replace the \"Reading the figures\" part of -out with this suite's text (after editing the text, without a new run)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the suite itself (the in-process intake part runs the engine here) to this file")
 	flag.Parse()
@@ -129,7 +129,7 @@ func run(only string, runs int, out string) error {
 		{"testop", "./internal/testop", ""},
 	} {
 		tags := b.tags
-		if pprofDir != "" && strings.HasPrefix(b.name, "opzero") {
+		if pprofDir != "" && profiled(b.name) {
 			tags = strings.TrimPrefix(tags+",opzero_pprof", ",")
 		}
 		if out, err := buildCmd(tags, filepath.Join(dir, b.name), b.pkg).CombinedOutput(); err != nil {
@@ -142,7 +142,7 @@ func run(only string, runs int, out string) error {
 		}
 	}
 	fmt.Println("starting the control plane ...")
-	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true, NoControllerManager: true})
+	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(dir, "plane"), DieWithParent: true, NoControllerManager: true, Profiling: pprofDir != ""})
 	if err != nil {
 		return err
 	}
@@ -399,7 +399,7 @@ const analysis = `
 ## Reading the figures
 
 Profiles behind these conclusions: ` + "`go run ./bench/suite -only throughput -runs 1 -pprof /tmp/prof`" + ` builds
-the opzero operators with ` + "`-tags opzero_pprof`" + `, and each instance writes
+the opzero operators and testop with ` + "`-tags opzero_pprof`" + ` (internal/profile), and each instance writes
 ` + "`<variant>-throughput-<n>.cpu.pprof`, `.heap.pprof` and `.trace`" + ` when it exits
 (profiling and tracing slow it: read ratios, not rates, from such a run);
 ` + "`-cpuprofile FILE`" + ` profiles the suite itself, where the intake part runs the engine.
@@ -610,17 +610,57 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   compete for CPU (each key costs the API server a GET, a status write
   and the two Lease writes). 4 instances now fall short of 4x by the CPU
   those requests take on a shared 2-core machine, not by a slot: a leased
-  instance reconciles back to back, as an unleased one does. (` + "`" + `-pprof` + "`" + `
-  does not profile this part: it runs testop, which is built without
-  the opzero_pprof tag.) On the quiet machine right after the report of
-  2026-11-23 (third session; it measured 3.59x, 57-62 objects/s at 4
-  instances in 3 runs), one run of the part alone
+  instance reconciles back to back, as an unleased one does. On the quiet
+  machine right after the report of 2026-11-23 (third session; it
+  measured 3.59x, 57-62 objects/s at 4 instances in 3 runs), one run of
+  the part alone
   (` + "`" + `go run ./bench/suite -only scaleout -runs 1 -out ""` + "`" + `) gave 3.86x (3.92x
   of one leased instance), and the CPU of every process, sampled from
   /proc every 0.5 s, shows the 4-instance phase using 0.75 of the 2 cores
   (kube-apiserver 55%, etcd 18%, the 4 instances 18%, the suite 9%): with
   the machine to itself, CPU is not what bounds it; the spread between
   runs is the other work sharing the cores.
+  What bounds it, from a profile: the API server's latency for the
+  reconcile's own two requests, which grows with the request rate of 4
+  instances. ` + "`" + `go run ./bench/suite -only scaleout -runs 1 -pprof /tmp/scaleprof -out ""` + "`" + `
+  (testop is built with the tag too; each instance writes
+  ` + "`" + `testop-<phase>-i<k>-<n>.{cpu,heap}.pprof, .trace` + "`" + `, and the API server a 3 s
+  CPU profile per phase, ` + "`" + `kube-apiserver-<phase>.cpu.pprof` + "`" + `; ` + "`" + `TESTOP_SPANS=FILE` + "`" + `
+  in the suite's environment logs every reconcile's start and end) gave
+  3.07x (50 against 16 objects/s; the machine's 2 cores busy throughout
+  with other work, the part's processes 0.70 of them, sampled from
+  /proc). Where a reconcile waits, from each instance's trace
+  (` + "`" + `go tool trace -pprof=sync X.trace > s.pprof; go tool pprof -top -focus=subResourceClient..Update s.pprof` + "`" + `,
+  likewise ` + "`" + `scripted..Reconcile` + "`" + `, ` + "`" + `Engine..acquire` + "`" + `, ` + "`" + `Held..Release` + "`" + `, ` + "`" + `slots.acquire` + "`" + `):
+  one instance: GET 3.3 ms, status write 5.6 ms, the 50 ms call 51.0 ms,
+  ~61 ms a reconcile; 4 instances: GET 11.3 ms, status write 12.9 ms,
+  the call 51.2 ms, 75-78 ms a reconcile (each instance's slot busy
+  3739-3899 ms of the 4011 ms phase). With one slot per instance the
+  ratio is at most 4 x 61 / 76 = 3.2x here; 3.7x allows 4 instances at
+  most ~5 ms more per reconcile than one, less what the fixed costs take (the
+  first reconcile +18-52 ms after the first event, the convergence poll
+  +20-160 ms after the last: 60-230 ms of a 3.4-4.0 s phase, from the span
+  log) and the instance that finishes last (round-robin gives each
+  exactly 50 keys: the others ended 10-320 ms earlier). Not the bound:
+  the sender (each instance had 2-5 requests waiting, one reconciling and
+  one holding its Lease for the slot, for 98-99% of its trace: 16 senders
+  keep 4 slots fed); the Lease writes as waits (per key, create 4.0 ->
+  11.3 ms, delete 6.5 -> 14.9 ms, outside the slot: the next key waits
+  54-59 ms for the slot holding its Lease, and the slot is idle 22-70 ms
+  of the phase between reconciles); the instances' CPU (3.4-3.8% of a core each in their CPU
+  profiles). The Lease writes cost the API server instead: its profile
+  over the 4-instance phase holds 910 ms of CPU in 3 s (0.08 core with
+  one unleased instance), of which status writes 210 ms, Lease creates
+  110 and deletes 50, GETs 20, GC 70; creating and deleting a Lease per
+  key (one event each) is 2 of each key's 4 API requests. When the API
+  server is starved (a run at load 10: 2.61x), creates took up to 210 ms,
+  longer than the reconcile ahead, and the slot then waited 136-319 ms
+  per instance; reconciles averaged 88 ms. Nothing cheap is left in the
+  engine for this workload: its slot is busy 93-98% of the phase; the
+  goal needs an API server with CPU to spare (3.68x and 3.86x in
+  unprofiled runs of the part when the load let it), or fewer API
+  requests per key (no per-key Lease for a key seen once, e.g. Leases per
+  hash bucket as knative/pkg shards: a design change).
 - **Lease writes per reconcile under a steady stream: 0.24-0.25 at 4
   instances, forwarding; 2.96-5.19 marking, the engine before.** Round-robin
   sends 3 events in 4 to an instance that does not hold the key. Each
@@ -699,11 +739,18 @@ var pprofDir string
 
 var profileSeq int
 
+// profiled says whether -pprof builds the binary or variant name with -tags
+// opzero_pprof (internal/profile): the opzero operators and testop.
+func profiled(name string) bool {
+	return strings.HasPrefix(name, "opzero") || strings.HasPrefix(name, "testop")
+}
+
 // profileEnv is the environment that makes an operator built with -tags
 // opzero_pprof write its profiles as <dir>/<name>-<n>.{cpu,heap}.pprof and
-// .trace; nothing without -pprof.
+// .trace, n counting every instance of this suite run; nothing without
+// -pprof.
 func profileEnv(name string) []string {
-	if pprofDir == "" || !strings.HasPrefix(name, "opzero") {
+	if pprofDir == "" || !profiled(name) {
 		return nil
 	}
 	profileSeq++

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -188,10 +189,12 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		}
 		cmd := exec.Command(filepath.Join(e.dir, "testop"), args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, "PORT="+strconv.Itoa(port))
+		cmd.Env = append(cmd.Env, profileEnv(fmt.Sprintf("testop-%s-i%d", ns, i))...)
 		if err := cmd.Start(); err != nil {
 			return 0, 0, 0, err
 		}
-		defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+		// SIGTERM, so that a profiled instance (-pprof) writes its profiles
+		defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 		if err := waitHealthy(url); err != nil {
 			return 0, 0, 0, err
 		}
@@ -210,6 +213,9 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		return 0, 0, 0, err
 	}
 	t0 := time.Now()
+	if pprofDir != "" {
+		defer e.profileAPIServer(ctx, "kube-apiserver-"+ns)()
+	}
 	jobs := make(chan *v1.ConfigWatcher)
 	errc := make(chan error, soSenders)
 	var wg sync.WaitGroup
@@ -253,6 +259,37 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		return 0, 0, 0, err
 	}
 	return float64(objects*events) / d.Seconds(), after.leaseWrites - before.leaseWrites, after.statusWrites - before.statusWrites, nil
+}
+
+// apiServerProfile is how long profileAPIServer profiles: the 4-instance
+// phase of scaleOut lasts ~3 s.
+const apiServerProfile = 3 * time.Second
+
+// profileAPIServer starts a CPU profile of the API server (-pprof starts it
+// with --profiling) for apiServerProfile, written to <-pprof>/name.cpu.pprof;
+// wait waits for it. A failure is reported, not returned: the profile is
+// an aid.
+func (e *env) profileAPIServer(ctx context.Context, name string) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := func() error {
+			cs, err := kubernetes.NewForConfig(e.cfg)
+			if err != nil {
+				return err
+			}
+			raw, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").
+				Param("seconds", strconv.Itoa(int(apiServerProfile/time.Second))).DoRaw(ctx)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(pprofDir, name+".cpu.pprof"), raw, 0o644)
+		}()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "  the API server's CPU profile %s: %v\n", name, err)
+		}
+	}()
+	return func() { <-done }
 }
 
 // leasesLeft counts the per-key Leases of opzero operators (all runs use

@@ -29,16 +29,13 @@ import (
 	"github.com/opzero/opzero/builder"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/examples/configwatcher/controller"
+	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/operator"
 )
 
-// stopProfiles writes the profiles asked for when built with -tags
-// opzero_pprof (profile.go); a no-op otherwise.
-var stopProfiles = func() {}
-
 func main() {
 	err := run()
-	stopProfiles()
+	profile.Stop() // with -tags opzero_pprof, writes the profiles asked for; a no-op otherwise
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "configwatcher:", err)
 		os.Exit(1)

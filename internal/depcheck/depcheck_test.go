@@ -158,3 +158,22 @@ func TestClassicLinkedOnlyByImport(t *testing.T) {
 		t.Fatalf("--mode=classic in the default build, no kubeconfig: %v\n%s\nwant a failure naming the import first", err, out)
 	}
 }
+
+// TestProfilingLinkedOnlyByTag: the binaries bench/suite -pprof profiles
+// link runtime/pprof (internal/profile's hook) only when built with -tags
+// opzero_pprof; the measured builds link none of it.
+func TestProfilingLinkedOnlyByTag(t *testing.T) {
+	for _, bin := range []string{mod + "examples/configwatcher", mod + "internal/testop"} {
+		t.Run(bin, func(t *testing.T) {
+			linked := func(ps []pkg) bool {
+				return slices.ContainsFunc(ps, func(p pkg) bool { return p.ImportPath == "runtime/pprof" })
+			}
+			if linked(deps(t, bin)) {
+				t.Errorf("the default build links runtime/pprof")
+			}
+			if !linked(deps(t, bin, "opzero_pprof")) {
+				t.Errorf("-tags opzero_pprof: runtime/pprof should be linked (internal/profile)")
+			}
+		})
+	}
+}

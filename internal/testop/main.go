@@ -42,6 +42,7 @@ import (
 
 	"github.com/opzero/opzero/builder"
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/operator"
 )
@@ -114,6 +115,7 @@ func main() {
 		defer stop()
 		err = rt.Start(ctx)
 	}
+	profile.Stop() // with -tags opzero_pprof (bench/suite -pprof), writes the profiles asked for
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -39,6 +39,9 @@ type Options struct {
 	// DieWithParent makes the kernel kill the components when the calling
 	// process dies (tests); otherwise they outlive it (the CLI).
 	DieWithParent bool
+	// Profiling serves the API server's /debug/pprof (bench/suite -pprof
+	// reads its CPU profile); off otherwise.
+	Profiling bool
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 	// StartTimeout bounds each component's start; zero means one minute.

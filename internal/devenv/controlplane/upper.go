@@ -129,7 +129,7 @@ func (u *upper) startAPIServer(ctx context.Context) error {
 		"--cert-dir="+certs, "--token-auth-file="+u.tokens, "--authorization-mode=RBAC",
 		"--service-account-issuer="+server, "--service-account-key-file="+u.saPub,
 		"--service-account-signing-key-file="+u.saKey,
-		"--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--profiling=false")
+		"--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", fmt.Sprintf("--profiling=%t", u.opts.Profiling))
 	if err != nil {
 		return err
 	}

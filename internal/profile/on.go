@@ -1,24 +1,20 @@
 //go:build opzero_pprof
 
-package main
+package profile
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 )
 
-// With -tags opzero_pprof (bench/suite -pprof DIR builds it so), the
-// operator writes the profiles these variables name; the measured binaries
-// are built without the tag and link none of this.
-//
-//	OPZERO_CPUPROFILE  CPU profile from start to exit
-//	OPZERO_MEMPROFILE  heap profile (in use and allocated) at exit, after a GC
-//	OPZERO_TRACE       execution trace from start to exit (go tool trace)
+// stops finish what init started, in order; Stop runs them.
+var stops []func()
+
 func init() {
-	var stops []func()
 	if p := os.Getenv("OPZERO_CPUPROFILE"); p != "" {
 		f := mustCreate(p)
 		if err := pprof.StartCPUProfile(f); err == nil {
@@ -39,17 +35,20 @@ func init() {
 			f.Close()
 		})
 	}
-	stopProfiles = func() {
-		for _, s := range stops {
-			s()
-		}
+}
+
+// Stop ends the CPU profile and the trace and writes the heap profile.
+func Stop() {
+	for _, s := range stops {
+		s()
 	}
+	stops = nil
 }
 
 func mustCreate(p string) *os.File {
 	f, err := os.Create(p)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "configwatcher: profile:", err)
+		fmt.Fprintf(os.Stderr, "%s: profile: %v\n", filepath.Base(os.Args[0]), err)
 		os.Exit(1)
 	}
 	return f
