@@ -638,9 +638,11 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   3739-3899 ms of the 4011 ms phase). With one slot per instance the
   ratio is at most 4 x 61 / 76 = 3.2x here; 3.7x allows 4 instances at
   most ~5 ms more per reconcile than one, less what the fixed costs take (the
-  first reconcile +18-52 ms after the first event, the convergence poll
-  +20-160 ms after the last: 60-230 ms of a 3.4-4.0 s phase, from the span
-  log) and the instance that finishes last (round-robin gives each
+  first reconcile +18-52 ms after the first event, the suite's
+  convergence poll +20-160 ms after the last: 60-230 ms of a 3.4-4.0 s
+  phase, from the span log; the suite now follows the objects with a
+  watch instead of listing all of them every 20 ms, which also took that
+  list's CPU from the API server) and the instance that finishes last (round-robin gives each
   exactly 50 keys: the others ended 10-320 ms earlier). Not the bound:
   the sender (each instance had 2-5 requests waiting, one reconciling and
   one holding its Lease for the slot, for 98-99% of its trace: 16 senders
