@@ -17,6 +17,7 @@
 //     workqueue_work_duration_seconds, workqueue_retries_total;
 //   - opzero's: opzero_events_total{controller,reason,code},
 //     opzero_skipped_events_total, opzero_handoffs_total,
+//     opzero_forwarded_events_total,
 //     opzero_cold_starts_total (1 per instance),
 //     opzero_cold_start_first_reconcile_seconds,
 //     opzero_api_writes_total{kind=lease|wakeup|other,verb,code}.

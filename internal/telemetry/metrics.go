@@ -32,6 +32,7 @@ type Metrics struct {
 	Events         *prometheus.CounterVec   // controller, reason, code
 	Skipped        *prometheus.CounterVec   // controller
 	HandOffs       *prometheus.CounterVec   // controller
+	Forwards       *prometheus.CounterVec   // controller, result
 	ColdStarts     *prometheus.CounterVec   // controller
 	FirstReconcile *prometheus.GaugeVec     // controller
 	APIWrites      *prometheus.CounterVec   // kind: lease, wakeup, other; verb; code
@@ -95,6 +96,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Update events acknowledged with no reconcile: their generation was already observed"}, ctrl)),
 		HandOffs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opzero_handoffs_total",
 			Help: "Keys left to the instance holding their Lease"}, ctrl)),
+		Forwards: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opzero_forwarded_events_total",
+			Help: "Events sent on to the instance holding their key's Lease, by result: forwarded (the holder answered), fallback (it could not be reached or did not take the event; the Lease was marked instead)"},
+			[]string{"controller", "result"})),
 		ColdStarts: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opzero_cold_starts_total",
 			Help: "First deliveries of a process: 1 per instance started"}, ctrl)),
 		FirstReconcile: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "opzero_cold_start_first_reconcile_seconds",

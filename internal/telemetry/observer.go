@@ -114,6 +114,16 @@ func (o *Observer) Skipped() { o.m.Skipped.WithLabelValues(o.controller).Inc() }
 // HandOff counts a key left to the instance holding its Lease.
 func (o *Observer) HandOff() { o.m.HandOffs.WithLabelValues(o.controller).Inc() }
 
+// Forward counts an event sent on to the holder of its key's Lease: taken
+// (the holder answered) or not (the Lease was marked instead).
+func (o *Observer) Forward(taken bool) {
+	result := "fallback"
+	if taken {
+		result = "forwarded"
+	}
+	o.m.Forwards.WithLabelValues(o.controller, result).Inc()
+}
+
 // Arrival is one delivery's contribution to a key's next reconcile, as the
 // queue carries it: when it was queued and the trace it belongs to. The
 // zero Arrival (a retry timer's) has neither.

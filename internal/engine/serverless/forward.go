@@ -257,6 +257,7 @@ func (e *Engine) send(w http.ResponseWriter, r *http.Request, body []byte, key r
 	resp, err := e.fwd.client.Do(req)
 	if err != nil {
 		e.stats.ForwardFailures.Add(1)
+		e.obs.Forward(false)
 		e.fwd.failed(key, h.address, false, e.opts.Clock.Now())
 		e.log.Info("forwarding to the holder of the key's Lease failed; marking the Lease instead", "key", key.String(), "holder", h.holder, "address", h.address, "error", err.Error())
 		return false
@@ -265,12 +266,14 @@ func (e *Engine) send(w http.ResponseWriter, r *http.Request, body []byte, key r
 	if resp.Header.Get(HolderHeader) == "" || !decisive(resp.StatusCode) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		e.stats.ForwardFailures.Add(1)
+		e.obs.Forward(false)
 		e.fwd.failed(key, h.address, resp.StatusCode == http.StatusTooManyRequests, e.opts.Clock.Now())
 		e.log.Info("the holder of the key's Lease did not take a forwarded event; marking the Lease instead", "key", key.String(), "holder", h.holder, "address", h.address, "status", resp.StatusCode)
 		return false
 	}
 	e.fwd.answered(key, h, resp.Header.Get(LeaseUntilHeader), e.opts.Clock.Now())
 	e.stats.Forwarded.Add(1)
+	e.obs.Forward(true)
 	for k, vs := range resp.Header {
 		if !hopByHop[http.CanonicalHeaderKey(k)] {
 			w.Header()[k] = vs

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +19,7 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/lease"
+	"github.com/opzero/opzero/internal/telemetry"
 )
 
 // lockerCalls counts the requests a Locker's client makes to Leases: all,
@@ -118,6 +120,7 @@ func TestForwardToTheHolder(t *testing.T) {
 	p := newProbe()
 	h := newHarness(t, p, nil, serverless.Options{})
 	a, b := newPeer(t, h, "a", nil), newPeer(t, h, "b", nil)
+	forwards := forwardCounter(h, "forwarded")
 	k := req(h.ns, "k")
 	if r := h.sendTo(a.url, "k", ""); r.code != 200 || !strings.Contains(r.result, "reconciled") {
 		t.Fatalf("event to a: %d %q %q", r.code, r.result, r.body)
@@ -143,6 +146,9 @@ func TestForwardToTheHolder(t *testing.T) {
 	if got := b.Stats().Forwarded.Load(); got != 6 {
 		t.Fatalf("b forwarded %d events, want 6", got)
 	}
+	if got := forwards(); got != 6 {
+		t.Fatalf(`opzero_forwarded_events_total{result="forwarded"} grew by %v, want 6`, got)
+	}
 	if b.Stats().Reconciles.Load() != 0 || a.Stats().Reconciles.Load() != 7 {
 		t.Fatalf("reconciles: a %d, b %d; want 7 by a, none by b", a.Stats().Reconciles.Load(), b.Stats().Reconciles.Load())
 	}
@@ -164,6 +170,7 @@ func TestForwardFallsBackToTheMark(t *testing.T) {
 	p := newProbe()
 	h := newHarness(t, p, nil, serverless.Options{})
 	b := newPeer(t, h, "b", nil)
+	fallbacks := forwardCounter(h, "fallback")
 	closed := httptest.NewServer(nil)
 	closed.Close()
 	cases := []struct {
@@ -195,6 +202,9 @@ func TestForwardFallsBackToTheMark(t *testing.T) {
 			if got := b.Stats().ForwardFailures.Load(); got != int64(i+1) {
 				t.Fatalf("%d failed forwards, want %d", got, i+1)
 			}
+			if got := fallbacks(); got != float64(i+1) {
+				t.Fatalf(`opzero_forwarded_events_total{result="fallback"} grew by %v, want %d`, got, i+1)
+			}
 			if h.lease(c.name).Annotations[lease.DirtyAnnotation] != "b" {
 				t.Fatal("the Lease was not marked after the failed forward")
 			}
@@ -213,6 +223,14 @@ func TestForwardFallsBackToTheMark(t *testing.T) {
 	if p.calls.Load() != 0 {
 		t.Fatalf("b reconciled %d times a key another instance held", p.calls.Load())
 	}
+}
+
+// forwardCounter reads how much opzero_forwarded_events_total{result} of
+// h's operator has grown since the call (the registry is the process's).
+func forwardCounter(h *harness, result string) func() float64 {
+	c := telemetry.Default().Forwards.WithLabelValues(h.op.Name, result)
+	before := testutil.ToFloat64(c)
+	return func() float64 { return testutil.ToFloat64(c) - before }
 }
 
 func serve(t *testing.T, f http.HandlerFunc) string {
