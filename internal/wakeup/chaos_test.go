@@ -264,10 +264,17 @@ func chaos(t *testing.T, c chaosConfig) {
 		if forwarded.Load() == 0 {
 			t.Fatal("no event was forwarded to the holder of its key's Lease: the test proves nothing about forwarding")
 		}
-		testkit.Eventually(t, 10*time.Second, "no Lease left", func(ctx context.Context) (bool, error) {
+		if err := testkit.Poll(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
 			ls, err := leases(ctx, env, ns)
 			return err == nil && len(ls) == 0, err
-		})
+		}); err != nil {
+			ls, _ := leases(context.Background(), env, ns)
+			for _, l := range ls {
+				t.Logf("left: %s holder %s (dead: %v) renewed %v annotations %v", l.Name, ptrOr(l.Spec.HolderIdentity),
+					f.dead(l.Spec.HolderIdentity), l.Spec.RenewTime, l.Annotations)
+			}
+			t.Fatalf("%d Leases left after the sweep: %v", len(ls), err)
+		}
 	}
 	if o := f.overlaps(); o != 0 {
 		t.Fatalf("%d overlapping reconciles of one key", o)
@@ -378,4 +385,11 @@ func leases(ctx context.Context, env *testenv.Env, ns string) ([]coordinationv1.
 	list := &coordinationv1.LeaseList{}
 	err := env.Client.List(ctx, list, client.InNamespace(ns))
 	return list.Items, err
+}
+
+func ptrOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
