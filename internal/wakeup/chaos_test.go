@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func chaosProcess(t *testing.T, env ...string) {
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "chaos_test.go") || strings.HasPrefix(strings.TrimSpace(line), "---") {
+		if report.MatchString(line) && !strings.Contains(line, "child.go:") || strings.HasPrefix(strings.TrimSpace(line), "---") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
@@ -89,6 +90,10 @@ func chaosProcess(t *testing.T, env ...string) {
 		t.Fatalf("TestChaos with %v: %v", env, err)
 	}
 }
+
+// report matches the lines TestChaos logs (the instances' logs, which
+// testkit quotes when it fails, are left out: they are long).
+var report = regexp.MustCompile(`^ {4}\w+\.go:\d+: `)
 
 // chaosConfig is one variant of the chaos test.
 type chaosConfig struct {
