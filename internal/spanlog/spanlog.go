@@ -73,16 +73,20 @@ func Read(file string, deaths map[int]time.Time) (map[string][]*Span, error) {
 	return runs, s.Err()
 }
 
-// Overlaps counts reconciles of one key that started before the previous
-// one ended, describing each with logf.
+// Overlaps counts reconciles of one key that started before an earlier one
+// ended (not only the one just before: a long reconcile, such as one whose
+// process was killed, may span several), describing each with logf.
 func Overlaps(runs map[string][]*Span, logf func(format string, args ...any)) int {
 	bad := 0
 	for key, rs := range runs {
-		for i := 1; i < len(rs); i++ {
-			if rs[i].Start.Before(rs[i-1].End) {
+		for i, last := 1, 0; i < len(rs); i++ { // last: the earlier run that ends last
+			if rs[i].Start.Before(rs[last].End) {
 				bad++
-				logf("overlap on %s: pid %d [%s, %s] and pid %d from %s", key, rs[i-1].PID,
-					rs[i-1].Start.Format(time.StampMicro), rs[i-1].End.Format(time.StampMicro), rs[i].PID, rs[i].Start.Format(time.StampMicro))
+				logf("overlap on %s: pid %d [%s, %s] and pid %d from %s", key, rs[last].PID,
+					rs[last].Start.Format(time.StampMicro), rs[last].End.Format(time.StampMicro), rs[i].PID, rs[i].Start.Format(time.StampMicro))
+			}
+			if rs[i].End.After(rs[last].End) {
+				last = i
 			}
 		}
 	}

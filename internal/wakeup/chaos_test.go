@@ -1,30 +1,24 @@
 package wakeup_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
-	"github.com/opzero/opzero/internal/devenv/knative"
-	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
@@ -34,105 +28,92 @@ import (
 // then makes every object converge (observedGeneration == generation), and no
 // two reconciles of a key ever overlapped, across all the processes. The
 // operator answers after the reconcile (the default), or at admission with
-// $CHAOS_ANSWER=admitted (TestChaosAnswerAdmitted).
+// $CHAOS_ANSWER=admitted (TestChaosAnswerAdmitted); $CHAOS_INSTANCES=3 runs
+// a fleet of instances instead of one (TestChaosFleet).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
 	}
-	answer := os.Getenv("CHAOS_ANSWER")
-	if answer == "" {
-		answer = "reconciled"
+	c := chaosConfig{answer: cmp.Or(os.Getenv("CHAOS_ANSWER"), "reconciled"), instances: 1}
+	if s := os.Getenv("CHAOS_INSTANCES"); s != "" {
+		var err error
+		if c.instances, err = strconv.Atoi(s); err != nil || c.instances < 1 {
+			t.Fatalf("$CHAOS_INSTANCES=%q: want a positive number", s)
+		}
 	}
-	chaos(t, answer)
+	if c.instances > 1 {
+		c.updates = 2 // a key's events then reach several instances while one holds its Lease
+	}
+	chaos(t, c)
 }
 
 // TestChaosAnswerAdmitted is TestChaos with --answer=admitted, where a kill
-// also loses what was admitted and not yet reconciled. It runs TestChaos in
-// a process of its own: a second ApiServerSource adapter started by the same
-// test process never delivered its first event (the cause is not known).
+// also loses what was admitted and not yet reconciled.
 func TestChaosAnswerAdmitted(t *testing.T) {
 	if testing.Short() || os.Getenv("CHAOS_ANSWER") != "" {
 		t.Skip("chaos")
 	}
+	chaosProcess(t, "CHAOS_ANSWER=admitted")
+}
+
+// TestChaosFleet is TestChaos with 3 instances of the operator (max-scale
+// 3: per-key Leases, kept while warm) that advertise their addresses, so
+// that each forwards an event to the instance holding its key's Lease. The
+// sender balances round robin over the live instances; a random one is
+// SIGKILLed every ~2 s and restarted on its port. Each object's spec also
+// changes twice, shortly after its create, so that its events reach other
+// instances while one holds its Lease. Besides TestChaos's checks: events
+// were forwarded (else the test proves nothing about forwarding), and once
+// the sweep is done no Lease is left. In both answer modes.
+func TestChaosFleet(t *testing.T) {
+	if testing.Short() || os.Getenv("CHAOS_ANSWER") != "" {
+		t.Skip("chaos")
+	}
+	for _, answer := range []string{"reconciled", "admitted"} {
+		t.Run(answer, func(t *testing.T) { chaosProcess(t, "CHAOS_ANSWER="+answer, "CHAOS_INSTANCES=3") })
+	}
+}
+
+// chaosProcess runs TestChaos in a process of its own with env added, and
+// relays its report: a second ApiServerSource adapter started by the same
+// test process never delivered its first event (the cause is not known).
+func chaosProcess(t *testing.T, env ...string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CHAOS_ANSWER=admitted")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "chaos_test.go") || strings.HasPrefix(strings.TrimSpace(line), "---") {
+		if report.MatchString(line) && !strings.Contains(line, "child.go:") || strings.HasPrefix(strings.TrimSpace(line), "---") {
 			t.Log(strings.TrimSpace(line))
 		}
 	}
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestChaos") {
-		t.Fatalf("TestChaos with --answer=admitted: %v", err)
+		t.Fatalf("TestChaos with %v: %v", env, err)
 	}
 }
 
-func chaos(t *testing.T, answer string) {
+// report matches the lines TestChaos logs (the instances' logs, which
+// testkit quotes when it fails, are left out: they are long).
+var report = regexp.MustCompile(`^ {4}\w+\.go:\d+: `)
+
+// chaosConfig is one variant of the chaos test.
+type chaosConfig struct {
+	answer    string // --answer: reconciled or admitted
+	instances int    // above 1: per-key Leases, forwarding between instances
+	updates   int    // spec changes per object after its create
+}
+
+// leaseDuration is the fleet's --lease-duration: the dead instances'
+// Leases expire soon after the last kill.
+const leaseDuration = 5 * time.Second
+
+func chaos(t *testing.T, c chaosConfig) {
 	const n = 500
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
-	port := testkit.FreePort(t) // the operator restarts on it after each kill
-	spans := filepath.Join(t.TempDir(), "spans")
-	var mu sync.Mutex
-	deaths := map[int]time.Time{} // pid -> when it was killed
-	var cur *exec.Cmd
-	start := func() {
-		cmd := exec.Command(testop, "--mode=serverless", "--insecure-no-auth", "--answer="+answer)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PORT="+strconv.Itoa(port), "TESTOP_SPANS="+spans)
-		if err := cmd.Start(); err != nil {
-			t.Error(err)
-			return
-		}
-		mu.Lock()
-		cur = cmd
-		mu.Unlock()
-	}
-	kill := func() {
-		mu.Lock()
-		c := cur
-		mu.Unlock()
-		_ = c.Process.Signal(syscall.SIGKILL)
-		_, _ = c.Process.Wait()
-		mu.Lock()
-		deaths[c.Process.Pid] = time.Now()
-		mu.Unlock()
-	}
-	start()
-	t.Cleanup(kill)
+	f := newFleet(t, env, ns, c)
+	f.startAll()
 
-	// The sender: Knative's real adapter, through a proxy that drops 10%.
-	var seen, dropped, forwarded, admitted atomic.Int64
-	target := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen.Add(1)
-		if rand.IntN(10) == 0 {
-			dropped.Add(1)
-			io.Copy(io.Discard, r.Body)
-			return // "delivered": the event is lost
-		}
-		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, target, r.Body)
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		resp.Body.Close()
-		forwarded.Add(1)
-		if strings.HasPrefix(resp.Header.Get("Opzero-Result"), "admitted") {
-			admitted.Add(1)
-		}
-		w.WriteHeader(resp.StatusCode)
-	}))
-	defer proxy.Close()
-	a, err := knative.StartApiServerSource(context.Background(), knative.ApiServerSourceConfig{
-		Name: "chaos-" + answer, Namespaces: []string{ns}, Mode: "Resource", Sink: proxy.URL, Kubeconfig: env.Kubeconfig,
-		Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	s := startSender(t, env, ns, "chaos-"+c.answer, f.urls)
 	create := func(name string) {
 		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: v1.ConfigWatcherSpec{ConfigMap: "converge", PodSelector: map[string]string{"a": "b"}}}
@@ -140,84 +121,95 @@ func chaos(t *testing.T, answer string) {
 			t.Fatal(err)
 		}
 	}
-	create("probe") // the adapter watches once its event for the probe arrives
-	testkit.Eventually(t, 30*time.Second, "the adapter's first event", func(context.Context) (bool, error) { return seen.Load() > 0, nil })
-
-	stop := make(chan struct{})
-	killerDone := make(chan struct{})
-	var kills atomic.Int32
-	go func() {
-		defer close(killerDone)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(1500+rand.IntN(1000)) * time.Millisecond):
-			}
-			kill()
-			kills.Add(1)
-			start()
+	update := func(name string, gen int) { // a new generation
+		cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"podSelector":{"a":"b%d"}}}`, gen))
+		if err := env.Client.Patch(context.Background(), cw, patch); err != nil {
+			t.Fatal(err)
 		}
-	}()
+	}
+	create("probe") // the adapter watches once its event for the probe arrives
+	testkit.Eventually(t, 30*time.Second, "the adapter's first event", func(context.Context) (bool, error) { return s.seen.Load() > 0, nil })
+
+	kills, stopKills := f.killRandomly()
+	const lag = 3 // creates between an object's create and each of its updates
 	for i := 0; i < n; i++ {
 		create(fmt.Sprintf("c%03d", i))
+		for u := 1; u <= c.updates; u++ {
+			if j := i - u*lag; j >= 0 {
+				update(fmt.Sprintf("c%03d", j), u)
+			}
+		}
 		time.Sleep(10 * time.Millisecond) // pacing, not a wait: spread the creations over the kills
 	}
 	after := kills.Load() // kills while the last events are still being delivered
 	testkit.Eventually(t, 30*time.Second, "two more kills", func(context.Context) (bool, error) { return kills.Load() >= after+2, nil })
-	close(stop)
-	<-killerDone
+	stopKills()
 
-	// One sweep: a PingSource tick without data.
-	waitUp(t, port)
-	req, _ := cloudevent.NewRequest(context.Background(), target, cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)
+	// One sweep: a PingSource tick without data. In a fleet, the sender
+	// stops first (what it had not delivered is lost, as a dropped event),
+	// so that the instances go idle and let go of their Leases, and the
+	// sweep comes once the killed instances' Leases have expired: it takes
+	// them over.
+	f.waitUp()
+	if c.instances > 1 {
+		s.adapter.Stop()
+		f.waitDeadLeasesExpire()
+	}
+	req, _ := cloudevent.NewRequest(context.Background(), f.urls[0], cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("sweep: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	list := &v1.ConfigWatcherList{}
-	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	behind := 0
-	for _, cw := range list.Items {
-		if cw.Status.ObservedGeneration != cw.Generation {
-			behind++
-		}
-	}
-	t.Logf("%d objects, %d kills, %d events dropped, %d forwarded (%d answered at admission); sweep: %s", len(list.Items), kills.Load(), dropped.Load(), forwarded.Load(), admitted.Load(), resp.Header.Get("Opzero-Result"))
-	if len(list.Items) != n+1 || behind != 0 { // and the probe
-		t.Fatalf("%d of %d objects not converged after one sweep", behind, len(list.Items))
-	}
-	if answer == "admitted" && admitted.Load() == 0 {
-		t.Fatal("no event was answered at admission")
-	}
-	if kills.Load() < 2 || dropped.Load() == 0 {
-		t.Fatalf("no chaos: %d kills, %d drops", kills.Load(), dropped.Load())
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if o := overlaps(t, spans, deaths); o != 0 {
-		t.Fatalf("%d overlapping reconciles of one key", o)
-	}
-}
-
-func waitUp(t *testing.T, port int) {
-	testkit.Eventually(t, 10*time.Second, "operator up", func(context.Context) (bool, error) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil, nil
-	})
-}
-
-// overlaps counts overlapping reconciles of one key in the span log.
-func overlaps(t *testing.T, file string, deaths map[int]time.Time) int {
-	runs, err := spanlog.Read(file, deaths)
+	left, total, err := behind(context.Background(), env, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return spanlog.Overlaps(runs, t.Logf)
+	t.Logf("%d objects, %d instances, %d kills, %d events: %d dropped, %d passed (%d answered at admission, %d forwarded to the key's holder); sweep: %s",
+		total, c.instances, kills.Load(), s.seen.Load(), s.dropped.Load(), s.passed.Load(), s.admitted.Load(), s.forwarded.Load(), resp.Header.Get("Opzero-Result"))
+	if c.instances > 1 && left != 0 && strings.Contains(resp.Header.Get("Opzero-Result"), "handed off") {
+		// The sweep handed keys off to live holders: they reconcile them
+		// before they let go of the Leases.
+		t.Logf("%d objects not converged when the sweep answered; waiting for the holders it handed them off to", left)
+		_ = testkit.Poll(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
+			left, total, err = behind(ctx, env, ns)
+			return left == 0, err
+		})
+	}
+	if c.instances > 1 {
+		f.noDeadHolder()
+	}
+	if total != n+1 || left != 0 { // and the probe
+		t.Fatalf("%d of %d objects not converged after one sweep", left, total)
+	}
+	if c.answer == "admitted" && s.admitted.Load() == 0 {
+		t.Fatal("no event was answered at admission")
+	}
+	if kills.Load() < 2 || s.dropped.Load() == 0 {
+		t.Fatalf("no chaos: %d kills, %d drops", kills.Load(), s.dropped.Load())
+	}
+	if o := f.overlaps(); o != 0 {
+		t.Fatalf("%d overlapping reconciles of one key", o)
+	}
+	if c.instances > 1 {
+		if s.forwarded.Load() == 0 {
+			t.Fatal("no event was forwarded to the holder of its key's Lease: the test proves nothing about forwarding")
+		}
+		f.noLeaseLeft()
+	}
+}
+
+// behind counts the objects in ns whose generation is not observed, of total.
+func behind(ctx context.Context, env *testenv.Env, ns string) (left, total int, err error) {
+	list := &v1.ConfigWatcherList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return 0, 0, err
+	}
+	for _, cw := range list.Items {
+		if cw.Status.ObservedGeneration != cw.Generation {
+			left++
+		}
+	}
+	return left, len(list.Items), nil
 }
