@@ -40,6 +40,7 @@ type env struct {
 	dir        string
 	cfg        *rest.Config
 	etcdURL    string // the control plane's etcd (the wakeup part loads records into it)
+	pids       map[string]int // the control plane's processes by name (etcd, kube-apiserver)
 }
 
 // setup creates the namespace and the target ConfigWatcher (and its ConfigMap).

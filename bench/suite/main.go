@@ -152,7 +152,10 @@ func run(only string, runs int, out string) error {
 			return err
 		}
 	}
-	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL}
+	e := &env{kubeconfig: plane.Kubeconfig, dir: dir, scheme: k8sruntime.NewScheme(), cfg: plane.Config, etcdURL: plane.EtcdURL, pids: map[string]int{}}
+	for _, p := range plane.Processes {
+		e.pids[p.Name] = p.PID
+	}
 	_ = clientgoscheme.AddToScheme(e.scheme)
 	_ = v1.AddToScheme(e.scheme)
 	_ = v1alpha1.AddToScheme(e.scheme)
