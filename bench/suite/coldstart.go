@@ -39,7 +39,7 @@ type env struct {
 	kubeconfig string
 	dir        string
 	cfg        *rest.Config
-	etcdURL    string // the control plane's etcd (the wakeup part loads records into it)
+	etcdURL    string         // the control plane's etcd (the wakeup part loads records into it)
 	pids       map[string]int // the control plane's processes by name (etcd, kube-apiserver)
 }
 
