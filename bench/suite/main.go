@@ -515,18 +515,47 @@ other work shared it.
   cores: 900-1900 records/s, so 1M took 12-18 minutes here (900k in
   11m56s with the load at 5-8); ` + "`go run ./bench/suite -only wakeup`" + `
   took 25.6 minutes in all (builds and ready at 1M, 8m36s, included). What the source holds does not depend on
-  the count (the window; one page of 500 during its list at start): its
-  RSS at 1M is that at 100k. What grows is the API server: its watch cache
-  holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
-  KiB a record, most while the source lists at start: the bench needs
-  ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
-  list at start sets exec -> ready: at 1M it took over 8 minutes, with etcd
-  busy (62% CPU) and the API server at 31%: the continued pages of 500 are
-  read from etcd, which counts the rest of the range for each
-  (remainingItemCount), so 2000 pages cost O(1M) each (inferred from the
-  CPU split, not profiled); larger pages at start
-  (SourceOptions.PageSize) would cut it, at the price of a larger page in
-  memory, not yet measured. A label-selected
+  the count (the window): its RSS at 1M is that at 100k. What grows is the
+  API server: its watch cache holds every record (kube-apiserver's RSS
+  reached 17-20 GiB at 1M, ~15-20 KiB a record: the bench needs ~22 GiB
+  free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and
+  the read of every record at start sets exec -> ready. The source at
+  9992df8 listed them in pages of 500 (7m29s at 1M, 11.6 s at 100k in the
+  last full report). Measured with the CPU each process used from exec to
+  ready (utime+stime from /proc, the table's CPU column), at 100k that
+  start cost etcd 0.1 s and kube-apiserver 10 s: in 1.34 the continued
+  pages are served from snapshots of the watch cache (ListFromCacheSnapshot,
+  beta and on), not from etcd, and the cacher answers each page by copying
+  every record after the continue key (btreeStore.ListPrefix, called by
+  waitAndListExactRV in k8s.io/apiserver v0.34.3 pkg/storage/cacher) before
+  it takes 500 of them: n/500 pages of O(n) each (from 100k to 250k the API
+  server's CPU per record grew from 100 to 145 µs). Where no snapshot is
+  left, a page goes to etcd, which counts the rest of the range
+  (remainingItemCount): O(n) a page too (the earlier 1M run saw etcd at 62%).
+  The source now starts from its watch's initial events
+  (sendInitialEvents=true, resourceVersionMatch=NotOlderThan; WatchList is
+  on by default in 1.34): the cache sends every record once as an ADDED
+  event, then a bookmark annotated k8s.io/initial-events-end, and the same
+  watch goes on from there; the source is ready at that bookmark. One pass,
+  O(n); a server that refuses initial events gets the paged lists
+  (SourceOptions.PagedStart; TestSourceStart covers both). Side by side in
+  one run, ` + "`go run ./bench/suite -only wakeup -wakeups 250000 -out \"\"`" + `
+  (the source at 9992df8 as "paged"), exec -> ready: WAKEUP_RATIOS.
+  What bounds the new start is linear work on both ends: kube-apiserver
+  encodes each record as a watch event (~67 µs of CPU a record) and the
+  source decodes it (~75 µs: the event's envelope, then the object;
+  the paged start decoded ~32 µs a record), on the same 2 cores; at 10k
+  the bookmark that ends the initial events (sent on the cacher's ~1 s
+  bookmark tick) makes the new start slower than the paged one. Its peak
+  RSS is ~7 MiB above the paged start's (40.1-40.3 against 33.4-34.0 MiB,
+  the same at 100k and 250k: bounded, not per record; probably the stream
+  arriving faster than it is decoded, buffered up to HTTP/2's 4 MiB stream
+  window, not profiled): over the 40 MiB goal by a few tenths. Larger
+  pages (SourceOptions.PageSize) were not measured: they divide the
+  quadratic term but hold a page of decoded records (500 of them are ~1 MiB
+  of JSON). Not measured above 250k (at 1M the API server needs ~22 GiB).
+  A label-selected
+A label-selected
   list (` + "`in (...)`" + `) is answered from the watch cache by reading every
   record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
   once a minute when idle and on its keeper's goroutine, while what it
