@@ -25,7 +25,7 @@ import (
 //     fell due while no source ran. Until its initial events end nothing
 //     is delivered, so that the earliest due goes first. An API server
 //     without WatchList gets a paged list of every record instead
-//     (startPaged), then a watch from that list's resource version;
+//     (scanAll), then a watch from that list's resource version;
 //  2. an event of a record due before the cutoff, or of a stray, updates
 //     its entry, any other event drops it;
 //  3. when the clock is within a minute of the cutoff and fewer than half a
