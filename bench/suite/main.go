@@ -522,40 +522,45 @@ other work shared it.
   the read of every record at start sets exec -> ready. The source at
   9992df8 listed them in pages of 500 (7m29s at 1M, 11.6 s at 100k in the
   last full report). Measured with the CPU each process used from exec to
-  ready (utime+stime from /proc, the table's CPU column), at 100k that
-  start cost etcd 0.1 s and kube-apiserver 10 s: in 1.34 the continued
-  pages are served from snapshots of the watch cache (ListFromCacheSnapshot,
-  beta and on), not from etcd, and the cacher answers each page by copying
-  every record after the continue key (btreeStore.ListPrefix, called by
+  ready (utime+stime from /proc, the table's CPU column), that start cost
+  etcd 0.1 s and kube-apiserver 9.8 s at 100k, 1.8 s and 69.2 s at 250k
+  (98 then 277 µs of API server CPU a record): in 1.34 the continued pages
+  are served from snapshots of the watch cache (ListFromCacheSnapshot, beta
+  and on), not from etcd, and the cacher answers each page by copying every
+  record after the continue key (btreeStore.ListPrefix, called by
   waitAndListExactRV in k8s.io/apiserver v0.34.3 pkg/storage/cacher) before
-  it takes 500 of them: n/500 pages of O(n) each (from 100k to 250k the API
-  server's CPU per record grew from 100 to 145 µs). Where no snapshot is
-  left, a page goes to etcd, which counts the rest of the range
-  (remainingItemCount): O(n) a page too (the earlier 1M run saw etcd at 62%).
-  The source now starts from its watch's initial events
+  it takes 500 of them: n/500 pages of O(n) each. Where no snapshot is
+  left a page goes to etcd, which counts the rest of the range
+  (remainingItemCount): O(n) a page too (the earlier 1M run saw etcd at
+  62%). The source now starts from its watch's initial events
   (sendInitialEvents=true, resourceVersionMatch=NotOlderThan; WatchList is
   on by default in 1.34): the cache sends every record once as an ADDED
   event, then a bookmark annotated k8s.io/initial-events-end, and the same
-  watch goes on from there; the source is ready at that bookmark. One pass,
-  O(n); a server that refuses initial events gets the paged lists
-  (SourceOptions.PagedStart; TestSourceStart covers both). Side by side in
-  one run, ` + "`go run ./bench/suite -only wakeup -wakeups 250000 -out \"\"`" + `
-  (the source at 9992df8 as "paged"), exec -> ready: WAKEUP_RATIOS.
-  What bounds the new start is linear work on both ends: kube-apiserver
-  encodes each record as a watch event (~67 µs of CPU a record) and the
-  source decodes it (~75 µs: the event's envelope, then the object;
-  the paged start decoded ~32 µs a record), on the same 2 cores; at 10k
-  the bookmark that ends the initial events (sent on the cacher's ~1 s
-  bookmark tick) makes the new start slower than the paged one. Its peak
-  RSS is ~7 MiB above the paged start's (40.1-40.3 against 33.4-34.0 MiB,
-  the same at 100k and 250k: bounded, not per record; probably the stream
-  arriving faster than it is decoded, buffered up to HTTP/2's 4 MiB stream
-  window, not profiled): over the 40 MiB goal by a few tenths. Larger
-  pages (SourceOptions.PageSize) were not measured: they divide the
-  quadratic term but hold a page of decoded records (500 of them are ~1 MiB
-  of JSON). Not measured above 250k (at 1M the API server needs ~22 GiB).
+  watch goes on; the source is ready at that bookmark. A server that
+  refuses initial events gets the paged lists (--paged-start forces them;
+  TestSourceStart covers both). One run side by side on the quiet machine,
+  ` + "`go run ./bench/suite -only wakeup -wakeups 250000 -out \"\"`" + ` (paged:
+  the source at 9992df8, pages of 500; paged 5000: today's with
+  ` + "`--paged-start --page-size 5000`" + `), exec -> ready against paged: initial
+  events 0.73x at 10k (780 ms against 1.07 s), 1.04x at 100k (10.34 against
+  9.98 s), 0.66x at 250k (32.1 against 49.1 s); pages of 5000 1.44x, 0.71x,
+  0.43x (21.2 s at 250k). Peak RSS at 250k: 40.5 (initial events), 59.2
+  (pages of 5000), 33.3 MiB (pages of 500). So the start is now linear but
+  not yet far lower: the initial events cost kube-apiserver ~92-116 µs of
+  CPU a record (each encoded as its own watch event) and the source ~88-102
+  µs (the event's envelope, then the object: the paged start decoded ~32 µs
+  a record), where the paged start's linear part is ~70 + 32 µs; it wins
+  only where the square dominates (from ~250k; at 1M, extrapolated, not
+  measured: ~2-3 minutes against 7.5). Pages of 5000 divide the square by
+  ten and keep the cheaper decode, but hold a page of decoded records: +26
+  MiB of peak, over the 40 MiB goal. The initial events' peak is ~7 MiB
+  above the paged start's and the same at 100k and 250k (bounded, not per
+  record; probably the stream arriving faster than it is decoded, buffered
+  up to HTTP/2's 4 MiB stream window: not profiled), at the goal's edge.
+  Next: decode the watch stream in one pass (type and object together), or
+  start ready from the buckets near now and the strays while the full read
+  goes on. Not measured above 250k (at 1M the API server needs ~22 GiB).
   A label-selected
-A label-selected
   list (` + "`in (...)`" + `) is answered from the watch cache by reading every
   record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
   once a minute when idle and on its keeper's goroutine, while what it
