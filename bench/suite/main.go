@@ -519,18 +519,52 @@ other work shared it.
   cores: 900-1900 records/s, so 1M took 12-18 minutes here (900k in
   11m56s with the load at 5-8); ` + "`go run ./bench/suite -only wakeup`" + `
   took 25.6 minutes in all (builds and ready at 1M, 8m36s, included). What the source holds does not depend on
-  the count (the window; one page of 500 during its list at start): its
-  RSS at 1M is that at 100k. What grows is the API server: its watch cache
-  holds every record (kube-apiserver's RSS reached 17-20 GiB at 1M, ~15-20
-  KiB a record, most while the source lists at start: the bench needs
-  ~22 GiB free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and the
-  list at start sets exec -> ready: at 1M it took over 8 minutes, with etcd
-  busy (62% CPU) and the API server at 31%: the continued pages of 500 are
-  read from etcd, which counts the rest of the range for each
-  (remainingItemCount), so 2000 pages cost O(1M) each (inferred from the
-  CPU split, not profiled); larger pages at start
-  (SourceOptions.PageSize) would cut it, at the price of a larger page in
-  memory, not yet measured. A label-selected
+  the count (the window): its RSS at 1M is that at 100k. What grows is the
+  API server: its watch cache holds every record (kube-apiserver's RSS
+  reached 17-20 GiB at 1M, ~15-20 KiB a record: the bench needs ~22 GiB
+  free at 1M; etcd's database 1.4 GB, hence the plane's 8 GiB quota), and
+  the read of every record at start sets exec -> ready. The source at
+  9992df8 listed them in pages of 500 (7m29s at 1M, 11.6 s at 100k in the
+  last full report). Measured with the CPU each process used from exec to
+  ready (utime+stime from /proc, the table's CPU column), that start cost
+  etcd 0.1 s and kube-apiserver 9.8 s at 100k, 1.8 s and 69.2 s at 250k
+  (98 then 277 µs of API server CPU a record): in 1.34 the continued pages
+  are served from snapshots of the watch cache (ListFromCacheSnapshot, beta
+  and on), not from etcd, and the cacher answers each page by copying every
+  record after the continue key (btreeStore.ListPrefix, called by
+  waitAndListExactRV in k8s.io/apiserver v0.34.3 pkg/storage/cacher) before
+  it takes 500 of them: n/500 pages of O(n) each. Where no snapshot is
+  left a page goes to etcd, which counts the rest of the range
+  (remainingItemCount): O(n) a page too (the earlier 1M run saw etcd at
+  62%). The source now starts from its watch's initial events
+  (sendInitialEvents=true, resourceVersionMatch=NotOlderThan; WatchList is
+  on by default in 1.34): the cache sends every record once as an ADDED
+  event, then a bookmark annotated k8s.io/initial-events-end, and the same
+  watch goes on; the source is ready at that bookmark. A server that
+  refuses initial events gets the paged lists (--paged-start forces them;
+  TestSourceStart covers both). One run side by side on the quiet machine,
+  ` + "`go run ./bench/suite -only wakeup -wakeups 250000 -out \"\"`" + ` (paged:
+  the source at 9992df8, pages of 500; paged 5000: today's with
+  ` + "`--paged-start --page-size 5000`" + `), exec -> ready against paged: initial
+  events 0.73x at 10k (780 ms against 1.07 s), 1.04x at 100k (10.34 against
+  9.98 s), 0.66x at 250k (32.1 against 49.1 s); pages of 5000 1.44x, 0.71x,
+  0.43x (21.2 s at 250k). Peak RSS at 250k: 40.5 (initial events), 59.2
+  (pages of 5000), 33.3 MiB (pages of 500). So the start is now linear but
+  not yet far lower: the initial events cost kube-apiserver ~92-116 µs of
+  CPU a record (each encoded as its own watch event) and the source ~88-102
+  µs (the event's envelope, then the object: the paged start decoded ~32 µs
+  a record), where the paged start's linear part is ~70 + 32 µs; it wins
+  only where the square dominates (from ~250k; at 1M, extrapolated, not
+  measured: ~2-3 minutes against 7.5). Pages of 5000 divide the square by
+  ten and keep the cheaper decode, but hold a page of decoded records: +26
+  MiB of peak, over the 40 MiB goal. The initial events' peak is ~7 MiB
+  above the paged start's and the same at 100k and 250k (bounded, not per
+  record; probably the stream arriving faster than it is decoded, buffered
+  up to HTTP/2's 4 MiB stream window: not profiled), at the goal's edge.
+  Next: decode the watch stream in one pass (type and object together), or
+  start ready from the buckets near now and the strays while the full read
+  goes on. Not measured above 250k (at 1M the API server needs ~22 GiB).
+  A label-selected
   list (` + "`in (...)`" + `) is answered from the watch cache by reading every
   record of the namespace: 1.26 s at 1M for 64 buckets that held none. The source reads by label about
   once a minute when idle and on its keeper's goroutine, while what it

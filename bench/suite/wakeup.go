@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/proc"
 	"github.com/opzero/opzero/internal/wakeup"
 )
 
@@ -27,6 +28,10 @@ const (
 	// beforeMax is the most records the source before runs with: it holds
 	// an entry per record (~1.2 KiB each at 100k: over 1 GiB at 1M).
 	beforeMax = 100_000
+	// pagedStart is the commit before the source's start became a watch's
+	// initial events: its windowed source lists every record at start in
+	// pages of 500, and each page costs the API server a pass over the rest.
+	pagedStart = "9992df8df9b7ac125d6aca011b53de06e6409937"
 )
 
 // wakeupCounts are the pending counts measured, in increasing order.
@@ -47,9 +52,19 @@ func wakeupCounts(largest int) []int {
 // delivered 1000 probe records due over 10 s (100/s), and how late those
 // probes fired.
 func (e *env) wakeups(ctx context.Context, r *report, max int) error {
-	bins := map[string]string{"window": filepath.Join(e.dir, "wakeup-source"), "before": filepath.Join(e.dir, "wakeup-source-before")}
+	bins := map[string]string{"window": filepath.Join(e.dir, "wakeup-source"), "before": filepath.Join(e.dir, "wakeup-source-before"),
+		"paged": filepath.Join(e.dir, "wakeup-source-paged")}
 	if out, err := buildCmd("", bins["window"], "./cmd/wakeup-source").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/wakeup-source: %v\n%s", err, out)
+	}
+	pagedSrc := filepath.Join(e.dir, "paged-src")
+	if out, err := exec.Command("bash", "-c", fmt.Sprintf("mkdir -p %s && git archive %s | tar -x -C %s", pagedSrc, pagedStart, pagedSrc)).CombinedOutput(); err != nil {
+		return fmt.Errorf("the source at %s (git archive): %v\n%s", pagedStart[:7], err, out)
+	}
+	buildPaged := buildCmd("", bins["paged"], "./cmd/wakeup-source")
+	buildPaged.Dir = pagedSrc
+	if out, err := buildPaged.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the wakeup source at %s: %v\n%s", pagedStart[:7], err, out)
 	}
 	build := buildCmd("", bins["before"], "./cmd/wakeup-source") // the source that held an entry per record
 	build.Dir = filepath.Join(e.dir, "baseline-src")
@@ -74,6 +89,7 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		variant            string
 		rss, peak          float64
 		ready              time.Duration
+		cpu                [3]float64 // CPU seconds from exec to ready: etcd, kube-apiserver, the source
 		p50, p99, maxLate  time.Duration
 		delivered, ofProbe int
 	}
@@ -92,19 +108,24 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		fmt.Printf("    loaded %d in %s\n", n-created, took)
 		loads = append(loads, fmt.Sprintf("%d in %s", n-created, took))
 		created = n
-		for _, v := range []string{"before", "window"} {
+		for _, v := range []string{"before", "paged", "paged 5000", "window"} {
 			if v == "before" && n > beforeMax {
 				continue
 			}
 			run++
-			res, err := e.wakeupRun(ctx, bins[v], sink, sinkURL, run)
+			bin, args := bins[v], []string(nil)
+			if v == "paged 5000" { // today's source, started by lists of 5000
+				bin, args = bins["window"], []string{"--paged-start", "--page-size", "5000"}
+			}
+			res, err := e.wakeupRun(ctx, bin, args, sink, sinkURL, run)
 			if err != nil {
 				return fmt.Errorf("wakeup source %s with %d pending: %w", v, n, err)
 			}
-			rows = append(rows, row{pending: n, variant: v, rss: res.rss, peak: res.peak, ready: res.ready,
+			rows = append(rows, row{pending: n, variant: v, rss: res.rss, peak: res.peak, ready: res.ready, cpu: res.cpu,
 				p50: res.late[len(res.late)/2], p99: res.late[len(res.late)*99/100], maxLate: res.late[len(res.late)-1],
 				delivered: len(res.late), ofProbe: probes})
-			fmt.Printf("    %s: RSS %.1f MiB (peak %.1f), ready after %s, probes late p99 %s\n", v, res.rss, res.peak, res.ready.Round(time.Millisecond), res.late[len(res.late)*99/100])
+			fmt.Printf("    %s: RSS %.1f MiB (peak %.1f), ready after %s (CPU s etcd %.1f, kube-apiserver %.1f, source %.1f), probes late p99 %s\n", v, res.rss, res.peak, res.ready.Round(time.Millisecond),
+				res.cpu[0], res.cpu[1], res.cpu[2], res.late[len(res.late)*99/100])
 		}
 	}
 	var b strings.Builder
@@ -113,12 +134,14 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		"then counted by a paginated list and sampled by GET through the API server; `loadWakeups` in bench/suite/wakeupload.go): loaded %s. "+
 		"Once it is ready (it has listed them) it delivers %d probe records due over 10 s (100/s, created after it is ready) to an in-process sink. "+
 		"RSS (VmRSS) when the probes are delivered and peak (VmHWM), MiB; lateness of the probes (arrival - due). One run per cell. "+
-		"Before: the source at %s, which held an entry per record (a reflector's full list); window: today's, which holds at most --window (10000) records; the source before is not run above %d pending (it would hold every record: over 1 GiB at 1M).\n\n",
-		wakeupNS, strings.Join(loads, ", then "), probes, baseline[:7], beforeMax)
-	b.WriteString("| pending | source | RSS | peak RSS | exec -> ready | fire lateness p50 | p99 | max |\n|---|---|---|---|---|---|---|---|\n")
+		"Before: the source at %s, which held an entry per record (a reflector's full list); paged: the windowed source at %s, which listed every record at start in pages of 500; "+
+		"paged 5000: today's source with --paged-start --page-size 5000; window: today's, which holds at most --window (10000) records and starts from a watch's initial events (sendInitialEvents); the source before is not run above %d pending (it would hold every record: over 1 GiB at 1M). "+
+		"CPU: seconds of CPU (utime+stime from /proc) that etcd, kube-apiserver and the source used from exec to ready.\n\n",
+		wakeupNS, strings.Join(loads, ", then "), probes, baseline[:7], pagedStart[:7], beforeMax)
+	b.WriteString("| pending | source | RSS | peak RSS | exec -> ready | CPU etcd / apiserver / source | fire lateness p50 | p99 | max |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range rows {
-		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %s | %s | %s |\n", w.pending, w.variant, w.rss, w.peak,
-			w.ready.Round(10*time.Millisecond), w.p50.Round(100*time.Microsecond), w.p99.Round(100*time.Microsecond), w.maxLate.Round(100*time.Microsecond))
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %s | %.1f / %.1f / %.1f | %s | %s | %s |\n", w.pending, w.variant, w.rss, w.peak,
+			w.ready.Round(10*time.Millisecond), w.cpu[0], w.cpu[1], w.cpu[2], w.p50.Round(100*time.Microsecond), w.p99.Round(100*time.Microsecond), w.maxLate.Round(100*time.Microsecond))
 	}
 	byKey := map[string]row{}
 	for _, w := range rows {
@@ -127,6 +150,10 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 	for _, n := range wakeupCounts(max) {
 		if a, c := byKey[fmt.Sprint(n, "window")], byKey[fmt.Sprint(n, "before")]; c.rss > 0 {
 			fmt.Fprintf(&b, "\nAt %d pending the windowed source is at **%.2fx** the RSS of the one before (%.1f against %.1f MiB).\n", n, a.rss/c.rss, a.rss, c.rss)
+		}
+		if a, p, p5 := byKey[fmt.Sprint(n, "window")], byKey[fmt.Sprint(n, "paged")], byKey[fmt.Sprint(n, "paged 5000")]; p.ready > 0 {
+			fmt.Fprintf(&b, "\nAt %d pending, exec -> ready against the paged start (pages of 500): initial events **%.3fx**, pages of 5000 **%.3fx** (%s, %s against %s; peak RSS %.1f, %.1f against %.1f MiB).\n",
+				n, float64(a.ready)/float64(p.ready), float64(p5.ready)/float64(p.ready), a.ready.Round(10*time.Millisecond), p5.ready.Round(10*time.Millisecond), p.ready.Round(10*time.Millisecond), a.peak, p5.peak, p.peak)
 		}
 	}
 	r.add("Wakeup source", b.String())
@@ -139,6 +166,10 @@ func (e *env) wakeups(ctx context.Context, r *report, max int) error {
 		}
 	}
 	if w, ok := byKey[fmt.Sprint(max, "window")]; ok {
+		r.fig("wk-ready", w.ready.Seconds())
+		if p, ok := byKey[fmt.Sprint(max, "paged")]; ok {
+			r.fig("wk-ready-paged", p.ready.Seconds())
+		}
 		r.fig("wk-pending", float64(max))
 		r.fig("wk-rss", w.rss)
 		r.fig("wk-peak", w.peak)
@@ -164,18 +195,20 @@ func (e *env) createWakeups(ctx context.Context, from, to int, sink string, due 
 type wakeupResult struct {
 	rss, peak float64
 	ready     time.Duration
+	cpu       [3]float64      // CPU seconds from exec to ready: etcd, kube-apiserver, the source
 	late      []time.Duration // sorted
 }
 
 // wakeupRun starts one source, waits until it is ready, has it deliver
 // the probes and measures it.
-func (e *env) wakeupRun(ctx context.Context, bin string, sink *probeSink, sinkURL string, run int) (wakeupResult, error) {
+func (e *env) wakeupRun(ctx context.Context, bin string, args []string, sink *probeSink, sinkURL string, run int) (wakeupResult, error) {
 	port, err := freePort()
 	if err != nil {
 		return wakeupResult{}, err
 	}
-	cmd := exec.Command(bin, "--namespace", wakeupNS, "--operator", "bench", "--concurrency", "16", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd := exec.Command(bin, append([]string{"--namespace", wakeupNS, "--operator", "bench", "--concurrency", "16", "--health-addr", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	cpu0 := [2]float64{cpuSeconds(e.planePID["etcd"]), cpuSeconds(e.planePID["kube-apiserver"])}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return wakeupResult{}, err
@@ -187,6 +220,7 @@ func (e *env) wakeupRun(ctx context.Context, bin string, sink *probeSink, sinkUR
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				res.ready = time.Since(t0)
+				res.cpu = [3]float64{cpuSeconds(e.planePID["etcd"]) - cpu0[0], cpuSeconds(e.planePID["kube-apiserver"]) - cpu0[1], cpuSeconds(cmd.Process.Pid)}
 				break
 			}
 		}
@@ -216,6 +250,18 @@ func (e *env) wakeupRun(ctx context.Context, bin string, sink *probeSink, sinkUR
 	res.rss, res.peak = m.total, peakMiB(cmd.Process.Pid)
 	res.late = sink.lateness()
 	return res, nil
+}
+
+// cpuSeconds is the CPU time process pid has used (utime + stime).
+func cpuSeconds(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	c, err := proc.CPU(pid)
+	if err != nil {
+		return 0
+	}
+	return c.Seconds()
 }
 
 func peakMiB(pid int) float64 {

@@ -39,8 +39,17 @@
 //   - Records due within the same second are listed together: when one
 //     second holds more than a window of them, that second is listed again
 //     for each window delivered.
-//   - On start, and when its watch cannot resume, the source lists every
-//     record once (page by page; one page in memory).
+//   - On start, and when its watch cannot resume, the source reads every
+//     record once, and delivers nothing until it has (then the earliest
+//     due first). It reads them as the initial events of its watch
+//     (sendInitialEvents, WatchList: on by default in kube-apiserver 1.32
+//     and 1.34+): one pass over the API server's watch cache, streamed, one
+//     event in memory. An API server that refuses initial events (1.27 to
+//     1.31 and 1.33 unless the WatchList gate is on) gets paged lists
+//     instead (SourceOptions.PagedStart forces them), and each page costs
+//     it a pass over the records after it: that start grows with the
+//     square of the records pending (keep.go). API servers before 1.27
+//     ignore sendInitialEvents and are not supported.
 //   - Deliveries are in due order among held records; while a backlog
 //     fills the window, a stray may be delivered before an earlier record
 //     not yet read.

@@ -44,7 +44,8 @@ func (h *watchHealth) begin(running bool) {
 	}
 }
 
-// synced records a list of the Wakeups: the watch is alive from there.
+// synced records a read of every Wakeup (initial events or a list): the
+// watch is alive from there.
 func (h *watchHealth) synced() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -77,7 +78,8 @@ func (s *Source) Healthy() error {
 	}
 }
 
-// Synced reports whether the Source has listed the Wakeups once.
+// Synced reports whether the Source has read every Wakeup once (its
+// watch's initial events, or a paged list).
 func (s *Source) Synced() bool {
 	s.health.mu.Lock()
 	defer s.health.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
@@ -17,11 +18,16 @@ import (
 
 // keep fills the window and keeps it current until ctx ends:
 //
-//  1. a paged list of every record (memory: one page, the window and the
-//     strays), which also finds records that fell due while no source ran;
-//  2. a watch of every record from that list's resource version: an event
-//     of a record due before the cutoff, or of a stray, updates its entry,
-//     any other event drops it;
+//  1. a watch of every record that begins with every record's state (its
+//     initial events, sendInitialEvents) and then follows their changes:
+//     one pass over the API server's watch cache, streamed (memory: one
+//     event, the window and the strays), which also finds records that
+//     fell due while no source ran. Until its initial events end nothing
+//     is delivered, so that the earliest due goes first. An API server
+//     without WatchList gets a paged list of every record instead
+//     (scanAll), then a watch from that list's resource version;
+//  2. an event of a record due before the cutoff, or of a stray, updates
+//     its entry, any other event drops it;
 //  3. when the clock is within a minute of the cutoff and fewer than half a
 //     window of labeled entries are held, a paged list of the next buckets
 //     (up to the horizon, a group at a time), by label, raises the cutoff.
@@ -29,8 +35,9 @@ import (
 //     read (resource versions compared). While a list is read, only
 //     entries due before what it may bring are delivered.
 //
-// A failed list or watch is retried with backoff; a watch that can no
-// longer resume (410 Gone) starts again from 1.
+// A failed list or watch is retried with backoff; a watch that fails
+// before its initial events end, or can no longer resume (410 Gone),
+// starts again from 1.
 func (s *Source) keep(ctx context.Context) {
 	retry := backoff.Policy{Base: 200 * time.Millisecond, Cap: 30 * time.Second}
 	failures := 0
@@ -47,56 +54,75 @@ func (s *Source) keep(ctx context.Context) {
 			return true
 		}
 	}
+	rv := "" // where the watch resumes; "": start again (1)
 	for ctx.Err() == nil {
-		rv, err := s.scanAll(ctx)
-		if err != nil {
-			if !fail(fmt.Errorf("listing Wakeups: %w", err)) {
-				return
+		if rv == "" && s.paged {
+			var err error
+			if rv, err = s.scanAll(ctx); err != nil {
+				if !fail(fmt.Errorf("listing Wakeups: %w", err)) {
+					return
+				}
+				continue
 			}
-			continue
+			s.health.synced()
 		}
-		s.health.synced()
-		for ctx.Err() == nil {
-			var gone bool
-			rv, gone, err = s.follow(ctx, rv)
-			if err == nil {
-				failures = 0
-				continue // the watch ended normally: resume
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if !fail(err) {
-				return
-			}
-			if gone {
-				break // list again
-			}
+		next, gone, err := s.follow(ctx, rv)
+		if err == nil {
+			failures = 0
+			rv = next
+			continue // the watch ended normally: resume
+		}
+		if ctx.Err() != nil || !fail(err) {
+			return
+		}
+		rv = next
+		if gone {
+			rv = "" // list again
 		}
 	}
 }
 
-// follow watches from rv, applying events and moving the window, until the
-// watch ends or fails. It returns the last resource version it applied and
-// whether the watch can no longer resume from it.
+// follow watches from rv (from every record's initial state if rv is
+// empty), applying events and moving the window, until the watch ends or
+// fails. It returns the last resource version it applied ("" while the
+// initial events had not ended) and whether the watch can no longer resume
+// from it.
 func (s *Source) follow(ctx context.Context, rv string) (string, bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Namespace: s.opts.Namespace,
-		Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, LabelSelector: s.operatorSelector()}})
+	opts := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, LabelSelector: s.operatorSelector()}
+	var gen uint64 // while the initial events are read: the scan they make
+	if rv == "" {
+		opts.SendInitialEvents, opts.ResourceVersionMatch = ptr.To(true), metav1.ResourceVersionMatchNotOlderThan
+		gen = s.beginScan(true, time.Time{})
+		defer func() {
+			if gen != 0 {
+				s.endScan()
+			}
+		}()
+	}
+	w, err := s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Namespace: s.opts.Namespace, Raw: opts})
 	if err != nil {
-		return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching Wakeups: %w", err)
+		if gen != 0 && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
+			// No WatchList (sendInitialEvents is refused): list page by page.
+			s.paged = true
+			s.opts.Log.Info("the API server refuses a watch's initial events; listing Wakeups page by page at start", "error", err.Error())
+			return "", false, nil
+		}
+		return rv, gen != 0 || apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching Wakeups: %w", err)
 	}
 	defer w.Stop()
 	s.health.set(true, nil)
 	tick := s.opts.Clock.NewTimer(time.Hour)
 	defer tick.Stop()
 	for {
-		if err := s.advance(ctx); err != nil {
-			return rv, false, err
+		if gen == 0 {
+			if err := s.advance(ctx); err != nil {
+				return rv, false, err
+			}
+			tick.Stop()
+			tick.Reset(s.nextAdvance())
 		}
-		tick.Stop()
-		tick.Reset(s.nextAdvance())
 		select {
 		case <-ctx.Done():
 			return rv, false, nil
@@ -108,11 +134,29 @@ func (s *Source) follow(ctx context.Context, rv string) (string, bool, error) {
 			}
 			if ev.Type == watch.Error {
 				err := apierrors.FromObject(ev.Object)
-				return rv, apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching Wakeups: %w", err)
+				return rv, gen != 0 || apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching Wakeups: %w", err)
 			}
 			wk, ok := ev.Object.(*v1alpha1.Wakeup)
 			if !ok {
 				continue
+			}
+			if gen != 0 {
+				if ev.Type == watch.Bookmark && wk.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+					rv = wk.ResourceVersion
+					s.dropUnseen(gen, func(*entry) bool { return true })
+					s.endScan()
+					gen = 0
+					s.health.synced()
+					continue
+				}
+				if ev.Type == watch.Added {
+					s.mu.Lock()
+					if e := s.admit(wk); e != nil {
+						e.scan = gen
+					}
+					s.mu.Unlock()
+					continue
+				}
 			}
 			rv = wk.ResourceVersion
 			s.mu.Lock()
@@ -185,15 +229,14 @@ func (s *Source) advance(ctx context.Context) error {
 	}
 }
 
-// scanAll lists every record into a window reset to the horizon and
-// returns the list's resource version.
+// scanAll lists every record into a window reset to the horizon, page by
+// page, and returns the list's resource version. Each continued page costs
+// the API server a pass over the records after it (served from etcd, or
+// from a snapshot of its watch cache: both visit the rest of the range), so
+// listing n records in pages of p costs about n*n/2p: the watch's initial
+// events (follow) replace it where the server has WatchList.
 func (s *Source) scanAll(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	s.horizon = time.Unix(bucketOf(s.opts.Clock.Now().Add(lookahead))+BucketSeconds, 0)
-	s.cutoff = s.horizon
-	s.listed = map[int64]string{}
-	s.mu.Unlock()
-	return s.scan(ctx, "", func(*entry) bool { return true }, time.Time{})
+	return s.scan(ctx, "", true, func(*entry) bool { return true }, time.Time{})
 }
 
 // scanBuckets lists the records of buckets (selected by sel) into the
@@ -212,7 +255,7 @@ func (s *Source) scanBuckets(ctx context.Context, sel string, buckets []int64, u
 		s.cutoff = upTo
 	}
 	s.mu.Unlock()
-	rv, err := s.scan(ctx, sel, func(e *entry) bool { return e.labeled && in[e.bucket] }, below)
+	rv, err := s.scan(ctx, sel, false, func(e *entry) bool { return e.labeled && in[e.bucket] }, below)
 	if err != nil {
 		return err
 	}
@@ -226,25 +269,16 @@ func (s *Source) scanBuckets(ctx context.Context, sel string, buckets []int64, u
 
 // scan lists the records matching sel page by page, admitting each, then
 // drops the entries in scope that the list did not show (deleted or moved
-// meanwhile). It returns the list's resource version. Until it returns,
-// only entries due before below are delivered: the list's pages come in
-// name order, not due order.
-func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool, below time.Time) (string, error) {
+// meanwhile); all resets the window first. It returns the list's resource
+// version. Until it returns, only entries due before below are delivered:
+// the list's pages come in name order, not due order.
+func (s *Source) scan(ctx context.Context, sel string, all bool, scope func(*entry) bool, below time.Time) (string, error) {
 	if op := s.operatorSelector(); op != "" {
 		sel = strings.TrimPrefix(op+","+sel, ",")
 		sel = strings.TrimSuffix(sel, ",")
 	}
-	s.mu.Lock()
-	s.scans++
-	gen := s.scans
-	s.gated, s.below = true, below
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.gated = false
-		s.poke()
-		s.mu.Unlock()
-	}()
+	gen := s.beginScan(all, below)
+	defer s.endScan()
 	list := &v1alpha1.WakeupList{}
 	var rv string
 	for cont := ""; ; {
@@ -268,6 +302,37 @@ func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool, 
 		}
 		list.Items = nil
 	}
+	s.dropUnseen(gen, scope)
+	return rv, nil
+}
+
+// beginScan starts reading a list (or a watch's initial events): all
+// resets the window to the horizon first; until endScan only entries due
+// before below are delivered. It returns the scan's number, for admit's
+// entries and dropUnseen.
+func (s *Source) beginScan(all bool, below time.Time) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if all {
+		s.horizon = time.Unix(bucketOf(s.opts.Clock.Now().Add(lookahead))+BucketSeconds, 0)
+		s.cutoff = s.horizon
+		s.listed = map[int64]string{}
+	}
+	s.scans++
+	s.gated, s.below = true, below
+	return s.scans
+}
+
+// endScan lets every due entry be delivered again.
+func (s *Source) endScan() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gated = false
+	s.poke()
+}
+
+// dropUnseen drops the entries in scope that scan gen did not show.
+func (s *Source) dropUnseen(gen uint64, scope func(*entry) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, e := range s.entries {
@@ -275,7 +340,6 @@ func (s *Source) scan(ctx context.Context, sel string, scope func(*entry) bool, 
 			s.forget(k)
 		}
 	}
-	return rv, nil
 }
 
 // operatorSelector selects the operator's records (SourceOptions.Operator).

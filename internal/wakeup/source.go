@@ -50,6 +50,13 @@ type SourceOptions struct {
 	Window int
 	// PageSize is how many records one list request returns (500).
 	PageSize int64
+	// PagedStart reads every record at start by paged lists, as the Source
+	// does by itself on an API server without WatchList (before 1.32, or
+	// 1.33 with the gate off): each page costs the server a pass over the
+	// rest of the records, so the start grows with their square (keep.go).
+	// Off, the start is a watch's initial events (sendInitialEvents), one
+	// pass over the API server's watch cache.
+	PagedStart bool
 }
 
 // DefaultWindow is how many records a Source holds at most (besides
@@ -70,6 +77,7 @@ type Source struct {
 	horizon time.Time         // the cutoff's ceiling: the end of the bucket after the clock's
 	listed  map[int64]string  // bucket -> resource version of the list that last read it
 	scans   uint64
+	paged   bool // start by paged lists (SourceOptions.PagedStart, or the server lacks WatchList)
 	group   int  // buckets the next read of the window takes (advance)
 	gated   bool // a list is being read: deliver only entries due before below
 	below   time.Time
@@ -128,7 +136,7 @@ func NewSource(c client.WithWatch, o SourceOptions) *Source {
 	if o.PageSize <= 0 {
 		o.PageSize = 500
 	}
-	return &Source{c: c, opts: o, entries: map[string]*entry{}, listed: map[int64]string{}, group: maxBuckets, kick: make(chan struct{}, 1)}
+	return &Source{c: c, opts: o, entries: map[string]*entry{}, listed: map[int64]string{}, paged: o.PagedStart, group: maxBuckets, kick: make(chan struct{}, 1)}
 }
 
 // Held is the number of records the Source holds (its window and strays).

@@ -57,6 +57,8 @@ type Flags struct {
 	ServiceAccount string // <namespace>/<name>
 	Concurrency    int
 	Window         int
+	PageSize       int
+	PagedStart     bool
 	HealthAddr     string
 }
 
@@ -68,6 +70,8 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
 	fs.IntVar(&f.Window, "window", wakeup.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
+	fs.IntVar(&f.PageSize, "page-size", 500, "How many Wakeups one list request returns.")
+	fs.BoolVar(&f.PagedStart, "paged-start", false, "Read every Wakeup at start by paged lists, as on an API server without WatchList, instead of a watch's initial events.")
 	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081 (default: not served). With OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP.")
 }
 
@@ -93,7 +97,7 @@ func (f Flags) Run(ctx context.Context) error {
 		return err
 	}
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, Log: log}
+	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, PageSize: int64(f.PageSize), PagedStart: f.PagedStart, Log: log}
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}
