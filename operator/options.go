@@ -161,7 +161,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		})
 	fs.StringVar(&o.Addr, "addr", o.Addr, "serverless: listen address (default :$PORT as Knative sets it, else :8080)")
 	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound on each call to the API server, so one that accepts connections but does not answer cannot hold a reconcile (default 30s; a negative duration such as -1ns: no bound)")
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once: reconciler calls (default 16 serverless, 1 classic); taking and releasing per-key Leases (max-scale > 1) does not count")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once: reconciler calls (default 8 serverless, 1 classic); taking and releasing per-key Leases (max-scale > 1) does not count")
 	if o.Audience == "" {
 		o.Audience = os.Getenv("OPZERO_AUDIENCE")
 	}

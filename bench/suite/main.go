@@ -582,28 +582,27 @@ wiring with ` + "`" + `--answer=admitted --event-cache` + "`" + ` converged at 8
 answering after the reconcile gave 42/s (0.80x). One run does not make the
 goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
 
-- **Throughput with one source: what bounds it is the reconcile
-  concurrency, then the 2 cores.** With ` + "`" + `--answer=admitted` + "`" + ` the adapter's
-  answer returns after decoding and routing, and the reconciles run behind
-  it, up to ` + "`" + `--max-concurrent-reconciles` + "`" + ` at once. The table's "in flight"
-  column is measured from the operator's own metrics (its reconcile time
-  summed, over the run's): with the default before (8), 7.9 of the 8 slots
-  were busy for the whole run, and events waited 2.2 s in the queue on
-  average (` + "`" + `workqueue_queue_duration_seconds` + "`" + `), so the rate was slots /
-  reconcile latency (Little's law), the latency being the status write's
-  under the create load. The raw limit runs 16 writers. So the default is
-  now 16 (the "8" row is the engine before, in the same run); in the
-  session's runs on a machine loaded by other work, 16 gave 1.41x the rate
-  of 8 with the cores not saturated, and 0.9x with them saturated, where
-  more writers at once only add contention.
-  Once the cores are saturated, CPU per object decides, from /proc (the
-  CPU table): the API server costs about the same per object either way
-  (a watch event is encoded once for all its watchers), and opzero's path
-  adds the adapter's watch and CloudEvent encoding of two events per
-  object (its create, and its status write's update, skipped by the
-  operator) and the operator's decoding and its status write's client
-  work: 1.2-1.35x the raw limit's CPU per object in the session's runs,
-  so at most 0.74-0.83 of the raw rate on saturated cores. The operator's
+- **Throughput with one source: the 2 cores bound it, and opzero's
+  path costs 1.2-1.35x the raw limit's CPU per object.** The CPU table
+  (from /proc, every process of the run) accounts for the 2 cores: on the
+  quiet machine (20:40 UTC, 2026-11-23, session 4, ` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted go run ./bench/suite -only throughput -runs 2 -out ""` + "`" + `
+  with an 8- and a 16-slot variant), the generated wiring converged at 228
+  objects/s using 8.75 ms of CPU per object, the raw limit at 285/s using
+  6.88 ms: both 2.0 cores, and 0.80 of raw, where the CPU ratio predicts
+  0.79. The API server costs the same per object either way (4.9 ms: a
+  watch event is encoded once for all its watchers); opzero's path adds
+  the adapter's watch and CloudEvent encoding of two events per object
+  (its create, and its status write's update, which the operator skips),
+  1.0 ms, and the operator's intake and status write, 1.3 ms, less the
+  creating client's share. Reconcile slots are not the bound: every one
+  was busy for the whole run (7.9 of 8 in flight, 15.7 of 16), but 16
+  slots gave the same rate as 8 (228 against 231/s), so the default stays
+  8; what keeps them busy is the status write's latency on saturated
+  cores. Until this session's report the suite waited for convergence by
+  listing all 2000 objects every 50 ms, which took the API server's CPU
+  from the operator being measured (the raw limit, whose client writes
+  the status itself, listed once): that is why the report before read
+  0.55 of raw, and the watch that replaced it reads 0.80. The operator's
   CPU profile (` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero-admitted go run ./bench/suite -only throughput -runs 1 -out "" -pprof /tmp/prof` + "`" + `,
   ` + "`" + `go tool pprof -top -cum /tmp/prof/opzero-admitted-throughput-1.cpu.pprof` + "`" + `):
   1.17 ms per object, 27% of it the status write (client-go encoding, HTTP/2

@@ -31,12 +31,11 @@ const tpObjects = 2000
 // at admission (--answer=admitted) with the generated wiring (one
 // ApiServerSource per kind: ConfigWatchers and ConfigMaps) and the event
 // cache (--event-cache), without the cache, and with four ConfigWatcher
-// sources, and with the reconcile concurrency before (8); and the raw
-// limit. Every object carries a shard label (0-3) in
+// sources; and the raw limit. Every object carries a shard label (0-3) in
 // every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
 // (controller-runtime and raw are always run: the ratios need them).
 var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
-	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-admitted-c8", "raw"}
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "raw"}
 
 // tpVariant describes how a serverless variant is run.
 type tpVariant struct {
@@ -51,7 +50,6 @@ var tpServerless = map[string]tpVariant{
 	"opzero-async":            {args: []string{"--async"}, selectors: []string{""}},
 	"opzero-admitted":         {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-nocache": {args: []string{"--answer=admitted"}, selectors: []string{""}, cmSource: true},
-	"opzero-admitted-c8":      {args: []string{"--answer=admitted", "--event-cache", "--max-concurrent-reconciles=8"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
 }
 
@@ -106,20 +104,19 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	for _, v := range variants {
 		name := map[string]string{
 			"controller-runtime":      "controller-runtime (MaxConcurrentReconciles 4)",
-			"opzero":                  "opzero serverless, answer after the reconcile (default; real ApiServerSource adapter, 16 concurrent keys)",
+			"opzero":                  "opzero serverless, answer after the reconcile (default; real ApiServerSource adapter, 8 concurrent keys)",
 			"opzero-4src":             "opzero serverless, answer after the reconcile, 4 ApiServerSources each selecting a quarter of the objects by label",
 			"opzero-async":            "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
 			"opzero-admitted":         "opzero serverless --answer=admitted --event-cache, the generated wiring (one ApiServerSource per kind: ConfigWatchers, ConfigMaps)",
 			"opzero-admitted-nocache": "the same without --event-cache (the ConfigMap GET goes to the API server)",
 			"opzero-admitted-4src":    "opzero serverless --answer=admitted --event-cache, 4 ConfigWatcher sources by label + the ConfigMap source",
-			"opzero-admitted-c8":      "the generated wiring with --max-concurrent-reconciles=8 (the default before: 16 now)",
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
 		r.fig("tp-"+v+"-cr", m/cr)
 		r.fig("tp-"+v+"-raw", m/raw)
 	}
-	fmt.Fprintf(&b, "\nCPU per object, ms (user + system, from /proc, from the first create until the last object converged; median of %d runs): where the 2 cores go. The suite is the creating client and the watch that sees the objects converge. In flight: the opzero operator's reconciler calls at once, on average over the run (the sum of their durations, `controller_runtime_reconcile_time_seconds_sum`, over the run's), against its `--max-concurrent-reconciles` (16 by default, 8 before): a run that keeps every slot busy is bounded by slots / reconcile latency.\n\n", runs)
+	fmt.Fprintf(&b, "\nCPU per object, ms (user + system, from /proc, from the first create until the last object converged; median of %d runs): where the 2 cores go. The suite is the creating client and the watch that sees the objects converge. In flight: the opzero operator's reconciler calls at once, on average over the run (the sum of their durations, `controller_runtime_reconcile_time_seconds_sum`, over the run's), against its `--max-concurrent-reconciles` (8 by default).\n\n", runs)
 	groups := []string{"api server", "etcd", "operator", "adapters", "suite"}
 	fmt.Fprintf(&b, "| variant | %s | total | total vs raw limit | in flight |\n|---|---|---|---|---|---|---|---|---|\n", strings.Join(groups, " | "))
 	total := func(v string) float64 {

@@ -23,7 +23,7 @@ import (
 
 // Options tunes an Engine. Zero values take the defaults in parentheses.
 type Options struct {
-	// MaxConcurrentReconciles bounds the reconciler calls at once (16):
+	// MaxConcurrentReconciles bounds the reconciler calls at once (8):
 	// distinct keys reconciling. With a Locker, taking, keeping and
 	// releasing keys' Leases does not count against it: up to as many more
 	// keys may be doing that, or holding a Lease while they wait for a
@@ -257,7 +257,7 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 
 func (o Options) withDefaults() Options {
 	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 16
+		o.MaxConcurrentReconciles = 8
 	}
 	if o.ReconcileTimeout <= 0 {
 		o.ReconcileTimeout = 5 * time.Minute
