@@ -116,6 +116,7 @@ type soak struct {
 	mu       sync.Mutex
 	live     []string          // names the stream believes exist
 	deaths   map[int]time.Time // operator pids the test killed
+	srcKills []time.Time       // when the test killed the wakeup source
 	faults   map[string]int    // by kind
 	notes    []string          // one per fault
 	paused   atomic.Bool       // the stream holds off (a burst at zero is coming)
@@ -366,6 +367,9 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 	case "wakeup-source":
 		n := s.pendingWakeups(20 * time.Second)
 		pid := s.killSupervised("Deployment " + s.ns + "/testop-wakeup-source")
+		s.mu.Lock()
+		s.srcKills = append(s.srcKills, time.Now())
+		s.mu.Unlock()
 		note = fmt.Sprintf("SIGKILL of pid %d with %d Wakeups pending", pid, n)
 	case "burst-at-zero":
 		s.paused.Store(true)
@@ -564,6 +568,43 @@ func (w soakWake) fired(ds []wakeup) bool {
 	})
 }
 
+// superseded reports whether the wakeup was due while no wakeup source
+// ran (one of down's intervals) and another event's reconcile at or after
+// due, still in that interval, recorded woke: that success cancelled the
+// Wakeup (the engine's contract: a later success cancels what is pending),
+// so the source, back, had nothing left to deliver. Not a lost wakeup.
+func (w soakWake) superseded(down [][2]time.Time) bool {
+	return slices.ContainsFunc(down, func(d [2]time.Time) bool {
+		return !w.due.Before(d[0]) && w.due.Before(d[1]) && !w.woke.Before(w.due) && w.woke.Before(d[1])
+	})
+}
+
+// sourceDown is when no wakeup source ran: from each kill by the test to
+// dev's restart of it (still down: until now).
+func (s *soak) sourceDown() [][2]time.Time {
+	s.mu.Lock()
+	kills := slices.Clone(s.srcKills)
+	s.mu.Unlock()
+	var restarts []time.Time
+	for _, e := range s.buf.events(s.t) {
+		if e.Event == dev.EventProcessRestarted && e.Process == "Deployment "+s.ns+"/testop-wakeup-source" {
+			restarts = append(restarts, e.Time)
+		}
+	}
+	var down [][2]time.Time
+	for _, k := range kills {
+		end := time.Now()
+		for _, r := range restarts {
+			if r.After(k) {
+				end = r
+				break
+			}
+		}
+		down = append(down, [2]time.Time{k, end})
+	}
+	return down
+}
+
 // state lists what is not converged yet, and how many objects there are
 // and how many converged.
 func (s *soak) state() (problems []string, objects, converged int) {
@@ -611,7 +652,7 @@ func (s *soak) state() (problems []string, objects, converged int) {
 		if cw.Spec.PodSelector["wake"] != "" {
 			w := parseSoakWake(cw.Status.ConfigMapVersion)
 			ds := delivered[s.ns+"/"+cw.Name]
-			fired := w.fired(ds)
+			fired := w.fired(ds) || w.superseded(s.sourceDown())
 			switch {
 			case w.gen != gen:
 				bad = append(bad, fmt.Sprintf("RequeueAfter not asked for generation %d (status %q)", gen, cw.Status.ConfigMapVersion))
