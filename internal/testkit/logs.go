@@ -5,17 +5,36 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // LogWriter is an io.Writer that sends each write to t.Log, without its
-// trailing newline: where a process under test writes its output.
-func LogWriter(t testing.TB) io.Writer { return logWriter{t} }
+// trailing newline: where a process under test writes its output. Writes
+// after the test's cleanups have run (a goroutine of the code under test
+// that outlived it) are dropped: t.Log would panic then.
+func LogWriter(t testing.TB) io.Writer {
+	w := &logWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.done = true
+	})
+	return w
+}
 
-type logWriter struct{ t testing.TB }
+type logWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool // the test has ended
+}
 
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(b), "\n"))
+func (w *logWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(b), "\n"))
+	}
 	return len(b), nil
 }
 

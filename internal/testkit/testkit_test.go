@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -191,5 +192,37 @@ func TestStartChildQuotesTheLog(t *testing.T) {
 	_, err := testkit.StartChild(t, child("exit", 0), "http://127.0.0.1:1/", 10*time.Second)
 	if !testkit.PortTaken(err) || !strings.Contains(err.Error(), "exited before answering") {
 		t.Fatalf("StartChild of a child that exits: %v, want the exit and its log", err)
+	}
+}
+
+// recordingTB is a testing.TB that records Log calls and runs its
+// cleanups when told.
+type recordingTB struct {
+	testing.TB
+	logs     []string
+	cleanups []func()
+}
+
+func (r *recordingTB) Log(args ...any)  { r.logs = append(r.logs, fmt.Sprint(args...)) }
+func (r *recordingTB) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *recordingTB) end() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// TestLogWriterAfterTheTest: what a process writes while the test runs
+// reaches t.Log; what a goroutine that outlived the test writes is dropped
+// (t.Log would panic: "Log in goroutine after ... has completed").
+func TestLogWriterAfterTheTest(t *testing.T) {
+	r := &recordingTB{}
+	w := testkit.LogWriter(r)
+	fmt.Fprintln(w, "during")
+	r.end()
+	if n, err := fmt.Fprintln(w, "after"); n != len("after\n") || err != nil {
+		t.Fatalf("write after the test: %d, %v; want it taken whole", n, err)
+	}
+	if !slices.Equal(r.logs, []string{"during"}) {
+		t.Fatalf("logged %q, want only the write made during the test", r.logs)
 	}
 }
