@@ -462,18 +462,25 @@ other work shared it.
   kubernetes/scheme, which registers all 56 built-in API groups; a client
   on client-go's REST client with only the kinds used would shed most of
   the type descriptors and k8s.io/api's code) or a smaller heap goal.
-- **Cold start through the activator missed 40 ms in the report of
-  2026-11-23 (third session), and the load, not the code, made it so.**
-  That run's cold starts were all about twice the previous report's,
-  the engine before (5042ed2) and controller-runtime included (56.2 and
-  492.4 ms against 27.2 and 233 ms): a test run of examples/postgres
-  shared the 2 cores during the run's first parts. Within the run the
-  default build was 1.11x the engine before (62.3 against 56.2 ms). The
-  part alone on the quiet machine right after
-  (` + "`" + `go run ./bench/suite -only coldstart -out ""` + "`" + `): 37.1 ms (31.6-41.5)
-  with --insecure-no-auth, 35.9 ms with a TokenReview, against 42.7 and
-  43.5 ms for the engine before (0.87x and 0.83x). The trim runs only
-  after the first answer, so it is not in this figure.
+- **Cold start through the activator: 45.6 ms in this report (fourth
+  session of 2026-11-23), against 40, and the whole part ran slow.** Every
+  variant of the part was slower than in the day's earlier quiet runs: the
+  engine before (5042ed2) took 52.8 ms through the activator, against
+  27.2 ms in the second session's report and 42.7 ms in the third
+  session's run of the part alone; its exec -> ready was 78.4 ms. Within
+  the run the default build is 0.86x the engine before (45.6 against
+  52.8 ms), with a spread of 32-59.5 ms over 10 runs. The activator adds
+  little: the default build's exec -> ready was 41.7 ms (25.4-58.6), so
+  what bounds a cold start here is exec and the process's start (loading
+  the binary's pages, package init, flag and config parsing, the client),
+  then the first reconcile's requests (the bullet below has their
+  profile). Why the same binaries start slower as the day goes on is not
+  measured: the machine reclaims memory in the background (kdamond, the
+  kernel's DAMON reclaim, used minutes of CPU), which may evict the
+  binaries' pages from the page cache between runs; this is a guess. In
+  the third session's report a concurrent test run doubled every cold
+  start (62.3 ms), and the part alone right after gave 37.1 ms (0.87x
+  the engine before).
 - **Cold start: the first reconcile no longer discovers the whole API.**
   controller-runtime's mapper answers its first question with aggregated
   discovery: GET /api and GET /apis, every resource of every group,
@@ -622,7 +629,14 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   132 against 100 objects/s) and costs when the 2 cores are saturated
   (runs 1-2: 26 and 60 against 48 and 48).
 - **Scale-out: the Lease writes no longer take the reconcile slot; what
-  is left is the machine's CPU.** The 200-object run sends one event per
+  is left is the API server's latency at 4x the request rate.** This
+  report (fourth session): 3.56x (59 objects/s at 4 instances, 52-62 over
+  3 runs, against 17 with one); one run of the part alone earlier in the
+  session, with the machine shared with other work but the suite's poll
+  replaced by a watch, gave 3.91x; the profile below bounds it at about
+  4 x 61 / 76 = 3.2x when the API server's answers slow down, and at 4x
+  when they do not, so the figure moves with the API server's headroom in
+  each run. The 200-object run sends one event per
   key, so each key still costs a Lease create before its reconcile and a
   delete after (1 s later, once idle, in a queue run of its own). With a
   Locker the engine now lets its per-key queue run up to twice
