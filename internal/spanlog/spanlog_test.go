@@ -11,7 +11,9 @@ import (
 
 func TestOverlaps(t *testing.T) {
 	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
-	span := func(pid, start, end int) *spanlog.Span { return &spanlog.Span{PID: pid, Start: at(start), End: at(end)} }
+	span := func(pid, start, end int) *spanlog.Span {
+		return &spanlog.Span{PID: pid, Start: at(start), End: at(end)}
+	}
 	for _, tc := range []struct {
 		name string
 		runs []*spanlog.Span
