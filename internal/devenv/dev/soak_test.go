@@ -617,6 +617,7 @@ func (s *soak) state() (problems []string, objects, converged int) {
 		return []string{err.Error()}, 0, 0
 	}
 	delivered := s.wakeupDeliveries()
+	down := s.sourceDown()
 	children := map[string]*corev1.ConfigMap{}
 	for i, cm := range cms.Items {
 		if strings.HasSuffix(cm.Name, "-child") {
@@ -652,7 +653,7 @@ func (s *soak) state() (problems []string, objects, converged int) {
 		if cw.Spec.PodSelector["wake"] != "" {
 			w := parseSoakWake(cw.Status.ConfigMapVersion)
 			ds := delivered[s.ns+"/"+cw.Name]
-			fired := w.fired(ds) || w.superseded(s.sourceDown())
+			fired := w.fired(ds) || w.superseded(down)
 			switch {
 			case w.gen != gen:
 				bad = append(bad, fmt.Sprintf("RequeueAfter not asked for generation %d (status %q)", gen, cw.Status.ConfigMapVersion))
