@@ -3,8 +3,6 @@ package wakeup_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -85,27 +83,10 @@ func testSourceStart(t *testing.T, refuse bool) {
 	t0 := time.Now().Truncate(time.Second)
 	clk := clocktesting.NewFakeClock(t0)
 
-	var mu sync.Mutex
-	due := map[string]time.Time{}
-	var order []string
-	count := map[string]int{}
-	early := 0
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.Header.Get("Ce-Targetname")
-		mu.Lock()
-		defer mu.Unlock()
-		if clk.Now().Before(due[name]) {
-			early++
-		}
-		if count[name] == 0 {
-			order = append(order, name)
-		}
-		count[name]++
-	}))
-	defer sink.Close()
+	rec, sink := newDueSink(t, clk)
 	create := func(name string, at time.Time, labeled bool) {
 		t.Helper()
-		due[name] = at
+		rec.due[name] = at
 		w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w-" + name, Labels: map[string]string{wakeup.OperatorLabel: "start"}},
 			Spec: v1alpha1.WakeupSpec{Operator: "start", Sink: sink.URL, Due: metav1.NewMicroTime(at), Reason: v1alpha1.ReasonRequeueAfter,
 				Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: ns, Name: name}}}
@@ -143,20 +124,20 @@ func testSourceStart(t *testing.T, refuse bool) {
 	if !refuse && (fullLists != 0 || initialWatches != 1) {
 		t.Errorf("start: %d lists of every record, %d watches with initial events; want 0 and 1", fullLists, initialWatches)
 	}
-	if refuse && fullLists < len(due)/3 {
-		t.Errorf("start on a server without WatchList: %d lists of every record (pages of 3), want %d or more", fullLists, len(due)/3)
+	if refuse && fullLists < len(rec.due)/3 {
+		t.Errorf("start on a server without WatchList: %d lists of every record (pages of 3), want %d or more", fullLists, len(rec.due)/3)
 	}
 
 	// The overdue records fire with the clock standing still (past due
 	// buckets are read a group at a time once the window has room).
 	if err := testkit.Poll(ctx, 30*time.Second, func(context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= 26, nil
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.order) >= 26, nil
 	}); err != nil {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("the overdue records delivered: %v; delivered %v, %d held", err, order, src.Held())
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		t.Fatalf("the overdue records delivered: %v; delivered %v, %d held", err, rec.order, src.Held())
 	}
 	for clk.Now().Before(t0.Add(11 * time.Minute)) {
 		clk.Step(time.Second)
@@ -164,26 +145,26 @@ func testSourceStart(t *testing.T, refuse bool) {
 	}
 	testkit.Eventually(t, time.Minute, "every record delivered", func(context.Context) (bool, error) {
 		clk.Step(time.Second)
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= len(due), nil
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.order) >= len(rec.due), nil
 	})
 	testkit.Eventually(t, 30*time.Second, "every record deleted", func(ctx context.Context) (bool, error) {
 		list := &v1alpha1.WakeupList{}
 		err := env.Client.List(ctx, list, client.InNamespace(ns))
 		return err == nil && len(list.Items) == 0, err
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if early != 0 {
-		t.Errorf("%d deliveries before their due time", early)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.early != 0 {
+		t.Errorf("%d deliveries before their due time", rec.early)
 	}
-	for name, n := range count {
+	for name, n := range rec.count {
 		if n != 1 {
 			t.Errorf("%s delivered %d times", name, n)
 		}
 	}
-	if order[0] != "stray-overdue" || !slices.IsSortedFunc(order, func(a, b string) int { return due[a].Compare(due[b]) }) {
-		t.Errorf("delivered out of due order: %v", order)
+	if rec.order[0] != "stray-overdue" || !slices.IsSortedFunc(rec.order, func(a, b string) int { return rec.due[a].Compare(rec.due[b]) }) {
+		t.Errorf("delivered out of due order: %v", rec.order)
 	}
 }

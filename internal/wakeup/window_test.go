@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -43,31 +44,14 @@ func TestSourceWindow(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
 	clk := clocktesting.NewFakeClock(t0)
 
-	var mu sync.Mutex
-	due := map[string]time.Time{} // target name -> due
-	var order []string            // deliveries, first arrivals
-	count := map[string]int{}
-	early := 0
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.Header.Get("Ce-Targetname")
-		mu.Lock()
-		defer mu.Unlock()
-		if clk.Now().Before(due[name]) {
-			early++
-		}
-		if count[name] == 0 {
-			order = append(order, name)
-		}
-		count[name]++
-	}))
-	defer sink.Close()
+	rec, sink := newDueSink(t, clk)
 	store := wakeup.NewStore(env.Client, wakeup.StoreOptions{Operator: "win", Target: v1.GroupVersion.WithKind("ConfigWatcher"),
 		Sink: sink.URL, Policy: backoff.DefaultPolicy(), Clock: clk})
 	requeue := func(name string, d time.Duration) {
 		t.Helper()
-		mu.Lock()
-		due[name] = clk.Now().Add(d)
-		mu.Unlock()
+		rec.mu.Lock()
+		rec.due[name] = clk.Now().Add(d)
+		rec.mu.Unlock()
 		if err := store.Requeue(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}, d); err != nil {
 			t.Fatal(err)
 		}
@@ -78,9 +62,9 @@ func TestSourceWindow(t *testing.T) {
 	stray := func(name string, d time.Duration, label string) {
 		t.Helper()
 		at := t0.Add(d)
-		mu.Lock()
-		due[name] = at
-		mu.Unlock()
+		rec.mu.Lock()
+		rec.due[name] = at
+		rec.mu.Unlock()
 		w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stray-" + name, Labels: map[string]string{wakeup.OperatorLabel: "win"}},
 			Spec: v1alpha1.WakeupSpec{Operator: "win", Sink: sink.URL, Due: metav1.NewMicroTime(at), Reason: v1alpha1.ReasonRequeueAfter,
 				Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: ns, Name: name}}}
@@ -102,9 +86,9 @@ func TestSourceWindow(t *testing.T) {
 	failures := funcr.New(func(_, args string) {
 		if _, after, ok := strings.Cut(args, `"wakeup"="`); ok {
 			name, _, _ := strings.Cut(after, `"`)
-			mu.Lock()
+			rec.mu.Lock()
 			retried[name[strings.Index(name, "/")+1:]] = true
-			mu.Unlock()
+			rec.mu.Unlock()
 			t.Logf("delivery failed, retried: %s", args)
 		}
 	}, funcr.Options{})
@@ -142,12 +126,12 @@ func TestSourceWindow(t *testing.T) {
 		deleted[name] = true
 	}
 	step(t0.Add(11 * time.Minute))
-	want := len(due) - len(deleted)
+	want := len(rec.due) - len(deleted)
 	testkit.Eventually(t, time.Minute, "every record delivered", func(context.Context) (bool, error) {
 		clk.Step(time.Second) // in case the source set a timer just before a step
-		mu.Lock()
-		defer mu.Unlock()
-		return len(order) >= want, nil
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.order) >= want, nil
 	})
 	testkit.Eventually(t, 30*time.Second, "every record deleted", func(ctx context.Context) (bool, error) {
 		list := &v1alpha1.WakeupList{}
@@ -155,30 +139,59 @@ func TestSourceWindow(t *testing.T) {
 		return err == nil && len(list.Items) == 0, err
 	})
 
-	mu.Lock()
-	defer mu.Unlock()
-	if early != 0 {
-		t.Errorf("%d deliveries before their due time", early)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.early != 0 {
+		t.Errorf("%d deliveries before their due time", rec.early)
 	}
-	for name, n := range count {
+	for name, n := range rec.count {
 		if n != 1 || deleted[name] {
 			t.Errorf("%s delivered %d times (deleted before its due time: %v)", name, n, deleted[name])
 		}
 	}
 	var inOrder []string // the deliveries of records delivered at the first attempt
-	for _, name := range order {
+	for _, name := range rec.order {
 		if !retried[wakeup.Name("win", types.NamespacedName{Namespace: ns, Name: name})] && !retried["stray-"+name] {
 			inOrder = append(inOrder, name)
 		}
 	}
-	if !slices.IsSortedFunc(inOrder, func(a, b string) int { return due[a].Compare(due[b]) }) {
+	if !slices.IsSortedFunc(inOrder, func(a, b string) int { return rec.due[a].Compare(rec.due[b]) }) {
 		t.Errorf("delivered out of due order: %v", inOrder)
 	}
-	if len(retried) > len(order)/10 {
-		t.Errorf("%d of %d deliveries failed at first", len(retried), len(order))
+	if len(retried) > len(rec.order)/10 {
+		t.Errorf("%d of %d deliveries failed at first", len(retried), len(rec.order))
 	}
 	if limit := window + window/8 + 4; maxHeld > limit {
 		t.Errorf("the source held %d records at once, want at most %d (window %d, 4 strays)", maxHeld, limit, window)
 	}
-	t.Logf("%d delivered in due order; at most %d held", len(order), maxHeld)
+	t.Logf("%d delivered in due order; at most %d held", len(rec.order), maxHeld)
+}
+
+// dueSink is a wakeup sink that records, under mu, each target's first
+// arrival in order, how often each arrived, and arrivals before the due
+// time the test set in due (target name -> due), on clk.
+type dueSink struct {
+	mu    sync.Mutex
+	due   map[string]time.Time
+	order []string
+	count map[string]int
+	early int
+}
+
+func newDueSink(t *testing.T, clk clock.PassiveClock) (*dueSink, *httptest.Server) {
+	rec := &dueSink{due: map[string]time.Time{}, count: map[string]int{}}
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.Header.Get("Ce-Targetname")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if clk.Now().Before(rec.due[name]) {
+			rec.early++
+		}
+		if rec.count[name] == 0 {
+			rec.order = append(rec.order, name)
+		}
+		rec.count[name]++
+	}))
+	t.Cleanup(sink.Close)
+	return rec, sink
 }
