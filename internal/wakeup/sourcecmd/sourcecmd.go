@@ -85,6 +85,9 @@ func (f Flags) Run(ctx context.Context) error {
 			return fmt.Errorf("--service-account %q: want <namespace>/<name> of the service account whose tokens carry --audience", f.ServiceAccount)
 		}
 	}
+	if f.PageSize <= 0 {
+		return fmt.Errorf("--page-size %d: want a positive number of Wakeups per list request (500 by default)", f.PageSize)
+	}
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no Kubernetes API server: set KUBECONFIG or run in a cluster: %w", err)
