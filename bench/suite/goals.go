@@ -23,7 +23,7 @@ func (r *report) goals() string {
 		{"the same with 4 ConfigWatcher sources: x controller-runtime (the default answer, 4 sources)", "x", []string{"tp-opzero-admitted-4src-cr", "tp-opzero-4src-cr"}, 1.5, false},
 		{fmt.Sprintf("wakeup source with %s pending: RSS MiB (peak, fire lateness p99 ms; at 100k: RSS, p99, the source before that held every record)", count(cmp.Or(r.figs["wk-pending"], float64(wakeupsPending)))), "MiB", []string{"wk-rss", "wk-peak", "wk-p99", "wk-rss-100000", "wk-p99-100000", "wk-rss-before-100000"}, 40, true},
 		{"Lease writes per reconcile, max-scale > 1, a steady stream, 4 instances, Leases kept while warm and events forwarded to the holder (kept, holder's Lease marked: the engine before forwarding; released after each reconcile)", "", []string{"ls-4-true", "ls-4-mark", "ls-4-false"}, 1.0, true},
-		{"4 instances, 50 ms external call: x one instance", "x", []string{"so-4x"}, 3.7, false},
+		{"4 instances, 50 ms external call: x one instance, Resource-mode events as the generated wiring sends (Reference mode, the reconcile GETs the object: x one instance)", "x", []string{"so-4x", "so-4x-ref"}, 3.7, false},
 		{"serverless RSS, default build (serverless only), largest median over 0-10000 ConfigMaps, after the first reconcile or after 200 more, MiB (after the first, after 200 more; classic linked, no trim, after the first)", "MiB", []string{"rss-default", "rss-first", "rss-steady", "rss-linked"}, 24, true},
 		{"cold start, event at zero -> reconciled through `opzero dev`'s activator, ms (with a TokenReview; classic linked)", "ms", []string{"cold-activator-0", "cold-activator-1", "cold-activator-2"}, 40, true},
 	}

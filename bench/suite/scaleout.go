@@ -51,18 +51,20 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 	type variant struct {
 		n      int
 		leases bool
+		mode   cloudevent.Mode
 	}
-	variants := []variant{{1, false}, {1, true}, {2, true}, {4, true}}
+	resource, reference := cloudevent.Resource, cloudevent.Reference
+	variants := []variant{{1, false, resource}, {1, true, resource}, {2, true, resource}, {4, true, resource}, {1, false, reference}, {4, true, reference}}
 	res := map[variant][]float64{}
 	leaseWrites, reconciles := map[variant]float64{}, map[variant]float64{}
 	for i := 0; i < runs; i++ {
 		for _, v := range variants {
-			fmt.Printf("  scale-out %d instance(s), leases %v, run %d ...\n", v.n, v.leases, i+1)
+			fmt.Printf("  scale-out %d instance(s), leases %v, %s mode, run %d ...\n", v.n, v.leases, v.mode, i+1)
 			maxScale := 1
 			if v.leases {
 				maxScale = 4
 			}
-			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, maxScale, fmt.Sprintf("so-%d-%v-%d", v.n, v.leases, i), soObjects, 1)
+			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, maxScale, fmt.Sprintf("so-%d-%v-%s-%d", v.n, v.leases, strings.ToLower(string(v.mode)), i), soObjects, 1, v.mode)
 			if err != nil {
 				return fmt.Errorf("scale-out with %d instances: %w", v.n, err)
 			}
@@ -72,20 +74,28 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d ConfigWatchers, one event each, sent at concurrency %d through a round-robin balancer; each reconcile makes a 50 ms external call and writes the status; each instance reconciles one key at a time (`--max-concurrent-reconciles=1`; its Lease writes do not take that slot, so one key's Lease is taken while another reconciles). Objects per second until all have observedGeneration == generation, median (min-max) of %d runs. Lease writes per reconcile: the API server's `apiserver_request_total` for leases over the status writes, all runs (the API server's own heartbeat Lease adds ~0.01).\n\n", soObjects, soSenders, runs)
-	fmt.Fprintf(&b, "| instances | max-scale (locking) | objects/s | vs 1 instance, max-scale 1 | vs 1 instance, max-scale 4 | lease writes per reconcile |\n|---|---|---|---|---|---|\n")
-	one, oneLeased := fmedian(res[variants[0]]), fmedian(res[variants[1]])
+	fmt.Fprintf(&b, "%d ConfigWatchers, one event each, sent at concurrency %d through a round-robin balancer; each reconcile makes a 50 ms external call and writes the status; each instance reconciles one key at a time (`--max-concurrent-reconciles=1`; its Lease writes do not take that slot, so one key's Lease is taken while another reconciles). Resource mode is what the wiring `opzero manifests` generates sends: the event's object stands in for the reconcile's GET of it, so a reconcile makes the status write and, with Leases, the Lease's create and delete; in Reference mode the reconcile GETs the object too (the events this part sent before the fifth session of issue 16). Objects per second until all have observedGeneration == generation, median (min-max) of %d runs; ratios against one instance at max-scale 1 in the same mode. Lease writes per reconcile: the API server's `apiserver_request_total` for leases over the status writes, all runs (the API server's own heartbeat Lease adds ~0.01).\n\n", soObjects, soSenders, runs)
+	fmt.Fprintf(&b, "| events | instances | max-scale (locking) | objects/s | vs 1 instance, max-scale 1 | vs 1 instance, max-scale 4 | lease writes per reconcile |\n|---|---|---|---|---|---|---|\n")
+	one := map[cloudevent.Mode]float64{resource: fmedian(res[variants[0]]), reference: fmedian(res[variants[4]])}
+	oneLeased := fmedian(res[variants[1]])
 	for _, v := range variants {
 		lock := "1 (in memory)"
 		if v.leases {
 			lock = "4 (Leases)"
 		}
 		m := fmedian(res[v])
-		fmt.Fprintf(&b, "| %d | %s | %s | %.2fx | %.2fx | %.2f |\n", v.n, lock, fstatsInt(res[v]), m/one, m/oneLeased, leaseWrites[v]/reconciles[v])
-		if v.n == 4 {
-			r.fig("so-4x", m/one)
+		vsLeased := "-"
+		if v.mode == resource {
+			vsLeased = fmt.Sprintf("%.2fx", m/oneLeased)
 		}
-		if v.leases && v.n > 1 {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %.2fx | %s | %.2f |\n", v.mode, v.n, lock, fstatsInt(res[v]), m/one[v.mode], vsLeased, leaseWrites[v]/reconciles[v])
+		switch {
+		case v.n == 4 && v.mode == resource:
+			r.fig("so-4x", m/one[resource])
+		case v.n == 4:
+			r.fig("so-4x-ref", m/one[reference])
+		}
+		if v.leases && v.n > 1 && v.mode == resource {
 			r.fig("so-lease", leaseWrites[v]/reconciles[v])
 		}
 	}
@@ -122,7 +132,7 @@ func (e *env) leaseStream(ctx context.Context, r *report, b *strings.Builder, ru
 			if v.forward {
 				extra = append(extra, advertiseSelf)
 			}
-			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, 4, fmt.Sprintf("ls-%d-%v-%v-%d", v.n, v.keep, v.forward, i), soStreamObjects, soStreamEvents, extra...)
+			rate, lw, rc, err := e.scaleOutOnce(ctx, v.n, 4, fmt.Sprintf("ls-%d-%v-%v-%d", v.n, v.keep, v.forward, i), soStreamObjects, soStreamEvents, cloudevent.Reference, extra...)
 			if err != nil {
 				return fmt.Errorf("lease stream with %d instances: %w", v.n, err)
 			}
@@ -131,7 +141,7 @@ func (e *env) leaseStream(ctx context.Context, r *report, b *strings.Builder, ru
 			reconciles[v] += rc
 		}
 	}
-	fmt.Fprintf(b, "\nA steady stream: %d ConfigWatchers, %d events each, interleaved, sent as above (max-scale 4, Leases); events per second until every send is answered and no Lease is left, median (min-max) of %d runs; Lease writes and reconciles (status writes), all runs. An event for a key another instance holds is forwarded to the holder (each instance's `--advertise-address`, recorded on the Leases it holds; the default in a pod) or, without addresses (the engine before forwarding), marks the holder's Lease. Lease writes count every request but reads, refused ones too: a create the API server refuses (409, the key held elsewhere) is one.\n\n", soStreamObjects, soStreamEvents, runs)
+	fmt.Fprintf(b, "\nA steady stream: %d ConfigWatchers, %d events each, interleaved, sent as above in Reference mode (max-scale 4, Leases); events per second until every send is answered and no Lease is left, median (min-max) of %d runs; Lease writes and reconciles (status writes), all runs. An event for a key another instance holds is forwarded to the holder (each instance's `--advertise-address`, recorded on the Leases it holds; the default in a pod) or, without addresses (the engine before forwarding), marks the holder's Lease. Lease writes count every request but reads, refused ones too: a create the API server refuses (409, the key held elsewhere) is one.\n\n", soStreamObjects, soStreamEvents, runs)
 	fmt.Fprintf(b, "| instances | Lease kept while warm | events for other instances' keys | events/s | reconciles per event | lease writes per reconcile | lease writes per event |\n|---|---|---|---|---|---|---|\n")
 	events := float64(soStreamObjects * soStreamEvents * runs)
 	for _, v := range variants {
@@ -161,7 +171,7 @@ const advertiseSelf = "--advertise-address=self"
 // a balancer over n instances and returns events per second until every
 // object has converged (and, with Leases, none is left), and the Lease and
 // status writes the API server counted meanwhile.
-func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, objects, events int, extra ...string) (rate, leaseWrites, reconciles float64, err error) {
+func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, objects, events int, mode cloudevent.Mode, extra ...string) (rate, leaseWrites, reconciles float64, err error) {
 	if err := e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return 0, 0, 0, err
 	}
@@ -224,7 +234,7 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 		go func() {
 			defer wg.Done()
 			for cw := range jobs {
-				if err := deliverRef(front.URL, cw); err != nil {
+				if err := deliverEvent(front.URL, cw, mode); err != nil {
 					errc <- err
 					return
 				}
@@ -312,12 +322,12 @@ func waitHealthy(url string) error {
 	return fmt.Errorf("%s not up after 20 s", url)
 }
 
-// deliverRef sends cw's Reference-mode update event and wants a 200.
-func deliverRef(url string, cw *v1.ConfigWatcher) error {
+// deliverEvent sends cw's update event in mode and wants a 200.
+func deliverEvent(url string, cw *v1.ConfigWatcher, mode cloudevent.Mode) error {
 	obj := cw.DeepCopy()
 	obj.SetGroupVersionKind(v1.GroupVersion.WithKind("ConfigWatcher"))
 	b, _ := json.Marshal(obj)
-	ev, err := cloudevent.NewObjectEvent(cloudevent.Reference, cloudevent.Update, b, "configwatchers")
+	ev, err := cloudevent.NewObjectEvent(mode, cloudevent.Update, b, "configwatchers")
 	if err != nil {
 		return err
 	}
