@@ -462,25 +462,41 @@ other work shared it.
   kubernetes/scheme, which registers all 56 built-in API groups; a client
   on client-go's REST client with only the kinds used would shed most of
   the type descriptors and k8s.io/api's code) or a smaller heap goal.
-- **Cold start through the activator: 45.6 ms in this report (fourth
-  session of 2026-11-23), against 40, and the whole part ran slow.** Every
-  variant of the part was slower than in the day's earlier quiet runs: the
-  engine before (5042ed2) took 52.8 ms through the activator, against
-  27.2 ms in the second session's report and 42.7 ms in the third
-  session's run of the part alone; its exec -> ready was 78.4 ms. Within
-  the run the default build is 0.86x the engine before (45.6 against
-  52.8 ms), with a spread of 32-59.5 ms over 10 runs. The activator adds
-  little: the default build's exec -> ready was 41.7 ms (25.4-58.6), so
-  what bounds a cold start here is exec and the process's start (loading
-  the binary's pages, package init, flag and config parsing, the client),
-  then the first reconcile's requests (the bullet below has their
-  profile). Why the same binaries start slower as the day goes on is not
-  measured: the machine reclaims memory in the background (kdamond, the
-  kernel's DAMON reclaim, used minutes of CPU), which may evict the
-  binaries' pages from the page cache between runs; this is a guess. In
-  the third session's report a concurrent test run doubled every cold
-  start (62.3 ms), and the part alone right after gave 37.1 ms (0.87x
-  the engine before).
+- **Cold start through the activator: 91.9 ms in this report (fifth
+  session, 2026-11-25), against 40: missed; on this machine the
+  linked libraries' package init alone takes about 40 ms.** Within the
+  run the default build is 0.86x the engine before (91.9 against
+  107.0 ms; exec -> ready 81.4 against 86.2 ms): every figure of the
+  part is about 2-3x the earlier reports' on another machine of the same
+  kind (the engine before took 27.2 ms through the activator in the
+  second session's report, 52.8 ms in the fourth's). Where the start's
+  time goes, on the quiet machine before this run (the default build of
+  examples/configwatcher, CGO_ENABLED=0):
+  ` + "`GODEBUG=inittrace=1 ./configwatcher --help`" + ` (5 runs): package init
+  sums to 37-45 ms over 310 packages: client-go's kubernetes/scheme,
+  registering every built-in group, 9.0 ms; controller-runtime's
+  client/apiutil, registering them all again into its protobuf scheme,
+  3.6; structured-merge-diff 1.5; Prometheus 1.4; client-go's exec
+  credential plugin 1.2; the OTLP protos about 1.5; then a long tail
+  under 1 ms each. ` + "`perf stat -r 10`" + ` of the same: 60 ms elapsed, 65 ms of
+  CPU, 1565 minor page faults; ` + "`perf record -g`" + ` puts about 30% of the
+  samples in the kernel's page-fault path (this VM's paravirtualized
+  fault handling) and a few percent in the runtime's own set-up (itabs,
+  the first GC). A serverless start against an idle control plane,
+  timed from the shell's exec with inittrace on: the inits end at
+  ~52 ms, main logs "starting" at ~71 ms (the example's main registers
+  every built-in kind into its own scheme once more, as kubebuilder's
+  scaffold does, then operator.New and the builder), and the port
+  listens at ~72 ms; the first event's reconcile then takes ~35-45 ms
+  more (exec -> first event reconciled 118.4 ms). Tried: GOGC=off and
+  GOGC=400 for the start (10 runs each beside the default, one run):
+  exec -> ready 83.7 and 81.2 against 85.2 ms, through the activator
+  89.1 and 91.0 against 101.9 ms, within the spread (72-111 ms); not
+  made a default. What would cut it: not linking client-go's
+  kubernetes/scheme (controller-runtime's pkg/client imports it, and
+  apiutil registers it a second time at init), i.e. a client on
+  client-go's REST client that registers only the kinds the operator
+  uses, the same change the RSS bullet names; a design change, not made.
 - **Cold start: the first reconcile no longer discovers the whole API.**
   controller-runtime's mapper answers its first question with aggregated
   discovery: GET /api and GET /apis, every resource of every group,
@@ -630,7 +646,16 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   (runs 1-2: 26 and 60 against 48 and 48).
 - **Scale-out: the Lease writes no longer take the reconcile slot; what
   is left is the API server's latency at 4x the request rate.** This
-  report (fourth session): 3.56x (59 objects/s at 4 instances, 52-62 over
+  report (fifth session, 2026-11-25): 3.58x with Resource-mode events
+  (61 objects/s at 4 instances, 57-65 over 3 runs, against 17 with one),
+  3.35x with Reference-mode events in the same run (53 against 16). The
+  part now reads the goal on Resource mode, what the generated wiring's
+  ApiServerSources send: the event's object stands in for the
+  reconcile's GET, so each key costs the API server 3 requests (status
+  write, Lease create and delete) instead of 4, and the ratio rose by
+  0.23 within the run; it is still short of 3.7, for the reason below
+  (the API server's latency at 4x the rate: with one GET fewer per key
+  there is less of it, not none). The fourth session's report: 3.56x (59 objects/s at 4 instances, 52-62 over
   3 runs, against 17 with one); one run of the part alone earlier in the
   session, with the machine shared with other work but the suite's poll
   replaced by a watch, gave 3.91x; the profile below bounds it at about
