@@ -228,6 +228,8 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 	}
 	jobs := make(chan *v1.ConfigWatcher)
 	errc := make(chan error, soSenders)
+	failed := make(chan struct{}) // closed by the first sender that fails: stop feeding the others
+	var once sync.Once
 	var wg sync.WaitGroup
 	for w := 0; w < soSenders; w++ {
 		wg.Add(1)
@@ -236,14 +238,20 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 			for cw := range jobs {
 				if err := deliverEvent(front.URL, cw, mode); err != nil {
 					errc <- err
+					once.Do(func() { close(failed) })
 					return
 				}
 			}
 		}()
 	}
+feed:
 	for range events {
 		for _, cw := range cws {
-			jobs <- cw
+			select {
+			case jobs <- cw:
+			case <-failed:
+				break feed
+			}
 		}
 	}
 	close(jobs)

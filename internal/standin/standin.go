@@ -34,6 +34,7 @@ type State struct {
 	mu         sync.Mutex
 	standin    []byte // consumed by the first Get of key
 	generation int64  // of the primary object as last read
+	memory     bool   // a Get was answered from the stand-in or the Cache
 }
 
 type stateKey struct{}
@@ -72,6 +73,22 @@ func (s *State) take() []byte {
 	return b
 }
 
+// FromMemory reports whether a Get of this reconcile was answered from the
+// event's object or the Cache instead of the API server: a write conflict
+// (409) may then come from that object being older than the API server's,
+// which a GET would have read.
+func (s *State) FromMemory() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memory
+}
+
+func (s *State) answeredFromMemory() {
+	s.mu.Lock()
+	s.memory = true
+	s.mu.Unlock()
+}
+
 func (s *State) sawGeneration(g int64) {
 	s.mu.Lock()
 	s.generation = g
@@ -106,6 +123,7 @@ func NewClient(c client.Client) Client { return Client{Client: c} }
 func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if s, gvk := c.cached(ctx, obj); s != nil {
 		if raw := s.cache.Get(gvk, key); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil {
+			s.answeredFromMemory()
 			return nil
 		}
 		err := c.Client.Get(ctx, key, obj, opts...)
@@ -124,6 +142,7 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	if key == s.key {
 		if raw := s.take(); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil {
 			s.sawGeneration(obj.GetGeneration())
+			s.answeredFromMemory()
 			return nil
 		}
 	}

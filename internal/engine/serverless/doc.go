@@ -119,6 +119,13 @@
 //     time, late), so the first Get goes to the API server. A version seen
 //     before and since replaced (a redelivery) never stands in either. Every
 //     later read goes to the API server.
+//   - A write that conflicts (409) after a Get answered from memory (the
+//     event's object or the event cache) has the key reconciled once more
+//     at once, every read going to the API server: with more than one
+//     instance an event's object can be older than another instance's
+//     write that this one has not seen, where a GET would have read the
+//     newest. A second conflict, or one after reads from the API server
+//     only, is a failed reconcile like any other (retried with backoff).
 //   - Each reconcile's context carries a logger with the values
 //     controller-runtime's controller gives it (controller, controllerGroup,
 //     controllerKind, the Kind with namespace/name, namespace, name,

@@ -199,6 +199,11 @@ type Stats struct {
 	ForwardFailures atomic.Int64
 	// Admitted counts events answered at admission (Options.AnswerAdmitted).
 	Admitted atomic.Int64
+	// MemoryConflicts counts reconciles whose write conflicted after a Get
+	// answered from an event's object or the event cache, and that were
+	// run again at once reading from the API server (each also counts in
+	// Reconciles).
+	MemoryConflicts atomic.Int64
 }
 
 // New returns an engine for op. c must read from the API server (no cache);

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -199,6 +200,20 @@ func (e *Engine) runOnce(ctx context.Context, key reconcile.Request, arrivals []
 	ctx = log.IntoContext(ctx, e.logger(key, arrivals).WithValues(obs.LogValues()...))
 	e.stats.Reconciles.Add(1)
 	res, err := e.reconcile(ctx, key)
+	if err != nil && apierrors.IsConflict(err) && st.FromMemory() {
+		// A write conflicted after a Get was answered from memory: the
+		// event's object (or the cache's) was older than the API server's,
+		// e.g. another instance wrote the key since that event was sent. A
+		// GET would have read the newest, so reconcile once more at once
+		// with every read going to the API server, as Reference mode would
+		// have, instead of failing into a retry with backoff.
+		e.stats.MemoryConflicts.Add(1)
+		log.FromContext(ctx).V(1).Info("a write conflicted after a read answered from an event's object; reconciling again from the API server", "error", err.Error())
+		st = standin.New(e.op.Primary.GVK, key.NamespacedName, nil, e.versions)
+		ctx = standin.With(ctx, st)
+		e.stats.Reconciles.Add(1)
+		res, err = e.reconcile(ctx, key)
+	}
 	v := e.settle(ctx, key, st, res, err)
 	observed(obs, res, v)
 	return v
