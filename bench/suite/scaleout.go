@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -94,9 +93,6 @@ func (e *env) scaleOut(ctx context.Context, r *report, runs int) error {
 			r.fig("so-4x", m/one[resource])
 		case v.n == 4:
 			r.fig("so-4x-ref", m/one[reference])
-		}
-		if v.leases && v.n > 1 && v.mode == resource {
-			r.fig("so-lease", leaseWrites[v]/reconciles[v])
 		}
 	}
 	b.WriteString("\nThe Lease of a key is kept between its reconciles while events for it keep coming (`--lease-keep-idle`, default 1s) and deleted once it has had none for that long; these rows count the deletes too (each run waits until no Lease is left).\n")
@@ -367,26 +363,17 @@ func (e *env) requestCounts(ctx context.Context) (counts, error) {
 	if err != nil {
 		return counts{}, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	var c counts
-	s := bufio.NewScanner(bytes.NewReader(raw))
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		write := !strings.Contains(line, `verb="GET"`) && !strings.Contains(line, `verb="LIST"`) && !strings.Contains(line, `verb="WATCH"`)
-		switch {
-		case write && strings.Contains(line, `resource="leases"`):
-			c.leaseWrites += v
-		case write && strings.Contains(line, `resource="configwatchers"`) && strings.Contains(line, `subresource="status"`):
-			c.statusWrites += v
-		}
+	m, err := parseMetrics(bytes.NewReader(raw))
+	if err != nil {
+		return counts{}, fmt.Errorf("the API server's metrics: %w", err)
 	}
-	return c, s.Err()
+	write := func(l map[string]string) bool {
+		return l["verb"] != "GET" && l["verb"] != "LIST" && l["verb"] != "WATCH"
+	}
+	var c counts
+	c.leaseWrites, _ = m.sum("apiserver_request_total", func(l map[string]string) bool { return write(l) && l["resource"] == "leases" })
+	c.statusWrites, _ = m.sum("apiserver_request_total", func(l map[string]string) bool {
+		return write(l) && l["resource"] == "configwatchers" && l["subresource"] == "status"
+	})
+	return c, nil
 }

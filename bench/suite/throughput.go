@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -208,7 +207,7 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (tpRun, er
 		// Reconciler calls in flight, on average: their summed time over
 		// the run's (Little's law). It reads as busy slots out of
 		// --max-concurrent-reconciles.
-		busy, err := metricSum(ctx, metrics, "controller_runtime_reconcile_time_seconds_sum")
+		busy, err := histogramSum(ctx, metrics, "controller_runtime_reconcile_time_seconds")
 		if err != nil {
 			return run, err
 		}
@@ -218,9 +217,9 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (tpRun, er
 	return run, nil
 }
 
-// metricSum adds up the samples of one metric (every label set) that url
-// serves in Prometheus' text format.
-func metricSum(ctx context.Context, url, name string) (float64, error) {
+// histogramSum adds up the sums of one histogram (every label set) that
+// url serves.
+func histogramSum(ctx context.Context, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -230,24 +229,15 @@ func metricSum(ctx context.Context, url, name string) (float64, error) {
 		return 0, fmt.Errorf("reading the operator's metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	sum, found := 0.0, false
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 1<<20), 1<<20)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s in %s: %w", name, url, err)
-		}
-		sum, found = sum+v, true
+	m, err := parseMetrics(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
 	}
+	sum, found := m.sum(name, nil)
 	if !found {
 		return 0, fmt.Errorf("%s serves no %s", url, name)
 	}
-	return sum, s.Err()
+	return sum, nil
 }
 
 // cpuOf is the CPU time each group of processes has used so far.
