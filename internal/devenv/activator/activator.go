@@ -12,6 +12,9 @@
 //   - An instance that fails to start, or exits on its own, is forgotten; the
 //     next request starts a fresh one. Requests waiting for a failed start
 //     are answered 503 with Retry-After, which every Knative sender retries.
+//   - Once Run has ended (it stops every instance), a request is answered
+//     503 with Retry-After and starts nothing: no process outlives the
+//     activator undrained.
 //
 // # Scaling (a simplification of Knative's autoscaler)
 //
@@ -103,8 +106,9 @@ const (
 type Activator struct {
 	opts Options
 
-	mu    sync.Mutex
-	insts []*instance // oldest first
+	mu     sync.Mutex
+	insts  []*instance // oldest first
+	closed bool        // Run has ended: no instance starts any more
 
 	ColdStarts atomic.Int64 // starts from zero instances
 	Starts     atomic.Int64 // every instance started
@@ -215,6 +219,10 @@ func (a *Activator) Serve(w http.ResponseWriter, r *http.Request) Served {
 	return served
 }
 
+// errShutDown answers a request that arrives once Run has ended: no
+// instance is started that nothing would stop.
+var errShutDown = errors.New("shutting down: no instance is started any more")
+
 // errTimeout ends a request that outlived Options.Timeout.
 var errTimeout = errors.New("activator: request timeout")
 
@@ -230,6 +238,10 @@ func (a *Activator) proxyError(w http.ResponseWriter, r *http.Request, err error
 
 func (a *Activator) acquire(ctx context.Context) (*instance, Served, error) {
 	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, Served{}, errShutDown
+	}
 	inst := a.pickLocked()
 	event := ""
 	if inst == nil {
@@ -461,6 +473,7 @@ func (a *Activator) stop(inst *instance) {
 
 func (a *Activator) stopAll() {
 	a.mu.Lock()
+	a.closed = true
 	insts := append([]*instance(nil), a.insts...)
 	for _, i := range insts {
 		i.stopping, i.why = true, "shutdown"

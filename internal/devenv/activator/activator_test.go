@@ -266,3 +266,35 @@ func TestAddressEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestNoStartAfterShutdown: once Run has ended (every instance stopped), a
+// request is answered 503 with Retry-After and starts no instance.
+func TestNoStartAfterShutdown(t *testing.T) {
+	a := New(Options{Idle: time.Minute, Command: backend("1")})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	srv := httptest.NewServer(a)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request before the shutdown: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	<-done
+	if n := a.Instances(); n != 0 {
+		t.Fatalf("%d instances after Run ended, want 0", n)
+	}
+	resp, err = http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("request after the shutdown: %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if n, s := a.Instances(), a.Starts.Load(); n != 0 || s != 1 {
+		t.Errorf("after a request past the shutdown: %d instances, %d starts; want 0 and 1", n, s)
+	}
+}
