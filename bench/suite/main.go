@@ -653,7 +653,21 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   not the same work faster. The ratio against controller-runtime is a
   ratio to a bimodal baseline read as a median of 3; against the raw
   limit, which does not move so, the generated wiring is at 0.65 here
-  and 0.77 before (target 0.6). What bounds opzero's rate is unchanged
+  and 0.77 before (target 0.6). What makes controller-runtime bimodal,
+  from the API server's request counters: after this report, 5 runs of
+  controller-runtime and the generated wiring alone
+  (` + "`OPZERO_BENCH_TP_VARIANTS=controller-runtime,opzero-admitted go run ./bench/suite -only throughput -runs 5 -out \"\"`" + `,
+  with a temporary counter of apiserver_request_total around each run,
+  since removed). controller-runtime converged at 257, 144, 114, 108
+  and 66 objects/s, writing the status 2000, 3124, 4467, 3482 and 4774
+  times for the 2000 objects (all answered 200, no 409). The same
+  reconciler under opzero wrote it exactly 2000 times in every run (233,
+  183, 204, 191, 157/s). So controller-runtime's slow runs are the ones
+  where its reconciles write the status again, 1.6-2.4 times per object,
+  and its fast run is the one where they do not. Where those extra,
+  accepted writes come from was not found this session. Medians of those
+  5 runs: the generated wiring 1.68x controller-runtime (191 against 114)
+  and 0.75 of raw (255). What bounds opzero's rate is unchanged
   (next bullet: the 2 cores, 1.2-1.35x the raw limit's CPU per object).
 - **Throughput with one source: the 2 cores bound it, and opzero's
   path costs 1.2-1.35x the raw limit's CPU per object.** The CPU table
