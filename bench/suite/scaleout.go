@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -222,40 +221,12 @@ func (e *env) scaleOutOnce(ctx context.Context, n, maxScale int, ns string, obje
 	if pprofDir != "" {
 		defer e.profileAPIServer(ctx, "kube-apiserver-"+ns)()
 	}
-	jobs := make(chan *v1.ConfigWatcher)
-	errc := make(chan error, soSenders)
-	failed := make(chan struct{}) // closed by the first sender that fails: stop feeding the others
-	var once sync.Once
-	var wg sync.WaitGroup
-	for w := 0; w < soSenders; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for cw := range jobs {
-				if err := deliverEvent(front.URL, cw, mode); err != nil {
-					errc <- err
-					once.Do(func() { close(failed) })
-					return
-				}
-			}
-		}()
-	}
-feed:
-	for range events {
-		for _, cw := range cws {
-			select {
-			case jobs <- cw:
-			case <-failed:
-				break feed
-			}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	select {
-	case err := <-errc:
+	// Every object's first event, then every second...; the first failure
+	// stops the sending.
+	if err := forEach(ctx, soSenders, 0, objects*events, func(_ context.Context, i int) error {
+		return deliverEvent(front.URL, cws[i%objects], mode)
+	}); err != nil {
 		return 0, 0, 0, err
-	default:
 	}
 	if err := conv.wait(ctx, objects, t0, 3*time.Minute, nil); err != nil {
 		return 0, 0, 0, err
