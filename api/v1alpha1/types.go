@@ -1,6 +1,8 @@
-// Package v1alpha1 is opzero's durable wakeup record: one per operator and
-// key, saying when that key must be reconciled again (RequeueAfter, a retry
-// after a failure) even if no instance of the operator is running then.
+// Package v1alpha1 is opzero's own API: the durable wakeup record (one per
+// operator and key, saying when that key must be reconciled again, for
+// RequeueAfter or a retry after a failure, even if no instance of the
+// operator is running then) and the Subscription an operator gives the
+// opzero hub (what it takes events of, sweeps, wakeups, and where they go).
 //
 // +kubebuilder:object:generate=true
 // +groupName=opzero.dev
@@ -20,7 +22,7 @@ var GroupVersion = schema.GroupVersion{Group: "opzero.dev", Version: "v1alpha1"}
 var (
 	// SchemeBuilder registers the types.
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-	// AddToScheme adds Wakeup to a scheme.
+	// AddToScheme adds Wakeup and Subscription to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 

@@ -1,0 +1,169 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Subscription modes, as an ApiServerSource's spec.mode.
+const (
+	ModeResource  = "Resource"
+	ModeReference = "Reference"
+)
+
+// Subscription condition types. Ready is True when every other one is.
+const (
+	// SubscriptionReady: the hub delivers what the Subscription asks for.
+	SubscriptionReady = "Ready"
+	// SubscriptionValid: every resource names a known kind, every selector
+	// and schedule parses.
+	SubscriptionValid = "Valid"
+	// SubscriptionSinkResolved: the sink resolved to a URL.
+	SubscriptionSinkResolved = "SinkResolved"
+	// SubscriptionAuthorized: the service account may itself get, list and
+	// watch every resource it subscribes to (SubjectAccessReview).
+	SubscriptionAuthorized = "Authorized"
+)
+
+// Destination is where events go: a reference to an addressable object in
+// the Subscription's namespace (a Knative Service: its status.address.url),
+// or a URI. Knative's duckv1.Destination, without the CA certificates.
+type Destination struct {
+	Ref *KReference `json:"ref,omitempty"`
+	URI string      `json:"uri,omitempty"`
+	// Audience is the OIDC audience of the tokens sent with each event.
+	Audience string `json:"audience,omitempty"`
+}
+
+// KReference names an object in the Subscription's namespace.
+type KReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+}
+
+// SubscribedResource is one kind the operator takes events of.
+type SubscribedResource struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Mode is Resource (the event carries the object) or Reference (only
+	// kind, namespace, name and apiVersion), as an ApiServerSource's.
+	// +kubebuilder:validation:Enum=Resource;Reference
+	// +kubebuilder:default=Reference
+	Mode string `json:"mode,omitempty"`
+	// Namespaces limits the events to these namespaces; empty is every
+	// namespace.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// LabelSelector in its string form (kubectl's -l); empty is everything.
+	LabelSelector string `json:"labelSelector,omitempty"`
+	// Owner keeps only objects whose controller ownerReference is of this
+	// kind (an ApiServerSource's spec.owner).
+	Owner *OwnerFilter `json:"owner,omitempty"`
+	// ReferencedBy keeps only objects that some object of another kind
+	// names in a field (a ConfigWatcher's spec.configMap names a ConfigMap
+	// in its own namespace): the operator is not woken for the rest.
+	ReferencedBy *Referrer `json:"referencedBy,omitempty"`
+}
+
+// OwnerFilter is a controller owner's kind.
+type OwnerFilter struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// Referrer is a kind whose objects name objects of the subscribed kind, in
+// their own namespace, in one string field.
+type Referrer struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// FieldPath is the field holding the referenced name, dot separated
+	// (spec.configMap).
+	FieldPath string `json:"fieldPath"`
+}
+
+// Sweep is a periodic event, as a PingSource's: no data is the
+// anti-entropy sweep, {"sweep":"all"} the full one.
+type Sweep struct {
+	// Name makes the event's source, /apis/v1/namespaces/<ns>/pingsources/<name>.
+	Name string `json:"name"`
+	// Schedule is a cron schedule (five fields, or @hourly, @daily, ...;
+	// CRON_TZ= allowed).
+	Schedule string `json:"schedule"`
+	Data     string `json:"data,omitempty"`
+}
+
+// Delivery is how failed sends are retried (Knative's delivery spec).
+type Delivery struct {
+	// Retry is how many times a failed send is retried (10).
+	Retry *int32 `json:"retry,omitempty"`
+	// BackoffDelay is the first retry's delay, doubled each time (PT0.2S or
+	// 200ms).
+	BackoffDelay string `json:"backoffDelay,omitempty"`
+	// DeadLetterSink gets what could not be delivered.
+	DeadLetterSink *Destination `json:"deadLetterSink,omitempty"`
+	// Concurrency bounds the events sent at once (16); events of one object
+	// are always sent in order, one at a time.
+	Concurrency *int32 `json:"concurrency,omitempty"`
+}
+
+// SubscriptionSpec is what one serverless operator asks the hub for.
+type SubscriptionSpec struct {
+	// Operator is the operator's name: the hub delivers the Wakeups of this
+	// namespace whose spec.operator is it to the sink.
+	Operator string `json:"operator"`
+	// ServiceAccountName is the operator's service account: the hub
+	// delivers only what it may itself get, list and watch.
+	ServiceAccountName string `json:"serviceAccountName"`
+	Sink               Destination          `json:"sink"`
+	Resources          []SubscribedResource `json:"resources,omitempty"`
+	Sweeps             []Sweep              `json:"sweeps,omitempty"`
+	// Wakeups delivers the operator's durable Wakeups when due.
+	Wakeups  bool      `json:"wakeups,omitempty"`
+	Delivery *Delivery `json:"delivery,omitempty"`
+}
+
+// Progress is how far the hub has delivered one resource's changes.
+type Progress struct {
+	// Resource is apiVersion/kind.
+	Resource string `json:"resource"`
+	// ResourceVersion: every change up to it has been delivered.
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+// SubscriptionStatus is written by the hub.
+type SubscriptionStatus struct {
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	SinkURI            string             `json:"sinkUri,omitempty"`
+	Progress           []Progress         `json:"progress,omitempty"`
+}
+
+// Subscription asks the opzero hub, one process per cluster, to deliver an
+// operator's Kubernetes events, sweeps and wakeups (instead of one
+// ApiServerSource adapter per kind, PingSources and a wakeup source per
+// operator).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=hubsub,categories=opzero
+// +kubebuilder:printcolumn:name="Operator",type=string,JSONPath=`.spec.operator`
+// +kubebuilder:printcolumn:name="Sink",type=string,JSONPath=`.status.sinkUri`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+type Subscription struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SubscriptionSpec   `json:"spec"`
+	Status SubscriptionStatus `json:"status,omitempty"`
+}
+
+// SubscriptionList is a list of Subscriptions.
+//
+// +kubebuilder:object:root=true
+type SubscriptionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Subscription `json:"items"`
+}
+
+func init() { SchemeBuilder.Register(&Subscription{}, &SubscriptionList{}) }
