@@ -344,6 +344,9 @@ func (s *Source) dropUnseen(gen uint64, scope func(*entry) bool) {
 
 // operatorSelector selects the operator's records (SourceOptions.Operator).
 func (s *Source) operatorSelector() string {
+	if len(s.opts.Operators) > 0 {
+		return OperatorLabel + " in (" + strings.Join(s.opts.Operators, ",") + ")"
+	}
 	if s.opts.Operator == "" {
 		return ""
 	}

@@ -27,6 +27,14 @@ type SourceOptions struct {
 	// opzero.dev/operator): one source per operator, several operators on a
 	// cluster, each record delivered once.
 	Operator string
+	// Operators, if set instead, limits the Source to the records of these
+	// operators (the hub: those whose Subscriptions ask for wakeups).
+	Operators []string
+	// Route, if set, decides where a record goes and with which token,
+	// instead of the record's spec.sink and Token: the hub sends each
+	// record to the sink of its operator's Subscription. An error is a
+	// failed delivery (backed off).
+	Route func(ctx context.Context, operator, namespace, sink string) (url, token string, err error)
 	// Concurrency bounds the events being sent at once (16); up to four
 	// times as many delivered records may be waiting for their DELETE.
 	Concurrency int
@@ -233,11 +241,20 @@ func (s *Source) send(ctx context.Context, e *entry) error {
 		Operator: e.operator, APIVersion: e.target.APIVersion, Kind: e.target.Kind,
 		Namespace: e.target.Namespace, Name: e.target.Name, Reason: e.reason,
 	})
-	req, err := cloudevent.NewRequest(ctx, e.sink, ev, false)
-	if err != nil {
-		return fmt.Errorf("building the request to %s: %w", e.sink, err)
+	url, tok := e.sink, ""
+	if s.opts.Route != nil {
+		var err error
+		if url, tok, err = s.opts.Route(ctx, e.operator, e.ns, e.sink); err != nil {
+			return err
+		}
 	}
-	if s.opts.Token != nil {
+	req, err := cloudevent.NewRequest(ctx, url, ev, false)
+	if err != nil {
+		return fmt.Errorf("building the request to %s: %w", url, err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	} else if s.opts.Token != nil {
 		tok, err := s.opts.Token(ctx)
 		if err != nil {
 			return fmt.Errorf("getting a token: %w", err)
@@ -250,7 +267,7 @@ func (s *Source) send(ctx context.Context, e *entry) error {
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s answered %s", e.sink, resp.Status)
+		return fmt.Errorf("%s answered %s", url, resp.Status)
 	}
 	return nil
 }

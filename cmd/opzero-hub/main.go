@@ -1,0 +1,124 @@
+// Command opzero-hub is the opzero hub: one always-on process per cluster
+// that delivers every serverless operator's Kubernetes events, sweeps and
+// wakeups, as its Subscription (opzero.dev/v1alpha1) asks, in place of
+// per-operator Knative ApiServerSource adapters, PingSources and wakeup
+// sources. `opzero manifests --source=hub` deploys it and writes the
+// Subscriptions; see internal/hub for what it guarantees.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/hub"
+)
+
+const usage = `opzero-hub delivers what every serverless opzero operator in the cluster
+asks for in its Subscription (opzero.dev/v1alpha1): Knative ApiServerSource
+events of the kinds it watches (shared watches, metadata only where a
+reference is enough, filtered by selector, namespace, owner and referencedBy
+before anything is sent), PingSource ticks of its sweeps, and its Wakeups when
+they are due. It checks with SubjectAccessReview that each operator's service
+account may itself read what it subscribes to, and persists how far it has
+delivered in each Subscription's status.
+
+It needs: get/list/watch on subscriptions.opzero.dev and every kind
+subscribed to (opzero manifests --source=hub aggregates them into the
+opzero-hub ClusterRole), update on subscriptions/status, get/list/watch/delete
+on wakeups.opzero.dev, create on events and subjectaccessreviews, get on the
+sinks (Knative Services), and create on its own serviceaccounts/token.
+
+Usage:
+  opzero-hub [flags]
+
+Example:
+  opzero-hub --health-addr :8081 --service-account opzero-system/opzero-hub
+
+Flags:
+`
+
+func main() {
+	fs := flag.NewFlagSet("opzero-hub", flag.ExitOnError)
+	defSA := ""
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		defSA = ns + "/opzero-hub"
+	}
+	sa := fs.String("service-account", defSA, "The hub's own service account, namespace/name: deliveries to a sink with an audience carry its TokenRequest tokens (default $POD_NAMESPACE/opzero-hub; empty sends no token).")
+	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes) and /metrics on this address, e.g. :8081 (default: not served).")
+	recheck := fs.Duration("recheck", 30*time.Second, "How often every Subscription's sink and RBAC are checked again, besides on changes.")
+	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	_ = fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "error: unexpected argument %q: opzero-hub takes only flags (see -help)\n", fs.Arg(0))
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *sa, *healthAddr, *recheck, *flush); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration) error {
+	var id types.NamespacedName
+	if sa != "" {
+		ns, name, ok := strings.Cut(sa, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--service-account %q: want <namespace>/<name> of the hub's service account", sa)
+		}
+		id = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("no Kubernetes API server: set KUBECONFIG or run in a cluster: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
+	h, err := hub.New(cfg, c, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log})
+	if err != nil {
+		return err
+	}
+	if healthAddr != "" {
+		l, err := net.Listen("tcp", healthAddr)
+		if err != nil {
+			return fmt.Errorf("--health-addr %s: %w (choose another address)", healthAddr, err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(h.Stats().Collectors()...)
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", h.HealthHandler())
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
+	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid())
+	return h.Run(ctx)
+}

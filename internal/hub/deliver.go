@@ -1,0 +1,352 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/wakeup"
+)
+
+// delivery is one event waiting to be sent.
+type delivery struct {
+	build func() (*event.Event, error)
+	mark  *mark // nil for sweeps
+}
+
+// keyState is one object's (or sweep's) sends: one at a time, in order.
+type keyState struct {
+	busy   bool
+	queued bool
+	next   *delivery
+}
+
+// dispatcher sends one Subscription's events: up to its concurrency at
+// once, one at a time per key, a waiting change replaced by a newer one.
+type dispatcher struct {
+	s      *sub
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	keys  map[string]*keyState
+	ready []string
+}
+
+func newDispatcher(s *sub) *dispatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dispatcher{s: s, ctx: ctx, cancel: cancel, keys: map[string]*keyState{}}
+	d.cond = sync.NewCond(&d.mu)
+	n := 16
+	if dl := s.obj.Spec.Delivery; dl != nil && dl.Concurrency != nil && *dl.Concurrency > 0 {
+		n = int(*dl.Concurrency)
+	}
+	for range n {
+		go d.work()
+	}
+	return d
+}
+
+func (d *dispatcher) stop() {
+	d.cancel()
+	d.mu.Lock()
+	d.cond.Broadcast()
+	d.mu.Unlock()
+}
+
+// enqueue queues a change of an object for a.
+func (d *dispatcher) enqueue(a *attachment, act string, obj runtime.Object, m metav1.Object, mk *mark) {
+	gvk, mode, plural, host := a.gvk, a.mode, a.key.gvr.Resource, d.s.h.host
+	var data []byte
+	var err error
+	if mode == v1alpha1.ModeResource {
+		data, err = json.Marshal(obj) // the object as the watch sent it (Unstructured)
+	}
+	ns, name := m.GetNamespace(), m.GetName()
+	build := func() (*event.Event, error) {
+		if err != nil {
+			return nil, err
+		}
+		return objectEvent(host, mode, act, gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, data)
+	}
+	d.put(gvk.Kind+"/"+ns+"/"+name, &delivery{build: build, mark: mk})
+}
+
+// put queues dl under key, replacing a change still waiting there.
+func (d *dispatcher) put(key string, dl *delivery) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		return // stopped: the change stays unsent, its progress unmoved
+	}
+	k := d.keys[key]
+	if k == nil {
+		k = &keyState{}
+		d.keys[key] = k
+	}
+	if k.next != nil && k.next.mark != nil {
+		d.s.h.stats.coalesced.Inc()
+		k.next.mark.done() // the newer change carries the object's state
+	}
+	k.next = dl
+	if !k.busy && !k.queued {
+		k.queued = true
+		d.ready = append(d.ready, key)
+		d.cond.Signal()
+	}
+}
+
+func (d *dispatcher) work() {
+	for {
+		d.mu.Lock()
+		for len(d.ready) == 0 && d.ctx.Err() == nil {
+			d.cond.Wait()
+		}
+		if d.ctx.Err() != nil {
+			d.mu.Unlock()
+			return
+		}
+		key := d.ready[0]
+		d.ready = d.ready[1:]
+		k := d.keys[key]
+		dl := k.next
+		k.next, k.queued, k.busy = nil, false, true
+		d.mu.Unlock()
+
+		sent := d.s.send(d.ctx, dl)
+
+		d.mu.Lock()
+		k.busy = false
+		if k.next != nil {
+			k.queued = true
+			d.ready = append(d.ready, key)
+			d.cond.Signal()
+		} else {
+			delete(d.keys, key)
+		}
+		d.mu.Unlock()
+		if sent && dl.mark != nil {
+			dl.mark.done()
+		}
+	}
+}
+
+// policy is a Subscription's spec.delivery with defaults.
+type policy struct {
+	retry int
+	delay time.Duration
+	dls   *v1alpha1.Destination
+}
+
+func deliveryOf(d *v1alpha1.Delivery) (policy, error) {
+	p := policy{retry: 10, delay: 200 * time.Millisecond}
+	if d == nil {
+		return p, nil
+	}
+	if d.Retry != nil {
+		if *d.Retry < 0 {
+			return p, withReason("InvalidSpec", "spec.delivery.retry %d: want 0 or more", *d.Retry)
+		}
+		p.retry = int(*d.Retry)
+	}
+	if d.BackoffDelay != "" {
+		dur, err := parseDelay(d.BackoffDelay)
+		if err != nil {
+			return p, withReason("InvalidSpec", "spec.delivery.backoffDelay %q: %v", d.BackoffDelay, err)
+		}
+		p.delay = dur
+	}
+	p.dls = d.DeadLetterSink
+	return p, nil
+}
+
+// parseDelay reads Knative's ISO-8601 seconds (PT0.2S, PT2S) or a Go
+// duration (200ms).
+func parseDelay(s string) (time.Duration, error) {
+	if rest, ok := strings.CutPrefix(s, "PT"); ok && strings.HasSuffix(rest, "S") {
+		f, err := strconv.ParseFloat(strings.TrimSuffix(rest, "S"), 64)
+		if err != nil || f < 0 {
+			return 0, fmt.Errorf("want PT<seconds>S, e.g. PT0.2S")
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want PT<seconds>S (PT0.2S) or a duration (200ms)")
+	}
+	return d, nil
+}
+
+// send sends dl with retries; it returns false only when the hub stopped
+// before the event was settled (sent, dead-lettered or dropped), so that
+// its progress does not move.
+func (s *sub) send(ctx context.Context, dl *delivery) bool {
+	ev, err := dl.build()
+	if err != nil {
+		s.h.opts.Log.Error(err, "building an event; dropped", "subscription", s.key.String())
+		s.h.stats.dropped.Inc()
+		return true
+	}
+	spec := s.spec()
+	p, _ := deliveryOf(spec.Delivery)
+	var last error
+	for attempt := 0; ; attempt++ {
+		url := s.sinkURL()
+		var wait time.Duration
+		if url == "" {
+			last = fmt.Errorf("the sink is not resolved")
+		} else {
+			wait, last = s.h.post(ctx, url, spec.Sink.Audience, ev)
+		}
+		if last == nil {
+			s.h.stats.sent.Inc()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if !retryable(last) || attempt >= p.retry {
+			break
+		}
+		s.h.stats.retries.Inc()
+		backoff := p.delay << attempt
+		if backoff > 5*time.Minute || backoff <= 0 {
+			backoff = 5 * time.Minute
+		}
+		wait = max(wait, backoff)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+	}
+	if p.dls != nil {
+		if url, err := s.h.resolve(ctx, s.key.Namespace, *p.dls); err == nil {
+			ev.SetExtension("knativeerrordest", s.sinkURL())
+			if se, ok := last.(sendError); ok && se.code != 0 {
+				ev.SetExtension("knativeerrorcode", strconv.Itoa(se.code))
+			}
+			if _, err := s.h.post(ctx, url, p.dls.Audience, ev); err == nil {
+				s.h.stats.deadLettered.Inc()
+				return true
+			}
+		}
+	}
+	s.h.stats.dropped.Inc()
+	s.h.opts.Log.Error(last, "event not delivered after retries; dropped", "subscription", s.key.String(), "type", ev.Type(), "subject", ev.Subject())
+	s.mu.Lock()
+	obj := s.obj.DeepCopy()
+	s.mu.Unlock()
+	s.h.event(obj, "Warning", "DeliveryFailed", fmt.Sprintf("%s %s not delivered after %d retries: %v", ev.Type(), ev.Subject(), p.retry, last))
+	return true
+}
+
+// sendError is a non-2xx answer.
+type sendError struct {
+	code int
+	body string
+}
+
+func (e sendError) Error() string { return fmt.Sprintf("the sink answered %d %s", e.code, e.body) }
+
+// retryable follows Knative's delivery: transport errors, 5xx, 404, 408,
+// 409 and 429 are retried, other 4xx are not.
+func retryable(err error) bool {
+	se, ok := err.(sendError)
+	if !ok {
+		return true
+	}
+	switch c := se.code; {
+	case c >= 500, c == 404, c == 408, c == 409, c == 429:
+		return true
+	}
+	return false
+}
+
+// post sends ev in binary mode with a token for audience; it returns how
+// long a Retry-After asked to wait.
+func (h *Hub) post(ctx context.Context, url, audience string, ev *event.Event) (time.Duration, error) {
+	req, err := cloudevent.NewRequest(ctx, url, ev, false)
+	if err != nil {
+		return 0, err
+	}
+	if audience != "" {
+		tok, err := h.token(ctx, audience)
+		if err != nil {
+			return 0, fmt.Errorf("getting a token for audience %q: %w", audience, err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := h.opts.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 == 2 {
+		return 0, nil
+	}
+	var wait time.Duration
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		wait = time.Duration(s) * time.Second
+	}
+	return wait, sendError{code: resp.StatusCode, body: strings.TrimSpace(string(body))}
+}
+
+// token returns a token of the hub's service account for audience.
+func (h *Hub) token(ctx context.Context, audience string) (string, error) {
+	if audience == "" || h.opts.Identity.Name == "" {
+		return "", nil
+	}
+	h.mu.Lock()
+	t := h.tokens[audience]
+	if t == nil {
+		t = wakeup.TokenRequester(h.c, h.opts.Identity.Namespace, h.opts.Identity.Name, audience)
+		h.tokens[audience] = t
+	}
+	h.mu.Unlock()
+	return t(ctx)
+}
+
+// objectEvent is the event Knative's ApiServerSource sends (EVENTS.md):
+// binary mode, its types, subject, extensions, and data (the object, or a
+// reference).
+func objectEvent(host, mode, act, apiVersion, kind, ns, name, plural string, object []byte) (*event.Event, error) {
+	ev := event.New()
+	ev.SetID(uuid.NewString())
+	pfx := "dev.knative.apiserver.ref."
+	data := object
+	if mode == v1alpha1.ModeResource {
+		pfx = "dev.knative.apiserver.resource."
+	} else {
+		ref := map[string]string{"kind": kind, "name": name, "apiVersion": apiVersion}
+		if ns != "" {
+			ref["namespace"] = ns
+		}
+		data, _ = json.Marshal(ref)
+	}
+	ev.SetType(pfx + act)
+	ev.SetSource(host)
+	ev.SetSubject(fmt.Sprintf("/apis/%s/namespaces/%s/%s/%s", apiVersion, ns, plural, name))
+	ev.SetExtension("kind", kind)
+	ev.SetExtension("apiversion", apiVersion)
+	ev.SetExtension("name", name)
+	ev.SetExtension("namespace", ns)
+	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}

@@ -1,0 +1,390 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/wakeup"
+)
+
+// Options configures a Hub.
+type Options struct {
+	// Identity is the hub's own service account, namespace/name: its
+	// TokenRequest tokens authenticate deliveries to sinks with an
+	// audience. Empty sends no token.
+	Identity types.NamespacedName
+	// Recheck is how often every Subscription is checked again (sink,
+	// RBAC) besides on changes (30 s).
+	Recheck time.Duration
+	// Flush is how often progress is written to the Subscriptions (2 s).
+	Flush time.Duration
+	// HTTP sends the events (a client with a 30 s timeout).
+	HTTP *http.Client
+	Log  logr.Logger
+	// NoWakeups runs no wakeup source (tests of the event path).
+	NoWakeups bool
+}
+
+// Hub serves every Subscription of a cluster: see the package
+// documentation.
+type Hub struct {
+	c      client.WithWatch
+	dyn    dynamic.Interface
+	meta   metadata.Interface
+	mapper meta.RESTMapper
+	host   string
+	opts   Options
+	stats  *Stats
+
+	mu      sync.Mutex
+	subs    map[types.NamespacedName]*sub
+	watches map[watchKey]*sharedWatch
+	indexes map[indexKey]*refIndex
+	tokens  map[string]func(context.Context) (string, error)
+	wakeOps string // the operators the wakeup source serves, joined
+	stopWk  context.CancelFunc
+
+	recheck chan struct{}
+	health  health
+}
+
+// New returns a Hub that talks to the API server of cfg through c (whose
+// scheme must have opzero.dev/v1alpha1 and client-go's types).
+func New(cfg *rest.Config, c client.WithWatch, o Options) (*Hub, error) {
+	if o.Recheck <= 0 {
+		o.Recheck = 30 * time.Second
+	}
+	if o.Flush <= 0 {
+		o.Flush = 2 * time.Second
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 30 * time.Second}
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Hub{c: c, dyn: dyn, meta: md, mapper: c.RESTMapper(), host: cfg.Host, opts: o, stats: newStats(),
+		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
+		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1)}, nil
+}
+
+// Stats are the hub's counters (also served as Prometheus metrics).
+func (h *Hub) Stats() *Stats { return h.stats }
+
+// Run serves until ctx ends.
+func (h *Hub) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer h.stopAll()
+	wg.Add(2)
+	go func() { defer wg.Done(); h.watchRBAC(ctx) }()
+	go func() { defer wg.Done(); h.flushLoop(ctx) }()
+	tick := time.NewTicker(h.opts.Recheck)
+	defer tick.Stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				h.poke()
+			}
+		}
+	}()
+	for ctx.Err() == nil {
+		err := h.watchSubscriptions(ctx)
+		h.health.set(false, err)
+		if ctx.Err() != nil {
+			break
+		}
+		h.opts.Log.Error(err, "watch of Subscriptions ended; watching again in 1s")
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// watchSubscriptions lists the Subscriptions, serves them, and follows
+// their changes until the watch ends.
+func (h *Hub) watchSubscriptions(ctx context.Context) error {
+	var list v1alpha1.SubscriptionList
+	if err := h.c.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing Subscriptions: %w", err)
+	}
+	seen := map[types.NamespacedName]bool{}
+	for i := range list.Items {
+		s := &list.Items[i]
+		seen[client.ObjectKeyFromObject(s)] = true
+		h.update(ctx, s)
+	}
+	h.mu.Lock()
+	var gone []types.NamespacedName
+	for k := range h.subs {
+		if !seen[k] {
+			gone = append(gone, k)
+		}
+	}
+	h.mu.Unlock()
+	for _, k := range gone {
+		h.remove(k)
+	}
+	h.rewire(ctx)
+	w, err := h.c.Watch(ctx, &v1alpha1.SubscriptionList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}})
+	if err != nil {
+		return fmt.Errorf("watching Subscriptions: %w", err)
+	}
+	defer w.Stop()
+	h.health.set(true, nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.recheck:
+			h.checkAll(ctx)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return errors.New("the watch of Subscriptions closed")
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				s := ev.Object.(*v1alpha1.Subscription)
+				h.update(ctx, s)
+				h.rewire(ctx)
+			case watch.Deleted:
+				s := ev.Object.(*v1alpha1.Subscription)
+				h.remove(client.ObjectKeyFromObject(s))
+				h.rewire(ctx)
+			case watch.Error:
+				return fmt.Errorf("watch of Subscriptions: %v", apiStatus(ev.Object))
+			}
+		}
+	}
+}
+
+// poke asks for every Subscription to be checked again (RBAC changed, or
+// the periodic recheck).
+func (h *Hub) poke() {
+	select {
+	case h.recheck <- struct{}{}:
+	default:
+	}
+}
+
+// checkAll checks every Subscription again and rewires.
+func (h *Hub) checkAll(ctx context.Context) {
+	h.mu.Lock()
+	all := make([]*sub, 0, len(h.subs))
+	for _, s := range h.subs {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		h.check(ctx, s)
+	}
+	h.rewire(ctx)
+}
+
+// update takes a new version of a Subscription and checks it.
+func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription) {
+	key := client.ObjectKeyFromObject(obj)
+	h.mu.Lock()
+	s := h.subs[key]
+	if s == nil {
+		s = newSub(h, obj)
+		h.subs[key] = s
+	} else if s.generation() == obj.Generation {
+		h.mu.Unlock()
+		return // a status write (ours): nothing to check
+	}
+	s.setSpec(obj)
+	h.mu.Unlock()
+	h.check(ctx, s)
+}
+
+// remove forgets a deleted Subscription.
+func (h *Hub) remove(key types.NamespacedName) {
+	h.mu.Lock()
+	s := h.subs[key]
+	delete(h.subs, key)
+	h.mu.Unlock()
+	if s != nil {
+		s.stop()
+	}
+}
+
+// rewire makes the shared watches, the referrer indexes and the wakeup
+// source match the Ready Subscriptions: it starts what is needed, stops
+// what is not, and tells each watch its subscribers.
+func (h *Hub) rewire(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := map[watchKey][]*attachment{}
+	wantIdx := map[indexKey]bool{}
+	var ops []string
+	for _, s := range h.subs {
+		if !s.ready() {
+			continue
+		}
+		for _, a := range s.attachments {
+			want[a.key] = append(want[a.key], a)
+			if a.ref != nil {
+				wantIdx[a.ref.key] = true
+			}
+		}
+		if s.spec().Wakeups {
+			ops = append(ops, s.spec().Operator)
+		}
+	}
+	for k, ix := range h.indexes {
+		if !wantIdx[k] {
+			ix.stop()
+			delete(h.indexes, k)
+		}
+	}
+	for k := range wantIdx {
+		if h.indexes[k] == nil {
+			h.indexes[k] = h.startIndex(ctx, k)
+		}
+	}
+	for k, w := range h.watches {
+		if want[k] == nil {
+			w.stop()
+			delete(h.watches, k)
+		}
+	}
+	for k, atts := range want {
+		for _, a := range atts {
+			if a.ref != nil {
+				a.ref.index = h.indexes[a.ref.key]
+			}
+		}
+		w := h.watches[k]
+		if w == nil {
+			w = h.startWatch(ctx, k)
+			h.watches[k] = w
+		}
+		w.setSubscribers(atts)
+	}
+	h.stats.watches.Set(float64(len(h.watches)))
+	h.stats.subscriptions.Set(float64(len(h.subs)))
+	if !h.opts.NoWakeups {
+		h.rewireWakeups(ctx, ops)
+	}
+}
+
+// rewireWakeups (re)starts the wakeup source when the set of operators
+// that ask for wakeups changed. Called with h.mu held.
+func (h *Hub) rewireWakeups(ctx context.Context, ops []string) {
+	sort.Strings(ops)
+	ops = compact(ops)
+	joined := strings.Join(ops, ",")
+	if joined == h.wakeOps && (h.stopWk != nil || len(ops) == 0) {
+		return
+	}
+	if h.stopWk != nil {
+		h.stopWk()
+		h.stopWk = nil
+	}
+	h.wakeOps = joined
+	if len(ops) == 0 {
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	h.stopWk = cancel
+	src := wakeup.NewSource(h.c, wakeup.SourceOptions{Operators: ops, Route: h.routeWakeup, HTTP: h.opts.HTTP,
+		Log: h.opts.Log.WithName("wakeups"), Delivered: func(_, _ string, _, _ time.Time) { h.stats.wakeups.Inc() }})
+	go func() { _ = src.Run(wctx) }()
+}
+
+// routeWakeup sends a Wakeup of operator in namespace to its
+// Subscription's sink: the one Ready Subscription of that operator, or of
+// several, the one whose sink is the record's.
+func (h *Hub) routeWakeup(ctx context.Context, operator, _, sink string) (string, string, error) {
+	h.mu.Lock()
+	var match []*sub
+	for _, s := range h.subs {
+		if s.spec().Operator == operator && s.spec().Wakeups && s.ready() {
+			match = append(match, s)
+		}
+	}
+	h.mu.Unlock()
+	var to *sub
+	switch {
+	case len(match) == 1:
+		to = match[0]
+	default:
+		for _, s := range match {
+			if s.sinkURL() == sink {
+				to = s
+			}
+		}
+	}
+	if to == nil {
+		return "", "", fmt.Errorf("no Ready Subscription of operator %q with sink %s takes wakeups", operator, sink)
+	}
+	tok, err := h.token(ctx, to.spec().Sink.Audience)
+	return to.sinkURL(), tok, err
+}
+
+func (h *Hub) stopAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.watches {
+		w.stop()
+	}
+	for _, ix := range h.indexes {
+		ix.stop()
+	}
+	for _, s := range h.subs {
+		s.stop()
+	}
+	if h.stopWk != nil {
+		h.stopWk()
+	}
+}
+
+func compact(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func apiStatus(o any) string {
+	if st, ok := o.(*metav1.Status); ok {
+		return fmt.Sprintf("%s (%d %s)", st.Message, st.Code, st.Reason)
+	}
+	return fmt.Sprintf("%v", o)
+}

@@ -1,0 +1,90 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/robfig/cron/v3"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/cloudevent"
+)
+
+// cronParser reads what a PingSource's schedule takes: five fields, an
+// optional sixth for seconds in front, or a descriptor (@hourly).
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseSchedule reads a PingSource schedule, CRON_TZ= allowed; @every is
+// refused as Knative refuses it.
+func parseSchedule(s string) (cron.Schedule, error) {
+	if len(s) >= 6 && s[:6] == "@every" {
+		return nil, fmt.Errorf("@every is not a PingSource schedule: use cron fields")
+	}
+	return cronParser.Parse(s)
+}
+
+// sweeper sends a Subscription's sweep ticks on their schedules.
+type sweeper struct {
+	sweeps []v1alpha1.Sweep
+	cancel context.CancelFunc
+}
+
+func newSweeper(s *sub, sweeps []v1alpha1.Sweep) *sweeper {
+	ctx, cancel := context.WithCancel(context.Background())
+	sw := &sweeper{sweeps: append([]v1alpha1.Sweep(nil), sweeps...), cancel: cancel}
+	for _, p := range sw.sweeps {
+		sched, err := parseSchedule(p.Schedule)
+		if err != nil {
+			continue // plan refused it already
+		}
+		go func() {
+			for {
+				next := sched.Next(time.Now())
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(next)):
+					s.tick(p)
+				}
+			}
+		}()
+	}
+	return sw
+}
+
+func (sw *sweeper) stop() { sw.cancel() }
+
+func (sw *sweeper) same(sweeps []v1alpha1.Sweep) bool {
+	return sw != nil && reflect.DeepEqual(sw.sweeps, append([]v1alpha1.Sweep(nil), sweeps...))
+}
+
+// tick sends one PingSource event of p.
+func (s *sub) tick(p v1alpha1.Sweep) {
+	ns := s.key.Namespace
+	var data []byte
+	if p.Data != "" {
+		data = []byte(p.Data)
+	}
+	s.h.stats.sweeps.Inc()
+	s.disp.put("sweep/"+p.Name, &delivery{build: func() (*event.Event, error) {
+		return cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/"+p.Name, data), nil
+	}})
+}
+
+// sweepNow sends the anti-entropy sweep (the sweep without data, or one
+// named <operator>-sweep) at once: the hub lost a stretch of a watch and
+// cannot see the deletions in it.
+func (s *sub) sweepNow() {
+	spec := s.spec()
+	p := v1alpha1.Sweep{Name: spec.Operator + "-sweep"}
+	for _, sw := range spec.Sweeps {
+		if sw.Data == "" {
+			p = sw
+			break
+		}
+	}
+	s.tick(p)
+}

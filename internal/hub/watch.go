@@ -1,0 +1,638 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/watch"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+)
+
+// watchKey is one shared watch: a resource in a namespace ("" all) with a
+// label selector, as whole objects (full) or metadata only.
+type watchKey struct {
+	gvr      schema.GroupVersionResource
+	ns       string
+	selector string
+	full     bool
+}
+
+func (k watchKey) String() string {
+	s := k.gvr.GroupResource().String()
+	if k.ns != "" {
+		s += " in " + k.ns
+	}
+	if k.selector != "" {
+		s += " where " + k.selector
+	}
+	if !k.full {
+		s += " (metadata)"
+	}
+	return s
+}
+
+// attachment is one Subscription's use of one shared watch.
+type attachment struct {
+	sub        *sub
+	key        watchKey
+	gvk        schema.GroupVersionKind
+	mode       string
+	namespaced bool
+	owner      *v1alpha1.OwnerFilter
+	ref        *refFilter
+	pkey       string // its progress key
+
+	mu   sync.Mutex
+	seq  []*mark // sends pending, in watch order
+	mark string   // every change up to it is sent (its progress)
+}
+
+// mark is a change of the watch being sent: the progress moves past it
+// once it, and everything before it, is done.
+type mark struct {
+	a       *attachment
+	rv      string
+	pending int
+}
+
+// the progress already made, read once when the attachment starts.
+func (a *attachment) start() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mark == "" {
+		a.mark = a.sub.getProgress(a.pkey)
+	}
+	return a.mark
+}
+
+// sent reports whether rv is at or before the progress already made.
+func (a *attachment) sent(rv string) bool {
+	a.mu.Lock()
+	m := a.mark
+	a.mu.Unlock()
+	if m == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(rv, m)
+	return err == nil && c <= 0
+}
+
+// add records a change being sent (n sends to finish).
+func (a *attachment) add(rv string, n int) *mark {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := &mark{a: a, rv: rv, pending: n}
+	a.seq = append(a.seq, m)
+	return m
+}
+
+// pass moves the progress to rv for a change that needs no send (filtered,
+// a bookmark), after whatever is still pending.
+func (a *attachment) pass(rv string) {
+	if rv == "" {
+		return
+	}
+	a.add(rv, 1).done()
+}
+
+// done finishes one send of m and moves the progress over every finished
+// change at the head.
+func (m *mark) done() {
+	a := m.a
+	a.mu.Lock()
+	m.pending--
+	moved := ""
+	for len(a.seq) > 0 && a.seq[0].pending <= 0 {
+		if c, err := resourceversion.CompareResourceVersion(a.seq[0].rv, a.mark); a.mark == "" || err != nil || c > 0 {
+			a.mark, moved = a.seq[0].rv, a.seq[0].rv
+		}
+		a.seq[0] = nil
+		a.seq = a.seq[1:]
+	}
+	a.mu.Unlock()
+	if moved != "" {
+		a.sub.setProgress(a.pkey, moved)
+	}
+}
+
+// sharedWatch streams one watchKey to its subscribers.
+type sharedWatch struct {
+	h      *Hub
+	key    watchKey
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	subs    []*attachment
+	restart chan struct{} // a subscriber needs changes older than the watch's position
+	rv      string        // where the watch is
+}
+
+func (h *Hub) startWatch(ctx context.Context, k watchKey) *sharedWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &sharedWatch{h: h, key: k, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1)}
+	go func() { defer close(w.done); w.run(ctx) }()
+	return w
+}
+
+func (w *sharedWatch) stop() { w.cancel() }
+
+// setSubscribers replaces the subscribers; one whose progress is older
+// than the watch's position restarts the watch from there.
+func (w *sharedWatch) setSubscribers(atts []*attachment) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	known := map[*attachment]bool{}
+	for _, a := range w.subs {
+		known[a] = true
+	}
+	w.subs = atts
+	for _, a := range atts {
+		if known[a] {
+			continue
+		}
+		p := a.start()
+		if w.rv != "" && p != "" {
+			if c, err := resourceversion.CompareResourceVersion(p, w.rv); err == nil && c < 0 {
+				select {
+				case w.restart <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+func (w *sharedWatch) subscribers() []*attachment {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.subs
+}
+
+// from is where the watch starts: the oldest progress of its subscribers,
+// or "" (now) if one has none.
+func (w *sharedWatch) from() string {
+	min := ""
+	for _, a := range w.subscribers() {
+		p := a.start()
+		if p == "" {
+			return ""
+		}
+		if c, err := resourceversion.CompareResourceVersion(p, min); min == "" || (err == nil && c < 0) {
+			min = p
+		}
+	}
+	return min
+}
+
+func (w *sharedWatch) run(ctx context.Context) {
+	log := w.h.opts.Log.WithValues("watch", w.key.String())
+	rv := w.from()
+	fails := 0
+	for ctx.Err() == nil {
+		var err error
+		if rv == "" {
+			rv, err = w.current(ctx)
+		}
+		if err == nil {
+			w.setRV(rv)
+			rv, err = w.stream(ctx, rv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == errRestart {
+			rv = w.from()
+			fails = 0
+			continue
+		}
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			w.h.stats.relists.Inc()
+			log.Info("the watch's resource version is gone; listing what changed since", "since", rv)
+			if rv, err = w.relist(ctx, rv); err == nil {
+				fails = 0
+				continue
+			}
+		}
+		if err != nil {
+			fails++
+			log.Error(err, "watch failed; watching again", "attempt", fails)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(fails)*time.Second, 30*time.Second)):
+		}
+	}
+}
+
+func (w *sharedWatch) setRV(rv string) {
+	w.mu.Lock()
+	w.rv = rv
+	w.mu.Unlock()
+}
+
+var errRestart = fmt.Errorf("restart")
+
+// current is the collection's resource version now: a list of one.
+func (w *sharedWatch) current(ctx context.Context) (string, error) {
+	l, err := w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: w.key.selector})
+	if err != nil {
+		return "", err
+	}
+	return l.ResourceVersion, nil
+}
+
+// stream sends the watch's changes from rv until it ends; it returns the
+// last resource version seen.
+func (w *sharedWatch) stream(ctx context.Context, rv string) (string, error) {
+	opts := metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, LabelSelector: w.key.selector}
+	var wi watch.Interface
+	var err error
+	if w.key.full {
+		wi, err = w.h.dyn.Resource(w.key.gvr).Namespace(w.key.ns).Watch(ctx, opts)
+	} else {
+		wi, err = w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).Watch(ctx, opts)
+	}
+	if err != nil {
+		return rv, err
+	}
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return rv, nil
+		case <-w.restart:
+			return rv, errRestart
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return rv, nil // closed by the server: resume from rv
+			}
+			switch ev.Type {
+			case watch.Error:
+				return rv, apierrors.FromObject(ev.Object)
+			case watch.Bookmark:
+				if m, err := metaOf(ev.Object); err == nil {
+					rv = m.GetResourceVersion()
+					for _, a := range w.subscribers() {
+						a.pass(rv)
+					}
+				}
+			case watch.Added, watch.Modified, watch.Deleted:
+				o, err := metaOf(ev.Object)
+				if err != nil {
+					continue
+				}
+				rv = o.GetResourceVersion()
+				w.dispatch(ctx, action(ev.Type), ev.Object, o)
+			}
+			w.setRV(rv)
+		}
+	}
+}
+
+func action(t watch.EventType) string {
+	switch t {
+	case watch.Added:
+		return "add"
+	case watch.Deleted:
+		return "delete"
+	}
+	return "update"
+}
+
+func metaOf(o runtime.Object) (metav1.Object, error) {
+	if m, ok := o.(metav1.Object); ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("%T has no metadata", o)
+}
+
+// dispatch hands one change to every subscriber that wants it.
+func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Object, m metav1.Object) {
+	rv := m.GetResourceVersion()
+	for _, a := range w.subscribers() {
+		if a.sent(rv) {
+			continue
+		}
+		if !a.wants(ctx, m) {
+			a.sub.h.stats.filtered.Inc()
+			a.pass(rv)
+			continue
+		}
+		mk := a.add(rv, 1)
+		a.sub.disp.enqueue(a, act, obj, m, mk)
+	}
+}
+
+// wants applies the owner and referencedBy filters.
+func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
+	if a.owner != nil {
+		ok := false
+		for _, o := range m.GetOwnerReferences() {
+			if o.Controller != nil && *o.Controller && o.Kind == a.owner.Kind && o.APIVersion == a.owner.APIVersion {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if a.ref != nil && a.ref.index != nil {
+		return a.ref.index.has(ctx, m.GetNamespace()+"/"+m.GetName())
+	}
+	return true
+}
+
+// relist lists what changed since rv after the watch lost it, sends it as
+// updates, and asks each subscriber's operator for a sweep (deletions in
+// the gap cannot be seen). It returns the list's resource version.
+func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) {
+	subs := w.subscribers()
+	type item struct {
+		obj runtime.Object
+		m   metav1.Object
+	}
+	var items []item // what changed since: metadata or objects, one page at a time
+	listRV, cont := "", ""
+	marks := map[*attachment]*mark{}
+	for _, a := range subs {
+		marks[a] = a.add("", 1) // filled with the list's version at the end
+	}
+	for {
+		opts := metav1.ListOptions{Limit: 500, Continue: cont, LabelSelector: w.key.selector}
+		items = items[:0]
+		if w.key.full {
+			l, err := w.h.dyn.Resource(w.key.gvr).Namespace(w.key.ns).List(ctx, opts)
+			if err != nil {
+				return since, err
+			}
+			for i := range l.Items {
+				items = append(items, item{&l.Items[i], &l.Items[i]})
+			}
+			listRV, cont = l.GetResourceVersion(), l.GetContinue()
+		} else {
+			l, err := w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).List(ctx, opts)
+			if err != nil {
+				return since, err
+			}
+			for i := range l.Items {
+				items = append(items, item{&l.Items[i], &l.Items[i]})
+			}
+			listRV, cont = l.ResourceVersion, l.Continue
+		}
+		for _, it := range items {
+			rv := it.m.GetResourceVersion()
+			if c, err := resourceversion.CompareResourceVersion(rv, since); err == nil && c <= 0 {
+				continue
+			}
+			for _, a := range subs {
+				if a.sent(rv) || !a.wants(ctx, it.m) {
+					continue
+				}
+				mk := marks[a]
+				mk.a.mu.Lock()
+				mk.pending++
+				mk.a.mu.Unlock()
+				a.sub.disp.enqueue(a, "update", it.obj, it.m, mk)
+			}
+		}
+		if cont == "" {
+			break
+		}
+	}
+	swept := map[*sub]bool{}
+	for _, a := range subs {
+		mk := marks[a]
+		mk.a.mu.Lock()
+		mk.rv = listRV
+		mk.a.mu.Unlock()
+		mk.done()
+		if !swept[a.sub] {
+			swept[a.sub] = true
+			a.sub.sweepNow()
+		}
+	}
+	return listRV, nil
+}
+
+// refFilter keeps objects that some referrer names.
+type refFilter struct {
+	gvk   schema.GroupVersionKind
+	key   indexKey
+	index *refIndex
+}
+
+// indexKey is one index of referrers: a resource in a namespace ("" all)
+// and the field naming the referenced object.
+type indexKey struct {
+	gvr   schema.GroupVersionResource
+	ns    string
+	field string
+}
+
+// refIndex follows the referrers and counts, per namespace/name, how many
+// name it.
+type refIndex struct {
+	h      *Hub
+	key    indexKey
+	cancel context.CancelFunc
+	synced chan struct{}
+	once   sync.Once
+
+	mu    sync.Mutex
+	by    map[string]string // referrer namespace/name -> referenced namespace/name
+	count map[string]int
+}
+
+func (h *Hub) startIndex(ctx context.Context, k indexKey) *refIndex {
+	ctx, cancel := context.WithCancel(ctx)
+	ix := &refIndex{h: h, key: k, cancel: cancel, synced: make(chan struct{}), by: map[string]string{}, count: map[string]int{}}
+	go ix.run(ctx)
+	return ix
+}
+
+func (ix *refIndex) stop() { ix.cancel() }
+
+// has reports whether some referrer names ref; it waits for the first list
+// of the referrers.
+func (ix *refIndex) has(ctx context.Context, ref string) bool {
+	select {
+	case <-ix.synced:
+	case <-ctx.Done():
+		return true
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.count[ref] > 0
+}
+
+func (ix *refIndex) set(u *unstructured.Unstructured, deleted bool) {
+	k := u.GetNamespace() + "/" + u.GetName()
+	name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if old, ok := ix.by[k]; ok {
+		if ix.count[old]--; ix.count[old] <= 0 {
+			delete(ix.count, old)
+		}
+		delete(ix.by, k)
+	}
+	if deleted || name == "" {
+		return
+	}
+	ref := u.GetNamespace() + "/" + name
+	ix.by[k] = ref
+	ix.count[ref]++
+}
+
+func (ix *refIndex) run(ctx context.Context) {
+	log := ix.h.opts.Log.WithValues("index", ix.key.gvr.GroupResource().String()+" "+ix.key.field)
+	r := ix.h.dyn.Resource(ix.key.gvr).Namespace(ix.key.ns)
+	for ctx.Err() == nil {
+		rv, err := ix.list(ctx)
+		if err == nil {
+			ix.once.Do(func() { close(ix.synced) })
+			var wi watch.Interface
+			wi, err = r.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err == nil {
+				err = ix.follow(ctx, wi)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Error(err, "following the referrers failed; listing them again in 1s")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// list reads every referrer (paged) into a fresh index.
+func (ix *refIndex) list(ctx context.Context) (string, error) {
+	by, count := map[string]string{}, map[string]int{}
+	cont := ""
+	for {
+		l, err := ix.h.dyn.Resource(ix.key.gvr).Namespace(ix.key.ns).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return "", err
+		}
+		for i := range l.Items {
+			u := &l.Items[i]
+			if name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...); name != "" {
+				ref := u.GetNamespace() + "/" + name
+				by[u.GetNamespace()+"/"+u.GetName()] = ref
+				count[ref]++
+			}
+		}
+		if cont = l.GetContinue(); cont == "" {
+			ix.mu.Lock()
+			ix.by, ix.count = by, count
+			ix.mu.Unlock()
+			return l.GetResourceVersion(), nil
+		}
+	}
+}
+
+func (ix *refIndex) follow(ctx context.Context, wi watch.Interface) error {
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return nil
+			}
+			switch ev.Type {
+			case watch.Error:
+				return apierrors.FromObject(ev.Object)
+			case watch.Added, watch.Modified, watch.Deleted:
+				if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+					ix.set(u, ev.Type == watch.Deleted)
+				}
+			}
+		}
+	}
+}
+
+// watchRBAC asks for every Subscription to be checked again whenever an
+// RBAC object changes (metadata only).
+func (h *Hub) watchRBAC(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, res := range []string{"roles", "rolebindings", "clusterroles", "clusterrolebindings"} {
+		gvr := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: res}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				l, err := h.meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+				if err == nil {
+					var wi watch.Interface
+					if wi, err = h.meta.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion}); err == nil {
+						for ev := range wi.ResultChan() {
+							if ev.Type != watch.Error && ev.Type != watch.Bookmark {
+								h.poke()
+							}
+						}
+						wi.Stop()
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
+}
+
+// health tracks the watch of Subscriptions for /healthz.
+type health struct {
+	mu    sync.Mutex
+	ok    bool
+	since time.Time
+	err   error
+}
+
+func (x *health) set(ok bool, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if ok != x.ok || x.since.IsZero() {
+		x.ok, x.since = ok, time.Now()
+	}
+	x.err = err
+}
+
+// HealthHandler serves /healthz: 200 while the watch of Subscriptions is
+// open or has been down for less than two minutes.
+func (h *Hub) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		h.health.mu.Lock()
+		ok, since, err := h.health.ok, h.health.since, h.health.err
+		h.health.mu.Unlock()
+		if ok || since.IsZero() || time.Since(since) < 2*time.Minute {
+			_, _ = rw.Write([]byte("ok\n"))
+			return
+		}
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(rw).Encode(map[string]string{"error": fmt.Sprintf("the watch of Subscriptions has been down since %s: %v", since.Format(time.RFC3339), err)})
+	})
+}
