@@ -84,18 +84,33 @@ func (b *Builder) Owns(obj client.Object) *Builder {
 	return b
 }
 
-// Watches adds any other kind; fn maps its objects to requests.
-func (b *Builder) Watches(obj client.Object, fn MapFunc) *Builder {
+// Watches adds any other kind; fn maps its objects to requests. Options
+// may declare how primaries name its objects (ReferencedBy).
+func (b *Builder) Watches(obj client.Object, fn MapFunc, opts ...WatchOption) *Builder {
 	k, err := b.kind("Watches", obj)
 	if err != nil {
 		b.errs = append(b.errs, err)
 		return b
 	}
+	w := Watch{Kind: k, Map: fn}
+	var errs []error
 	if fn == nil {
-		b.errs = append(b.errs, fmt.Errorf("Watches(%s): the map function is nil", k.GVK.Kind))
+		errs = append(errs, errors.New("the map function is nil"))
+	}
+	for _, o := range opts {
+		if o == nil {
+			errs = append(errs, errors.New("an option is nil"))
+		} else if err := o(&w); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		for _, err := range errs {
+			b.errs = append(b.errs, fmt.Errorf("Watches(%s): %w", k.GVK.Kind, err))
+		}
 		return b
 	}
-	b.op.Watched = append(b.op.Watched, Watch{Kind: k, Map: fn})
+	b.op.Watched = append(b.op.Watched, w)
 	return b
 }
 

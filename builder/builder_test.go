@@ -2,6 +2,7 @@ package builder_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -71,6 +72,18 @@ func TestMisuseIsReportedNotPanicked(t *testing.T) {
 		{"nil map function", func(b *builder.Builder) *builder.Builder {
 			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, nil)
 		}, noop, []string{"map function is nil"}},
+		{"empty ReferencedBy", func(b *builder.Builder) *builder.Builder {
+			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, mapNone, builder.ReferencedBy(""))
+		}, noop, []string{"Watches(ConfigMap): ReferencedBy(\"\"): the field path is empty"}},
+		{"bad ReferencedBy", func(b *builder.Builder) *builder.Builder {
+			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, mapNone, builder.ReferencedBy("spec..configMap"))
+		}, noop, []string{"field path element 2", "not an identifier"}},
+		{"ReferencedBy twice", func(b *builder.Builder) *builder.Builder {
+			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, mapNone, builder.ReferencedBy("spec.a"), builder.ReferencedBy("spec.b"))
+		}, noop, []string{`already ReferencedBy("spec.a")`}},
+		{"nil option", func(b *builder.Builder) *builder.Builder {
+			return b.For(&corev1.Pod{}).Watches(&corev1.ConfigMap{}, mapNone, nil)
+		}, noop, []string{"Watches(ConfigMap): an option is nil"}},
 		{"nil filter", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).WithEventFilter(nil) }, noop, []string{"filter is nil"}},
 		{"bad name", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}).Named("Not_A_Name") }, noop, []string{`name "Not_A_Name"`}},
 		{"nil reconciler", func(b *builder.Builder) *builder.Builder { return b.For(&corev1.Pod{}) }, nil, []string{"reconciler is nil"}},
@@ -98,5 +111,37 @@ func TestCompleteNeedsARuntime(t *testing.T) {
 	}
 	if err := builder.New(scheme(t)).For(&corev1.Pod{}).Complete(noop); err == nil || !strings.Contains(err.Error(), "needs a runtime") {
 		t.Fatalf("Complete on New: %v", err)
+	}
+}
+
+// TestReferencedBy: the declaration is kept on the Watch; valid paths pass
+// and invalid ones are refused with the path named.
+func TestReferencedBy(t *testing.T) {
+	op, err := builder.New(scheme(t)).For(&corev1.Pod{}).
+		Watches(&corev1.ConfigMap{}, mapNone, builder.ReferencedBy("spec.configMap")).
+		Watches(&corev1.Secret{}, mapNone).
+		Build(noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := op.Watched[0].ReferencedBy; got != "spec.configMap" {
+		t.Errorf("ConfigMap ReferencedBy = %q, want spec.configMap", got)
+	}
+	if got := op.Watched[1].ReferencedBy; got != "" {
+		t.Errorf("Secret ReferencedBy = %q, want none", got)
+	}
+	for path, ok := range map[string]bool{
+		"spec.configMap": true, "name": true, "spec.template.spec.serviceAccountName": true, "spec.config_map2": true, "_x": true,
+		"": false, ".spec": false, "spec.": false, "spec..x": false, "spec.2x": false, "spec.config-map": false,
+		"spec[0].name": false, "spec configMap": false, "spec.cönfig": false,
+	} {
+		_, err := builder.New(scheme(t)).For(&corev1.Pod{}).
+			Watches(&corev1.ConfigMap{}, mapNone, builder.ReferencedBy(path)).Build(noop)
+		if ok && err != nil {
+			t.Errorf("ReferencedBy(%q): %v, want it accepted", path, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("ReferencedBy(%q)", path))) {
+			t.Errorf("ReferencedBy(%q): %v, want an error naming it", path, err)
+		}
 	}
 }

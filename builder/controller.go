@@ -54,6 +54,10 @@ type Kind struct {
 type Watch struct {
 	Kind
 	Map MapFunc
+	// ReferencedBy is the field path (dot separated) in which objects of
+	// the Primary kind name objects of this kind in their own namespace;
+	// "" makes no promise. Only event sources read it (ReferencedBy).
+	ReferencedBy string
 }
 
 // MapFunc maps an object of a watched kind to the requests to reconcile.
