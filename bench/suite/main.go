@@ -9,6 +9,8 @@
 //	go run ./bench/suite -only leasestream # scaleout's steady stream alone: Lease writes per reconcile
 //	go run ./bench/suite -only telemetry # OTLP export off vs on: cold start, RSS, per-event time
 //	go run ./bench/suite -only wakeup    # the wakeup source with 10k, 100k and 1M records pending
+//	go run ./bench/suite -only worth     # always-on memory of each wiring at zero, instance time under unrelated churn
+//	go run ./bench/suite -only worth -worth-objects 0,2000 -churn 1m # the same, smaller and shorter
 package main
 
 import (
@@ -44,7 +46,10 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry or wakeup")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth or wakeup; worth alone replaces its own section of -out and keeps the rest")
+	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
+	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
+	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth: how long the unrelated churn runs for each serverless wiring")
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
@@ -86,6 +91,8 @@ type report struct {
 	// steady: operator -> count -> RSS, file-backed, anonymous MiB and
 	// per-event ms after steadyEvents more reconciles
 	steady map[string]map[int][4][]float64
+	// worthSVG is the worth part's plot (docs/bench-worth.svg), if it ran.
+	worthSVG string
 }
 
 func (r *report) add(title, body string) {
@@ -113,6 +120,19 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if only == "worth" { // a plane and builds of its own: nothing else is needed
+		r := &report{figs: map[string]float64{}}
+		if err := worth(ctx, r, dir); err != nil {
+			return err
+		}
+		if out == "" {
+			return nil
+		}
+		if err := mergeSection(out, r.sections[0]); err != nil {
+			return err
+		}
+		return r.writeWorthSVG(out)
+	}
 	fmt.Println("building the operators ...")
 	baseSrc := filepath.Join(dir, "baseline-src")
 	if out, err := exec.Command("bash", "-c", fmt.Sprintf("mkdir -p %s && git archive %s | tar -x -C %s", baseSrc, baseline, baseSrc)).CombinedOutput(); err != nil {
@@ -203,6 +223,7 @@ func run(only string, runs int, out string) error {
 			return err
 		}},
 		{"telemetry", func() error { return e.telemetryCost(ctx, r, runs) }},
+		{"worth", func() error { return worth(ctx, r, dir) }},
 		{"wakeup", func() error { return e.wakeups(ctx, r, wakeupsPending) }}, // last: it leaves its records in etcd
 	}
 	for _, p := range parts {
@@ -382,6 +403,9 @@ func (r *report) write(out string) error {
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
+	if err := r.writeWorthSVG(out); err != nil {
+		return err
+	}
 	// The plot shows steady state where it was measured (the serverless
 	// variants), else the RSS after the first reconcile.
 	plotted := map[string]map[int][]float64{}
@@ -395,6 +419,14 @@ func (r *report) write(out string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(filepath.Dir(out), "bench-rss.svg"), []byte(rssSVG(plotted)), 0o644)
+}
+
+// writeWorthSVG writes the worth part's plot beside the report, if it ran.
+func (r *report) writeWorthSVG(out string) error {
+	if r.worthSVG == "" {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(filepath.Dir(out), "bench-worth.svg"), []byte(r.worthSVG), 0o644)
 }
 
 // analysis says what bounds the figures that miss (or missed) their

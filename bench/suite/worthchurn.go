@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/internal/devenv/dev"
+)
+
+// churnResult is one serverless wiring under unrelated churn, read from
+// opzero dev's event stream over the churn's window.
+type churnResult struct {
+	window     time.Duration
+	updates    int           // ConfigMap updates made
+	up         time.Duration // time with at least one operator instance running
+	coldStarts int           // instances started with none running
+	starts     int           // instances started
+	deliveries int           // requests the operator answered
+	reconciles int           // keys its answers report reconciled
+}
+
+// runChurn runs the wiring for one operator, waits until it is at zero,
+// then updates the churn ConfigMaps (in the wcm-N namespaces, which hold no
+// ConfigWatcher) worthChurnHz times a second for d, while the operator's
+// own ConfigWatcher stays idle.
+func (w *worthPart) runChurn(ctx context.Context, wiring string, d time.Duration) (churnResult, error) {
+	s, err := w.startDev(ctx, fmt.Sprintf("%s-churn", wiring[:3]), w.manifests[wiring][1])
+	if err != nil {
+		return churnResult{}, err
+	}
+	defer s.stop()
+	// At zero: no instance running for worthIdle (dev starts none at ready;
+	// this waits out one woken by the start).
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if instances(readEvents(s.events), time.Now()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return churnResult{}, fmt.Errorf("the operator did not scale to zero within 2 minutes of ready")
+		}
+		time.Sleep(time.Second)
+	}
+	res := churnResult{}
+	t0 := time.Now()
+	tick := time.NewTicker(time.Second / worthChurnHz)
+	defer tick.Stop()
+	for i := 0; time.Since(t0) < d; i++ {
+		cm := &corev1.ConfigMap{}
+		key := client.ObjectKey{Namespace: cmNamespace(i % worthCMNS), Name: "churn"}
+		if err := w.c.Get(ctx, key, cm); err != nil {
+			return churnResult{}, err
+		}
+		cm.Data = map[string]string{"n": strconv.Itoa(i)}
+		if err := w.c.Update(ctx, cm); err != nil {
+			return churnResult{}, err
+		}
+		res.updates++
+		<-tick.C
+	}
+	t1 := time.Now()
+	time.Sleep(2 * time.Second) // the last updates' deliveries are answered
+	res.window = t1.Sub(t0)
+	churnWindow(readEvents(s.events), t0, t1, &res)
+	return res, nil
+}
+
+// instances is how many operator instances run at t, from the stream's
+// process-started and process-stopped events of Services (not ko://
+// Deployments).
+func instances(evs []dev.Event, t time.Time) int {
+	n := 0
+	for _, e := range evs {
+		if e.Service == "" || e.Time.After(t) {
+			continue
+		}
+		switch e.Event {
+		case dev.EventProcessStarted:
+			n++
+		case dev.EventProcessStopped:
+			n--
+		}
+	}
+	return n
+}
+
+// churnWindow fills res from the events in [t0, t1]: the time with at
+// least one instance (a step function of the process events), the starts,
+// deliveries and reconciles.
+func churnWindow(evs []dev.Event, t0, t1 time.Time, res *churnResult) {
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time.Before(evs[j].Time) })
+	n := instances(evs, t0)
+	last := t0
+	for _, e := range evs {
+		if e.Time.Before(t0) || e.Time.After(t1) {
+			continue
+		}
+		switch e.Event {
+		case dev.EventProcessStarted, dev.EventProcessStopped:
+			if e.Service == "" {
+				continue
+			}
+			if n > 0 {
+				res.up += e.Time.Sub(last)
+			}
+			last = e.Time
+			if e.Event == dev.EventProcessStarted {
+				n++
+				res.starts++
+				if e.ColdStart {
+					res.coldStarts++
+				}
+			} else {
+				n--
+			}
+		case dev.EventDelivery:
+			if e.Service != "" {
+				res.deliveries++
+			}
+		case dev.EventReconciled:
+			res.reconciles += e.Reconciled
+		}
+	}
+	if n > 0 {
+		res.up += t1.Sub(last)
+	}
+}

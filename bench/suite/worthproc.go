@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/opzero/opzero/internal/devenv/dev"
+)
+
+// measure starts wiring for ops operators, lets it settle (-worth-settle
+// after ready: the controller-runtime managers' caches synced, opzero dev's
+// adapters listed) and reads the always-on processes' memory. A wiring that
+// cannot run yet (the hub) gives a note instead.
+func (w *worthPart) measure(ctx context.Context, wiring string, ops int) ([]procMem, string, error) {
+	switch wiring {
+	case wCR, wCRMeta:
+		return w.measureClassic(ctx, wiring == wCRMeta, ops)
+	}
+	if wiring == wHub && w.hubNote != "" {
+		return nil, w.hubNote, nil
+	}
+	s, err := w.startDev(ctx, fmt.Sprintf("%s-%d-%d", strings.Fields(wiring)[0], ops, w.cms), w.manifests[wiring][ops])
+	if err != nil {
+		return nil, "", err
+	}
+	defer s.stop()
+	time.Sleep(worthSettle)
+	procs := alwaysOn(s.cmd.Process.Pid)
+	if len(procs) == 0 {
+		return nil, "", fmt.Errorf("no always-on process found under opzero dev (pid %d)", s.cmd.Process.Pid)
+	}
+	return procs, "", nil
+}
+
+// measureClassic starts ops controller-runtime managers (bench/crbaseline),
+// each with its own caches, as ops classic operators would run.
+func (w *worthPart) measureClassic(ctx context.Context, metadataOnly bool, ops int) ([]procMem, string, error) {
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(syscall.SIGTERM)
+			_ = c.Wait()
+		}
+	}()
+	ready := make(chan int, ops)
+	for i := range ops {
+		var args []string
+		if metadataOnly {
+			args = append(args, "--metadata-only")
+		}
+		cmd := exec.CommandContext(ctx, w.crbaseline, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+w.kubeconfig)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, "", err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, "", err
+		}
+		cmds = append(cmds, cmd)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if sc.Text() == "READY" {
+					ready <- i
+				}
+			}
+		}()
+	}
+	for range ops {
+		select {
+		case <-ready:
+		case <-time.After(5 * time.Minute):
+			return nil, "", fmt.Errorf("a controller-runtime manager was not ready (caches synced) within 5 minutes")
+		}
+	}
+	time.Sleep(worthSettle)
+	var procs []procMem
+	for _, c := range cmds {
+		rss, hwm := memOf(c.Process.Pid)
+		procs = append(procs, procMem{what: "manager", rss: rss, hwm: hwm})
+	}
+	return procs, "", nil
+}
+
+// memOf is a process's VmRSS and VmHWM (its peak RSS), MiB.
+func memOf(pid int) (rss, hwm float64) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		for prefix, dst := range map[string]*float64{"VmRSS:": &rss, "VmHWM:": &hwm} {
+			if v, ok := strings.CutPrefix(l, prefix); ok {
+				var kb float64
+				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+				*dst = kb / 1024
+			}
+		}
+	}
+	return rss, hwm
+}
+
+// alwaysOn finds the processes under opzero dev (pid) that run while the
+// operators are at zero, by what /proc says they are: Knative's
+// ApiServerSource adapters (their environment names the source), mtping,
+// the wakeup sources and the hub. Operator instances are left out.
+func alwaysOn(pid int) []procMem {
+	var out []procMem
+	for _, p := range descendants(pid) {
+		argv := procArgv(p)
+		if len(argv) == 0 {
+			continue
+		}
+		env := procEnv(p)
+		base := filepath.Base(argv[0])
+		var pm procMem
+		switch {
+		case strings.Contains(base, "apiserver_receive_adapter"):
+			pm.what = "adapter " + strings.TrimPrefix(env["NAME"], "configwatcher-")
+		case strings.Contains(base, "mtping"):
+			pm.what, pm.shared = "mtping", true
+		case strings.Contains(strings.Join(argv, " "), "opzero-hub") || (len(argv) > 1 && argv[1] == "hub"):
+			pm.what, pm.shared = "hub", true
+		case strings.Contains(strings.Join(argv, " "), "wakeup-source"):
+			pm.what = "wakeup source"
+		default:
+			continue // an operator instance, or a helper of dev's
+		}
+		pm.rss, pm.hwm = memOf(p)
+		out = append(out, pm)
+	}
+	return out
+}
+
+// descendants are the processes whose chain of parents reaches pid.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so from the last ')'
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func procArgv(pid int) []string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 })
+}
+
+func procEnv(pid int) map[string]string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	out := map[string]string{}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// devSession is `opzero dev -f` running the manifests, as a user runs it.
+type devSession struct {
+	cmd    *exec.Cmd
+	events string // its --events=json stream
+	gone   chan struct{}
+}
+
+// startDev runs opzero dev on the part's plane with the operators' idle
+// period at worthIdle and waits for its ready event (every adapter has
+// listed).
+func (w *worthPart) startDev(ctx context.Context, name, manifests string) (*devSession, error) {
+	logs := filepath.Join(w.dir, "dev-"+name)
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	s := &devSession{events: filepath.Join(logs, "events.jsonl"), gone: make(chan struct{})}
+	s.cmd = exec.Command(w.opzero, "dev", "-f", manifests, "--kubeconfig", w.kubeconfig, "--no-status", "--idle", worthIdle.String(),
+		"--cache-dir", filepath.Join(w.dir, "ko"), "--build-dir", w.root, "--log-dir", logs, "--events=json", "--events-file", s.events)
+	s.cmd.Dir = w.root
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := os.Create(filepath.Join(logs, "opzero-dev.out"))
+	if err != nil {
+		return nil, err
+	}
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	if err := s.cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	go func() { _ = s.cmd.Wait(); out.Close(); close(s.gone) }()
+	deadline := time.After(10 * time.Minute)
+	for {
+		for _, e := range readEvents(s.events) {
+			if e.Event == dev.EventReady {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.gone:
+			b, _ := os.ReadFile(out.Name())
+			return nil, fmt.Errorf("opzero dev -f %s ended before ready:\n%s", manifests, tail(string(b), 2000))
+		case <-deadline:
+			s.stop()
+			return nil, fmt.Errorf("opzero dev -f %s: not ready within 10 minutes (log %s)", manifests, out.Name())
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the session as Ctrl-C would, and waits for it.
+func (s *devSession) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.gone:
+	case <-time.After(time.Minute):
+		_ = s.cmd.Process.Kill()
+		<-s.gone
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// readEvents reads the session's event stream so far (a line being
+// written is skipped).
+func readEvents(path string) []dev.Event {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []dev.Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var e dev.Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Event != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
