@@ -61,7 +61,9 @@ func describe(op *builder.Controller) description.Controller {
 		out.Owned = append(out.Owned, describeKind(k))
 	}
 	for _, w := range op.Watched {
-		out.Watched = append(out.Watched, describeKind(w.Kind))
+		k := describeKind(w.Kind)
+		k.ReferencedBy = w.ReferencedBy
+		out.Watched = append(out.Watched, k)
 	}
 	for _, e := range op.Events {
 		out.Events = append(out.Events, description.EventWatch{Name: e.Name, Attributes: e.Filter.Attributes,

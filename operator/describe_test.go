@@ -40,7 +40,8 @@ func TestDescribeInsteadOfServing(t *testing.T) {
 			err = builder.ControllerManagedBy(rt).Named("cw").
 				For(&v1.ConfigWatcher{}, builder.WithLabelSelector(labels.SelectorFromSet(labels.Set{"team": "a"}))).
 				Owns(&corev1.Pod{}).Owns(&appsv1.Deployment{}).
-				Watches(&corev1.ConfigMap{}, func(context.Context, client.Reader, client.Object) ([]reconcile.Request, error) { return nil, nil }).
+				Watches(&corev1.ConfigMap{}, func(context.Context, client.Reader, client.Object) ([]reconcile.Request, error) { return nil, nil },
+					builder.ReferencedBy("spec.configMap")).
 				WithSweep("@hourly", "").WithScale(0, 7).WithConcurrency(2).
 				Complete(r)
 			if err != nil {
@@ -70,7 +71,7 @@ func TestDescribeInsteadOfServing(t *testing.T) {
 			if len(op.Owned) != 2 || op.Owned[0].Kind != "Pod" || op.Owned[1].Kind != "Deployment" || op.Owned[1].Group != "apps" {
 				t.Errorf("owned %+v, want Pod then apps Deployment (sorted by group)", op.Owned)
 			}
-			if len(op.Watched) != 1 || op.Watched[0].Resource != "configmaps" {
+			if len(op.Watched) != 1 || op.Watched[0].Resource != "configmaps" || op.Watched[0].ReferencedBy != "spec.configMap" {
 				t.Errorf("watched %+v", op.Watched)
 			}
 			if want := (description.Deploy{Sweep: "@hourly", MaxScale: 7, Concurrency: 2}); op.Deploy != want {

@@ -66,7 +66,9 @@ func run() error {
 	err = builder.ControllerManagedBy(rt).
 		Named("configwatcher").
 		For(&v1.ConfigWatcher{}).
-		Watches(&corev1.ConfigMap{}, controller.ConfigMapToConfigWatchers).
+		// a ConfigWatcher names its ConfigMap in spec.configMap: the hub
+		// wakes the operator only for ConfigMaps some ConfigWatcher names
+		Watches(&corev1.ConfigMap{}, controller.ConfigMapToConfigWatchers, builder.ReferencedBy("spec.configMap")).
 		Complete(r)
 	if err != nil {
 		return err

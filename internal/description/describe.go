@@ -29,11 +29,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // APIVersion is the version of this format. v2 added Controller.Events
 // (external CloudEvents through a Broker); Read still accepts v1, which is
 // v2 without them.
+//
+// Optional fields added later within v2 (ServerlessOnly, Kind.ReferencedBy)
+// are omitted when unset, so a description that does not use them is byte
+// for byte what an older binary printed and older readers still read it.
+// One that uses them is refused by an older reader (Read disallows unknown
+// fields) with an error naming the field: loud, never silently dropped. A
+// new version would refuse every description, used or not, and gain
+// nothing, since decoding fails on the field before the version is read.
 const APIVersion = "opzero.dev/describe/v2"
 
 // apiVersionV1 is the previous version, a subset of this one.
@@ -131,6 +140,11 @@ type Kind struct {
 	GoPackage string `json:"goPackage"`
 	// Selector is a label selector in its string form ("" = everything).
 	Selector string `json:"selector,omitempty"`
+	// ReferencedBy, on a watched kind, is the field path (dot separated,
+	// e.g. spec.configMap) in which objects of the primary kind name
+	// objects of this kind in their own namespace (builder.ReferencedBy);
+	// "" makes no such promise.
+	ReferencedBy string `json:"referencedBy,omitempty"`
 }
 
 // APIVersion returns group/version (version alone for the core group).
@@ -167,6 +181,10 @@ func Read(r io.Reader) (Description, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			return Description{}, fmt.Errorf("an opzero operator description (%s JSON) this opzero cannot read: %w; "+
+				"build the operator and the opzero CLI from the same opzero version", APIVersion, err)
+		}
 		return Description{}, fmt.Errorf("not an opzero operator description (%s JSON): %w", APIVersion, err)
 	}
 	if d.APIVersion == apiVersionV1 {
