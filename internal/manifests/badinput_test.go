@@ -53,6 +53,8 @@ func TestBadOptions(t *testing.T) {
 		{manifests.Options{Broker: "a_b"}, `--broker="a_b"`},
 		{manifests.Options{Delivery: manifests.Delivery{BackoffPolicy: "random"}}, "want exponential or linear"},
 		{manifests.Options{Delivery: manifests.Delivery{BackoffDelay: "500ms"}}, "ISO-8601"},
+		{manifests.Options{Source: "mesh"}, `--source="mesh": want knative or hub`},
+		{manifests.Options{Mode: manifests.Classic, Source: manifests.SourceHub}, "--source=hub: the hub delivers to serverless operators"},
 	} {
 		if _, err := manifests.Generate(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want an error containing %q", tc.o, err, tc.want)
@@ -83,6 +85,18 @@ func TestBadEventFilters(t *testing.T) {
 		in.Operator.Events = tc.events
 		if _, err := manifests.Generate(in, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want an error containing %q", tc.events, err, tc.want)
+		}
+	}
+}
+
+// TestBadSourceBuildsNothing: a bad --source (or --source=hub with
+// --mode=classic) is refused before the operator is built or described.
+func TestBadSourceBuildsNothing(t *testing.T) {
+	for _, o := range []manifests.Options{{Source: "Hub"}, {Mode: manifests.Classic, Source: manifests.SourceHub}} {
+		// the package does not exist: an error about it would mean it was looked for
+		_, err := manifests.Build(context.Background(), repoRoot(t), "./examples/nosuchoperator", o)
+		if err == nil || !strings.Contains(err.Error(), "--source") || strings.Contains(err.Error(), "nosuchoperator") {
+			t.Errorf("%+v: got %v, want the --source error before the package is looked at", o, err)
 		}
 	}
 }

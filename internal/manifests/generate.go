@@ -11,7 +11,8 @@ import (
 	"github.com/opzero/opzero/internal/description"
 )
 
-// WakeupPackage holds the Wakeup type (its CRD ships with durable time).
+// WakeupPackage holds the Wakeup type (its CRD ships with durable time)
+// and the Subscription type (its CRD ships with --source=hub).
 const WakeupPackage = "github.com/opzero/opzero/api/v1alpha1"
 
 // Input is everything Generate derives objects from.
@@ -32,6 +33,9 @@ type Input struct {
 // generates the CRDs of its kinds whose Go types live in the operator's own
 // module, reads its reconciler's RBAC markers, and returns the objects.
 func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
+	if err := o.checkModeSource(); err != nil {
+		return nil, err
+	}
 	t, err := Describe(ctx, dir, pkg)
 	if err != nil {
 		return nil, err
@@ -70,6 +74,10 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		pkgs[WakeupPackage] = true
 		want[[2]string{"opzero.dev", "Wakeup"}] = true
 	}
+	if o.hub() {
+		pkgs[WakeupPackage] = true
+		want[[2]string{"opzero.dev", "Subscription"}] = true
+	}
 	crds, err := GenerateCRDs(t.Dir, sortedKeys(pkgs)...)
 	if err != nil {
 		return Input{}, err
@@ -106,8 +114,10 @@ func Generate(in Input, o Options) ([]Object, error) {
 	for _, c := range in.CRDs {
 		g.plural[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = c.CRD.Spec.Names.Plural
 	}
-	if err := g.checkNames(); err != nil {
-		return nil, err
+	if !o.hub() { // one source per kind, named after it
+		if err := g.checkNames(); err != nil {
+			return nil, err
+		}
 	}
 	if err := g.checkEvents(); err != nil {
 		return nil, err
@@ -126,10 +136,14 @@ func Generate(in Input, o Options) ([]Object, error) {
 		}
 	} else {
 		objs = append(objs, g.service())
-		objs = append(objs, g.apiServerSources()...)
-		objs = append(objs, g.pingSources()...)
-		if o.durable() {
-			objs = append(objs, g.wakeupSource()...)
+		if o.hub() {
+			objs = append(objs, g.hubWiring()...)
+		} else {
+			objs = append(objs, g.apiServerSources()...)
+			objs = append(objs, g.pingSources()...)
+			if o.durable() {
+				objs = append(objs, g.wakeupSource()...)
+			}
 		}
 		if g.brokerName() != "" {
 			objs = append(objs, g.broker()...)

@@ -26,6 +26,8 @@ var goldenCases = map[string]manifests.Options{
 	"serverless-broker": {Mode: manifests.Serverless, Namespace: "ops", Idle: 3 * time.Second, Broker: "default",
 		TriggerType: "com.example.config.changed", Delivery: manifests.Delivery{DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
 	"serverless-no-durable-time": {Mode: manifests.Serverless, NoDurableTime: true},
+	// --source=hub: a Subscription and the hub instead of the Knative sources
+	"serverless-hub": {Mode: manifests.Serverless, Source: manifests.SourceHub},
 	// the operator also takes external events (eventCases): its own Broker, a Trigger per filter
 	"serverless-events": {Mode: manifests.Serverless, Namespace: "ops", Delivery: manifests.Delivery{Retry: 3,
 		BackoffPolicy: "linear", BackoffDelay: "PT0.2S", DeadLetterSink: "http://dls.ops.svc.cluster.local"}},

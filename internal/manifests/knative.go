@@ -31,7 +31,8 @@ func (g *gen) serviceURL() string {
 
 // senders are the identities whose tokens the operator accepts: the OIDC
 // service accounts Knative creates for the sources and the trigger that
-// deliver to it, and the wakeup source's own service account.
+// deliver to it, and the wakeup source's own service account; with the hub,
+// the hub's service account instead of the sources' and the wakeup source's.
 func (g *gen) senders() []string {
 	sa := func(name string) string { return "system:serviceaccount:" + g.o.Namespace + ":" + name }
 	var out []string
@@ -42,17 +43,21 @@ func (g *gen) senders() []string {
 		sort.Strings(out)
 		return out
 	}
-	for _, k := range g.sourceKinds() {
-		out = append(out, sa(knativenames.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
-	}
-	for _, p := range g.sweeps() {
-		out = append(out, sa(knativenames.OIDCServiceAccount(p.name, "sources.knative.dev", "PingSource")))
+	if g.o.hub() { // the hub sends the events, sweeps and wakeups
+		out = append(out, hubSender())
+	} else {
+		for _, k := range g.sourceKinds() {
+			out = append(out, sa(knativenames.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
+		}
+		for _, p := range g.sweeps() {
+			out = append(out, sa(knativenames.OIDCServiceAccount(p.name, "sources.knative.dev", "PingSource")))
+		}
+		if g.o.durable() {
+			out = append(out, sa(g.wakeupSourceName()))
+		}
 	}
 	for _, t := range g.triggerNames() {
 		out = append(out, sa(knativenames.OIDCServiceAccount(t, "eventing.knative.dev", "Trigger")))
-	}
-	if g.o.durable() {
-		out = append(out, sa(g.wakeupSourceName()))
 	}
 	sort.Strings(out)
 	return out

@@ -23,6 +23,7 @@ type Object struct {
 // The files objects are grouped in, in the order they are applied.
 const (
 	FileCRDs     = "crds.yaml"
+	FileHub      = "hub.yaml" // --source=hub: the cluster's hub, the same for every operator
 	FileRBAC     = "rbac.yaml"
 	FileOperator = "operator.yaml"
 	FileSources  = "sources.yaml"
@@ -30,10 +31,11 @@ const (
 	FileBroker   = "broker.yaml"
 )
 
-var fileOrder = map[string]int{FileCRDs: 0, FileRBAC: 1, FileOperator: 2, FileSources: 3, FileWakeup: 4, FileBroker: 5}
+var fileOrder = map[string]int{FileCRDs: 0, FileHub: 1, FileRBAC: 2, FileOperator: 3, FileSources: 4, FileWakeup: 5, FileBroker: 6}
 
-var kindOrder = map[string]int{"CustomResourceDefinition": 0, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 3,
-	"Role": 4, "RoleBinding": 5, "Deployment": 6, "Service": 7, "ApiServerSource": 8, "PingSource": 9, "Broker": 10, "Trigger": 11}
+var kindOrder = map[string]int{"Namespace": 0, "CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 4,
+	"Role": 5, "RoleBinding": 6, "Deployment": 7, "Service": 8, "ApiServerSource": 9, "PingSource": 10, "Subscription": 11,
+	"Broker": 12, "Trigger": 13}
 
 // Kind, Name and Namespace of the object.
 func (o Object) Kind() string { s, _ := o.Obj["kind"].(string); return s }

@@ -39,6 +39,13 @@ type Options struct {
 	// WakeupImage runs the wakeup source: its entrypoint takes the wakeup
 	// source's flags, as cmd/wakeup-source does (DefaultWakeupImage).
 	WakeupImage string
+	// Source is how a serverless operator gets its events: SourceKnative
+	// (ApiServerSources, PingSources, a wakeup source: the default) or
+	// SourceHub (a Subscription to the cluster's opzero hub, and the hub).
+	Source string
+	// HubImage runs the hub (DefaultHubImage): its entrypoint takes
+	// cmd/opzero-hub's flags.
+	HubImage string
 	// TimeoutSeconds bounds one request to the Service (default 300).
 	TimeoutSeconds int
 	// Idle is how long an idle instance is kept before scaling to zero
@@ -75,13 +82,31 @@ type Delivery struct {
 	DeadLetterSink string
 }
 
+// checkModeSource checks --mode and --source, which decide what is
+// generated (and which CRDs Prepare makes): before anything is built.
+func (o Options) checkModeSource() error {
+	if o.Mode != "" && o.Mode != Serverless && o.Mode != Classic {
+		return fmt.Errorf("--mode=%q: want serverless or classic", o.Mode)
+	}
+	if o.Source != "" && o.Source != SourceKnative && o.Source != SourceHub {
+		return fmt.Errorf("--source=%q: want %s or %s", o.Source, SourceKnative, SourceHub)
+	}
+	if o.Mode == Classic && o.Source == SourceHub {
+		return fmt.Errorf("--source=%s: the hub delivers to serverless operators, and --mode=classic watches with its own informers; drop --source or use --mode=serverless", SourceHub)
+	}
+	return nil
+}
+
 // withDefaults fills in defaults and checks the options.
 func (o Options) withDefaults(name, importPath string) (Options, error) {
+	if err := o.checkModeSource(); err != nil {
+		return o, err
+	}
 	if o.Mode == "" {
 		o.Mode = Serverless
 	}
-	if o.Mode != Serverless && o.Mode != Classic {
-		return o, fmt.Errorf("--mode=%q: want serverless or classic", o.Mode)
+	if o.Source == "" {
+		o.Source = SourceKnative
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -97,6 +122,9 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	}
 	if o.WakeupImage == "" {
 		o.WakeupImage = DefaultWakeupImage
+	}
+	if o.HubImage == "" {
+		o.HubImage = DefaultHubImage
 	}
 	if o.TimeoutSeconds == 0 {
 		o.TimeoutSeconds = 300
@@ -139,3 +167,6 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 
 // durable says whether durable time is on.
 func (o Options) durable() bool { return o.Mode == Serverless && !o.NoDurableTime }
+
+// hub says whether the hub delivers the operator's events.
+func (o Options) hub() bool { return o.Mode != Classic && o.Source == SourceHub }
