@@ -43,6 +43,11 @@ that description; there is no second list to keep in sync:
   wakeup-source.yaml  serverless with durable time: the wakeup source (its own
                       small binary, cmd/wakeup-source) as a Deployment with its
                       ServiceAccount and RBAC
+  hub.yaml            serverless with --source=hub: the cluster's opzero hub
+                      (cmd/opzero-hub), the same in every operator's manifests:
+                      Namespace opzero-system, ServiceAccount, ClusterRole
+                      opzero-hub aggregating those labelled
+                      opzero.dev/aggregate-to-hub, and its Deployment
   broker.yaml         when the operator takes Broker events (builder.WatchesEvents):
                       its Broker (named after it, or --broker) and one Trigger
                       per filter, <operator>-<name>, with the delivery flags;
@@ -50,9 +55,18 @@ that description; there is no second list to keep in sync:
                       operator's --events-addr. Without WatchesEvents,
                       --broker adds a Broker and one Trigger (--trigger-type)
 
+With --source=hub (serverless only), sources.yaml holds one Subscription
+(opzero.dev/v1alpha1) instead of the ApiServerSources, PingSources and the
+wakeup source: the same kinds in the same modes, the sweeps, the Wakeups, and
+for a watched kind declared with builder.ReferencedBy a referencedBy filter,
+so that the hub wakes the operator only for objects a primary names.
+rbac.yaml then grants the hub read access to the operator's kinds
+(ClusterRole opzero-hub:<namespace>:<operator>, aggregated into the hub's).
+
 Sources send OIDC tokens for --audience, which the operator is started with;
 it accepts only its own senders (--allowed-senders: the OIDC service accounts
-Knative creates for its sources and triggers, and the wakeup source's).
+Knative creates for its sources and triggers, and the wakeup source's; with
+--source=hub, the hub's service account and the triggers').
 The operator's environment is declared once and goes into the Knative Service
 and the classic Deployment alike: what the operator declares itself
 (builder.WithEnv, WithSecretEnv), then --env, --env-secret, --env-from-secret and
@@ -67,6 +81,7 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
+  opzero manifests ./examples/configwatcher --source=hub -o deploy/
   opzero manifests ./cmd/myoperator -o deploy/ --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token \
       --env-from-configmap myoperator-settings -- --max-concurrent-reconciles=4`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -127,6 +142,8 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
 	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
+	f.StringVar(&o.Source, "source", manifests.SourceKnative, "serverless: how events reach the operator: knative (an ApiServerSource per kind, PingSources, a wakeup source) or hub (a Subscription to the cluster's opzero hub, which is deployed too)")
+	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (scale-to-zero-pod-retention-period; 0: Knative's default)")
 	f.StringVar(&o.Broker, "broker", "", "the Broker's name (default: the operator's when it takes Broker events); without WatchesEvents, serverless: also emit a Broker of this name and a Trigger to the operator")

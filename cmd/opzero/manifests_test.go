@@ -71,6 +71,8 @@ func TestManifestsBadFlags(t *testing.T) {
 		{[]string{"manifests", "--operator", "./nosuch"}, "Go package path of the operator's main"},
 		{[]string{"manifests", "--operator", "./builder"}, "not a command"},
 		{[]string{"manifests", "--operatr", "./examples/configwatcher"}, "unknown flag: --operatr"},
+		{[]string{"manifests", "./examples/configwatcher", "--source", "mesh"}, `--source="mesh": want knative or hub`},
+		{[]string{"manifests", "./examples/configwatcher", "--source", "hub", "--mode", "classic"}, "--source=hub: the hub delivers to serverless operators"},
 	} {
 		out, err := runOpzero(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -81,7 +83,7 @@ func TestManifestsBadFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"OPZERO_DESCRIBE", "ApiServerSource", "least-privilege", "--mode", "deterministic"} {
+	for _, w := range []string{"OPZERO_DESCRIBE", "ApiServerSource", "least-privilege", "--mode", "deterministic", "--source=hub", "--hub-image"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("help does not mention %q", w)
 		}
@@ -132,6 +134,46 @@ func TestManifestsEnvFlags(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("opzero %s: %s was written (%v)", strings.Join(args, " "), dir, err)
+		}
+	}
+}
+
+// TestManifestsSourceHub: --source=hub writes the golden serverless-hub
+// files; regenerating the folder with the default source removes hub.yaml,
+// and the other way round wakeup-source.yaml (no stale wiring is left).
+func TestManifestsSourceHub(t *testing.T) {
+	t.Chdir("../..")
+	dir := filepath.Join(t.TempDir(), "deploy")
+	golden := filepath.Join("internal", "manifests", "testdata", "golden", "serverless-hub")
+	for _, args := range [][]string{{"--source=hub"}, {}, {"--source", "hub"}} {
+		if out, err := runOpzero(t, append([]string{"manifests", "./examples/configwatcher", "-o", dir}, args...)...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		_, errHub := os.Stat(filepath.Join(dir, "hub.yaml"))
+		_, errWakeup := os.Stat(filepath.Join(dir, "wakeup-source.yaml"))
+		if len(args) == 0 {
+			if !os.IsNotExist(errHub) || errWakeup != nil {
+				t.Errorf("--source=knative: hub.yaml %v, wakeup-source.yaml %v; want only the latter", errHub, errWakeup)
+			}
+			continue
+		}
+		if errHub != nil || !os.IsNotExist(errWakeup) {
+			t.Errorf("%v: hub.yaml %v, wakeup-source.yaml %v; want only the former", args, errHub, errWakeup)
+		}
+		entries, err := os.ReadDir(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written, _ := os.ReadDir(dir)
+		if len(written) != len(entries) {
+			t.Errorf("%v: wrote %d files, golden has %d", args, len(written), len(entries))
+		}
+		for _, e := range entries {
+			got, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			want, _ := os.ReadFile(filepath.Join(golden, e.Name()))
+			if !bytes.Equal(got, want) {
+				t.Errorf("%v: %s differs from %s", args, e.Name(), filepath.Join(golden, e.Name()))
+			}
 		}
 	}
 }
