@@ -11,6 +11,18 @@
 //     autoscaling annotations), one ApiServerSource per kind each with its own
 //     ServiceAccount allowed only get/list/watch on that kind, PingSources for
 //     the sweeps, the wakeup source;
+//   - serverless with Options.Source = SourceHub (--source=hub): instead of
+//     those sources, one Subscription (opzero.dev/v1alpha1) named after the
+//     operator, asking the cluster's hub for the same kinds in the same
+//     modes (owner filters, selectors, all namespaces), a referencedBy
+//     filter for each watched kind declared with builder.ReferencedBy, the
+//     same sweeps under the PingSources' names, and the Wakeups when durable
+//     time is on; a ClusterRole opzero-hub:<namespace>:<operator> letting
+//     the hub read those kinds, aggregated (label
+//     opzero.dev/aggregate-to-hub) into the hub's; and the hub itself in
+//     hub.yaml: Namespace opzero-system, ServiceAccount, ClusterRoles
+//     opzero-hub (aggregated) and opzero-hub-base, a Role for its own
+//     tokens, and the Deployment (Options.HubImage);
 //   - classic: a Deployment with leader election instead;
 //   - when the operator takes external events (builder.WatchesEvents): its
 //     Broker (the operator's name, or Options.Broker) and one Trigger per
@@ -33,6 +45,8 @@
 //
 //   - Deterministic: the same description and Options give byte-identical
 //     YAML (objects in a fixed order, map keys sorted, rules sorted).
+//   - An unknown Source or Mode, or hub with classic, is refused naming
+//     the flag before the operator is even built (Build).
 //   - Least privilege: every rule comes from a kind in the description, a
 //     feature that is on, or a marker in the reconciler's package.
 //   - Bad env or arguments are refused before anything is generated: an
@@ -53,7 +67,14 @@
 //   - The operator accepts only its own senders (--allowed-senders): the
 //     OIDC service accounts Knative creates for its ApiServerSources,
 //     PingSources and Triggers (named as Knative names them, internal/knativenames)
-//     and the wakeup source's service account.
+//     and the wakeup source's service account; with the hub, the hub's
+//     service account (opzero-system/opzero-hub) and the Triggers'.
 //   - One wakeup source per operator (--operator), watching that operator's
 //     Wakeups in every namespace.
+//   - The hub's objects (hub.yaml) are the same in every operator's
+//     manifests and carry no operator's name: applying them again is
+//     harmless, but deleting one operator's folder with kubectl delete -f
+//     deletes the hub every other operator uses; leave hub.yaml out.
+//   - --source=hub is serverless only: a classic operator watches with its
+//     own informers.
 package manifests
