@@ -283,16 +283,15 @@ func (h *Hub) rewire(ctx context.Context) {
 	}
 	for k, atts := range want {
 		for _, a := range atts {
-			if a.ref != nil {
-				a.ref.index = h.indexes[a.ref.key]
+			if a.ref != nil && a.ref.index == nil {
+				a.ref.index = h.indexes[a.ref.key] // before the watch sees a (a new attachment)
 			}
 		}
-		w := h.watches[k]
-		if w == nil {
-			w = h.startWatch(ctx, k)
-			h.watches[k] = w
+		if w := h.watches[k]; w != nil {
+			w.setSubscribers(atts)
+		} else {
+			h.watches[k] = h.startWatch(ctx, k, atts)
 		}
-		w.setSubscribers(atts)
 	}
 	h.stats.watches.Set(float64(len(h.watches)))
 	h.stats.subscriptions.Set(float64(len(h.subs)))

@@ -33,6 +33,11 @@ type sub struct {
 	sink        string
 	attachments []*attachment
 	progress    map[string]string // progress key -> resourceVersion (status.progress)
+	// base is where a watch starts for this spec when it has no progress
+	// yet: the Subscription's resourceVersion when this spec was read, so
+	// that every change after the Subscription was written is delivered,
+	// however long the hub takes to start the watch.
+	base string
 	dirty       bool              // progress or conditions not yet written
 	written     []byte            // the status last written
 
@@ -42,7 +47,7 @@ type sub struct {
 }
 
 func newSub(h *Hub, obj *v1alpha1.Subscription) *sub {
-	s := &sub{h: h, key: client.ObjectKeyFromObject(obj), obj: obj.DeepCopy(), progress: map[string]string{}}
+	s := &sub{h: h, key: client.ObjectKeyFromObject(obj), obj: obj.DeepCopy(), progress: map[string]string{}, base: obj.ResourceVersion}
 	for _, p := range obj.Status.Progress {
 		s.progress[p.Resource] = p.ResourceVersion
 	}
@@ -66,7 +71,7 @@ func (s *sub) spec() v1alpha1.SubscriptionSpec {
 func (s *sub) setSpec(obj *v1alpha1.Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.obj = obj.DeepCopy()
+	s.obj, s.base = obj.DeepCopy(), obj.ResourceVersion
 }
 
 func (s *sub) sinkURL() string {
@@ -94,11 +99,15 @@ func (s *sub) stop() {
 	s.disp.stop()
 }
 
-// getProgress returns how far key has been delivered ("" if never).
+// getProgress returns how far key has been delivered, or if never, the
+// Subscription's version that asked for it.
 func (s *sub) getProgress(key string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.progress[key]
+	if p := s.progress[key]; p != "" {
+		return p
+	}
+	return s.base
 }
 
 func (s *sub) setProgress(key, rv string) {

@@ -140,9 +140,11 @@ type sharedWatch struct {
 	rv      string        // where the watch is
 }
 
-func (h *Hub) startWatch(ctx context.Context, k watchKey) *sharedWatch {
+// startWatch starts a watch for its first subscribers, from their oldest
+// progress.
+func (h *Hub) startWatch(ctx context.Context, k watchKey, atts []*attachment) *sharedWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &sharedWatch{h: h, key: k, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1)}
+	w := &sharedWatch{h: h, key: k, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1), subs: atts}
 	go func() { defer close(w.done); w.run(ctx) }()
 	return w
 }
