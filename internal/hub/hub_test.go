@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/go-logr/logr"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -504,7 +504,9 @@ func TestDelivery(t *testing.T) {
 	condition(t, ns, "retry", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 	start := time.Now()
 	must(t, env.Client.Create(ctx, configMap(ns, "flaky", nil)))
-	s.find(t, "flaky delivered after a 503 and a 500", func(ev event.Event) bool { return about("dev.knative.apiserver.ref.add", "flaky")(ev) && len(s.all()) >= 3 })
+	s.find(t, "flaky delivered after a 503 and a 500", func(ev event.Event) bool {
+		return about("dev.knative.apiserver.ref.add", "flaky")(ev) && len(s.all()) >= 3
+	})
 	if d := time.Since(start); d < time.Second {
 		t.Errorf("delivered %v after the 503 with Retry-After: 1: the hub did not wait", d)
 	}

@@ -37,9 +37,9 @@ type sub struct {
 	// yet: the Subscription's resourceVersion when this spec was read, so
 	// that every change after the Subscription was written is delivered,
 	// however long the hub takes to start the watch.
-	base string
-	dirty       bool              // progress or conditions not yet written
-	written     []byte            // the status last written
+	base    string
+	dirty   bool   // progress or conditions not yet written
+	written []byte // the status last written
 
 	disp    *dispatcher
 	sweeps  *sweeper

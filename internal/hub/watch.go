@@ -56,7 +56,7 @@ type attachment struct {
 
 	mu   sync.Mutex
 	seq  []*mark // sends pending, in watch order
-	mark string   // every change up to it is sent (its progress)
+	mark string  // every change up to it is sent (its progress)
 }
 
 // mark is a change of the watch being sent: the progress moves past it
