@@ -48,7 +48,7 @@ func TestChurnWindow(t *testing.T) {
 	svc := "wo-01/configwatcher"
 	evs := []dev.Event{
 		{Time: at(-5), Event: dev.EventProcessStarted, Service: svc, ColdStart: true}, // up before the window
-		{Time: at(-4), Event: dev.EventProcessStarted, Deployment: "wo-01/w"},        // not an instance
+		{Time: at(-4), Event: dev.EventProcessStarted, Deployment: "wo-01/w"},         // not an instance
 		{Time: at(2), Event: dev.EventProcessStopped, Service: svc},
 		{Time: at(4), Event: dev.EventProcessStarted, Service: svc, ColdStart: true},
 		{Time: at(4.1), Event: dev.EventDelivery, Service: svc},

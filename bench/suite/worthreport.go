@@ -82,6 +82,9 @@ func (w *worthPart) section(counts []int) string {
 			}
 		}
 	}
+	if w.churnNote != "" {
+		notes = append(notes, w.churnNote)
+	}
 	if len(notes) > 0 {
 		b.WriteString("\nNot measured in this run: " + strings.Join(notes, "; ") + ".\n")
 	}
