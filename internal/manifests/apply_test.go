@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -28,6 +31,11 @@ func TestServerSideDryRunApply(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if u.GetKind() == "Namespace" {
+					// created for real: a dry run creates nothing for the
+					// objects after it to land in
+					ensureNamespace(t, env, u.GetName())
+				}
 				if err := dryRunApply(context.Background(), env.Client, u); err != nil {
 					t.Errorf("%s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 				}
@@ -35,6 +43,16 @@ func TestServerSideDryRunApply(t *testing.T) {
 			}
 			t.Logf("%d objects applied (dry run): %v", len(objs), kinds)
 		})
+	}
+}
+
+// ensureNamespace creates namespace name if it is not there (the hub's
+// opzero-system, shared by the tests that need it; never removed).
+func ensureNamespace(t *testing.T, env *testenv.Env, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 }
 
@@ -90,4 +108,41 @@ func TestDryRunApplyCatchesMistakes(t *testing.T) {
 	if len(seen) != len(broken) {
 		t.Errorf("checked %v, want all of %d kinds", seen, len(broken))
 	}
+}
+
+// TestDryRunApplyCatchesSubscriptionMistakes: the Subscription's dry run is
+// not vacuous either: its CRD's schema refuses a misspelt field and a mode
+// it does not know.
+func TestDryRunApplyCatchesSubscriptionMistakes(t *testing.T) {
+	env := testenv.Get(t)
+	o := goldenCases["serverless-hub"]
+	o.Namespace = env.Namespace(t)
+	broken := map[string]func(spec map[string]any){
+		"misspelt referencedBy": func(spec map[string]any) {
+			r := spec["resources"].([]any)[1].(map[string]any)
+			r["referenceBy"] = r["referencedBy"]
+			delete(r, "referencedBy")
+		},
+		"unknown mode": func(spec map[string]any) { spec["resources"].([]any)[0].(map[string]any)["mode"] = "Object" },
+	}
+	for _, obj := range generate(t, o) {
+		if obj.Kind() != "Subscription" {
+			continue
+		}
+		for name, mutate := range broken {
+			u, err := unstructuredOf(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dryRunApply(context.Background(), env.Client, u); err != nil {
+				t.Fatalf("the generated Subscription: %v", err)
+			}
+			mutate(u.Object["spec"].(map[string]any))
+			if err := dryRunApply(context.Background(), env.Client, u); err == nil {
+				t.Errorf("%s: a Subscription with spec %v was accepted", name, u.Object["spec"])
+			}
+		}
+		return
+	}
+	t.Fatal("no Subscription generated")
 }

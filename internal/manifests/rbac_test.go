@@ -24,7 +24,7 @@ func (a access) String() string {
 }
 
 // applyRBAC creates the RBAC objects of objs for real (cluster-scoped ones
-// removed when the test ends).
+// and the hub's removed when the test ends).
 func applyRBAC(t *testing.T, env *testenv.Env, objs []manifests.Object) {
 	t.Helper()
 	ctx := context.Background()
@@ -41,7 +41,7 @@ func applyRBAC(t *testing.T, env *testenv.Env, objs []manifests.Object) {
 		if err := env.Client.Create(ctx, u); err != nil {
 			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
-		if u.GetNamespace() == "" {
+		if u.GetNamespace() == "" || u.GetNamespace() == manifests.HubNamespace { // outlive the test's namespace
 			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u.DeepCopyObject().(*unstructured.Unstructured)) })
 		}
 	}
