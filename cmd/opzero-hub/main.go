@@ -30,6 +30,7 @@ import (
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/trim"
 )
 
 const usage = `opzero-hub delivers what every serverless opzero operator in the cluster
@@ -80,6 +81,37 @@ func main() {
 	}
 }
 
+// trimWhenSettled gives the heap's garbage back to the kernel and unmaps
+// the binary's pages (internal/trim) once the start has settled, and again
+// each minute in which the hub worked: an always-on process keeps resident
+// only what its steady state touches (minor faults map the rest again).
+// OPZERO_TRIM=off turns it off, =heap keeps the binary's pages.
+func trimWhenSettled(ctx context.Context, h *hub.Hub) {
+	if os.Getenv("OPZERO_TRIM") == "off" {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(10 * time.Second):
+	}
+	trim.Now()
+	last := h.Stats().Work()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if w := h.Stats().Work(); w != last {
+				last = w
+				trim.Now()
+			}
+		}
+	}
+}
+
 func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration) error {
 	var id types.NamespacedName
 	if sa != "" {
@@ -119,6 +151,7 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
+	go trimWhenSettled(ctx, h)
 	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid())
 	return h.Run(ctx)
 }

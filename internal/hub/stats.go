@@ -41,6 +41,12 @@ func (s *Stats) Collectors() []prometheus.Collector {
 // Sent is how many events were answered 2xx.
 func (s *Stats) Sent() float64 { return read(s.sent) }
 
+// Work counts what the hub did (sends, filtered changes, sweeps, wakeups,
+// relists): it changes whenever the hub worked.
+func (s *Stats) Work() float64 {
+	return read(s.sent) + read(s.filtered) + read(s.sweeps) + read(s.wakeups) + read(s.relists) + read(s.retries)
+}
+
 // Filtered is how many changes the filters dropped.
 func (s *Stats) Filtered() float64 { return read(s.filtered) }
 
