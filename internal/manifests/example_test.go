@@ -43,3 +43,41 @@ func ExampleGenerate() {
 	// sources.yaml         ApiServerSource    op-thing
 	// sources.yaml         PingSource         op-sweep
 }
+
+// With the hub (--source=hub): a Subscription and the hub's read role per
+// operator, the hub itself in hub.yaml, and no Knative sources.
+func ExampleGenerate_hub() {
+	in := manifests.Input{
+		ImportPath: "example.com/op/cmd/op",
+		Operator: description.Controller{
+			Name:    "op",
+			Primary: description.Kind{Group: "example.com", Version: "v1", Kind: "Thing", Resource: "things"},
+			Watched: []description.Kind{{Version: "v1", Kind: "Secret", Resource: "secrets", ReferencedBy: "spec.secretName"}},
+			Deploy:  description.Deploy{Sweep: "*/10 * * * *", MaxScale: 2},
+		},
+	}
+	objs, err := manifests.Generate(in, manifests.Options{Namespace: "ops", Source: manifests.SourceHub, NoDurableTime: true})
+	if err != nil {
+		panic(err)
+	}
+	for _, o := range objs {
+		fmt.Printf("%-14s %-18s %s\n", o.File, o.Kind(), o.Name())
+	}
+	// Output:
+	// hub.yaml       Namespace          opzero-system
+	// hub.yaml       ServiceAccount     opzero-hub
+	// hub.yaml       ClusterRole        opzero-hub
+	// hub.yaml       ClusterRole        opzero-hub-base
+	// hub.yaml       ClusterRoleBinding opzero-hub
+	// hub.yaml       Role               opzero-hub
+	// hub.yaml       RoleBinding        opzero-hub
+	// hub.yaml       Deployment         opzero-hub
+	// rbac.yaml      ServiceAccount     op
+	// rbac.yaml      ClusterRole        opzero-hub:ops:op
+	// rbac.yaml      ClusterRole        opzero:ops:op
+	// rbac.yaml      ClusterRoleBinding opzero:ops:op
+	// rbac.yaml      Role               op-leases
+	// rbac.yaml      RoleBinding        op-leases
+	// operator.yaml  Service            op
+	// sources.yaml   Subscription       op
+}
