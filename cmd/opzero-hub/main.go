@@ -65,7 +65,7 @@ func main() {
 	}
 	sa := fs.String("service-account", defSA, "The hub's own service account, namespace/name: deliveries to a sink with an audience carry its TokenRequest tokens (default $POD_NAMESPACE/opzero-hub; empty sends no token).")
 	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes) and /metrics on this address, e.g. :8081 (default: not served).")
-	recheck := fs.Duration("recheck", 30*time.Second, "How often every Subscription's sink and RBAC are checked again, besides on changes.")
+	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	_ = fs.Parse(os.Args[1:])

@@ -40,31 +40,31 @@ type dispatcher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	cond  *sync.Cond
-	keys  map[string]*keyState
-	ready []string
+	mu      sync.Mutex
+	keys    map[string]*keyState
+	ready   []string
+	workers int // running; they exit when nothing is ready
+	max     int
 }
 
 func newDispatcher(s *sub) *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &dispatcher{s: s, ctx: ctx, cancel: cancel, keys: map[string]*keyState{}}
-	d.cond = sync.NewCond(&d.mu)
-	n := 16
+	d := &dispatcher{s: s, ctx: ctx, cancel: cancel, keys: map[string]*keyState{}, max: 16}
 	if dl := s.obj.Spec.Delivery; dl != nil && dl.Concurrency != nil && *dl.Concurrency > 0 {
-		n = int(*dl.Concurrency)
-	}
-	for range n {
-		go d.work()
+		d.max = int(*dl.Concurrency)
 	}
 	return d
 }
 
-func (d *dispatcher) stop() {
-	d.cancel()
-	d.mu.Lock()
-	d.cond.Broadcast()
-	d.mu.Unlock()
+func (d *dispatcher) stop() { d.cancel() }
+
+// wake starts a worker if keys are ready and fewer than max run: an idle
+// Subscription costs no goroutine. Called with d.mu held.
+func (d *dispatcher) wake() {
+	if len(d.ready) > 0 && d.workers < d.max {
+		d.workers++
+		go d.work()
+	}
 }
 
 // enqueue queues a change of an object for a.
@@ -105,17 +105,15 @@ func (d *dispatcher) put(key string, dl *delivery) {
 	if !k.busy && !k.queued {
 		k.queued = true
 		d.ready = append(d.ready, key)
-		d.cond.Signal()
+		d.wake()
 	}
 }
 
 func (d *dispatcher) work() {
 	for {
 		d.mu.Lock()
-		for len(d.ready) == 0 && d.ctx.Err() == nil {
-			d.cond.Wait()
-		}
-		if d.ctx.Err() != nil {
+		if len(d.ready) == 0 || d.ctx.Err() != nil {
+			d.workers--
 			d.mu.Unlock()
 			return
 		}
@@ -133,7 +131,7 @@ func (d *dispatcher) work() {
 		if k.next != nil {
 			k.queued = true
 			d.ready = append(d.ready, key)
-			d.cond.Signal()
+			d.wake()
 		} else {
 			delete(d.keys, key)
 		}

@@ -31,7 +31,8 @@ type Options struct {
 	// audience. Empty sends no token.
 	Identity types.NamespacedName
 	// Recheck is how often every Subscription is checked again (sink,
-	// RBAC) besides on changes (30 s).
+	// RBAC) besides on changes of it and of RBAC objects (5 min); those
+	// not Ready are checked every 5 s.
 	Recheck time.Duration
 	// Flush is how often progress is written to the Subscriptions (2 s).
 	Flush time.Duration
@@ -69,7 +70,7 @@ type Hub struct {
 // scheme must have opzero.dev/v1alpha1 and client-go's types).
 func New(cfg *rest.Config, c client.WithWatch, o Options) (*Hub, error) {
 	if o.Recheck <= 0 {
-		o.Recheck = 30 * time.Second
+		o.Recheck = 5 * time.Minute
 	}
 	if o.Flush <= 0 {
 		o.Flush = 2 * time.Second
@@ -164,12 +165,26 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 	}
 	defer w.Stop()
 	h.health.set(true, nil)
+	unready := time.NewTicker(5 * time.Second)
+	defer unready.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-h.recheck:
-			h.checkAll(ctx)
+			// RBAC changes come in bursts (an install): check once after it.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			select {
+			case <-h.recheck:
+			default:
+			}
+			h.checkAll(ctx, false)
+		case <-unready.C:
+			h.checkAll(ctx, true)
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return errors.New("the watch of Subscriptions closed")
@@ -199,14 +214,20 @@ func (h *Hub) poke() {
 	}
 }
 
-// checkAll checks every Subscription again and rewires.
-func (h *Hub) checkAll(ctx context.Context) {
+// checkAll checks every Subscription again (only those not Ready when
+// unready: a sink that appears, a CRD installed later) and rewires.
+func (h *Hub) checkAll(ctx context.Context, unready bool) {
 	h.mu.Lock()
 	all := make([]*sub, 0, len(h.subs))
 	for _, s := range h.subs {
-		all = append(all, s)
+		if !unready || !s.ready() {
+			all = append(all, s)
+		}
 	}
 	h.mu.Unlock()
+	if len(all) == 0 {
+		return
+	}
 	for _, s := range all {
 		h.check(ctx, s)
 	}

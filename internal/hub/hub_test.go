@@ -343,7 +343,7 @@ func TestNoPrivilegeThroughTheHub(t *testing.T) {
 	ns := env.Namespace(t)
 	operatorAccount(t, ns, "op", false, readConfigMaps)
 	s := newSink(t)
-	startHub(t, hub.Options{NoWakeups: true, Recheck: time.Hour}) // only RBAC changes recheck
+	startHub(t, hub.Options{NoWakeups: true, Recheck: time.Hour}) // Ready ones: only RBAC changes recheck
 	must(t, env.Client.Create(ctx, subscription(ns, "secrets", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Secret", Namespaces: []string{ns}})))
 	c := condition(t, ns, "secrets", v1alpha1.SubscriptionAuthorized, metav1.ConditionFalse, "Forbidden")
 	if !strings.Contains(c.Message, "system:serviceaccount:"+ns+":op may not get secrets") {
@@ -368,6 +368,16 @@ func TestNoPrivilegeThroughTheHub(t *testing.T) {
 	// delivered (the operator may read them now): nothing is lost.
 	s.find(t, "the Secret's add once granted", about("dev.knative.apiserver.ref.add", "shown"))
 	s.find(t, "the Secret created while forbidden, once granted", about("dev.knative.apiserver.ref.add", "hidden"))
+
+	// Revoked: a Ready Subscription is checked again when RBAC changes
+	// (the periodic recheck is an hour here), and gets nothing more.
+	must(t, env.Client.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "secrets"}}))
+	condition(t, ns, "secrets", v1alpha1.SubscriptionAuthorized, metav1.ConditionFalse, "Forbidden")
+	must(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after-revoke"}}))
+	time.Sleep(time.Second)
+	if n := s.count(about("dev.knative.apiserver.ref.add", "after-revoke")); n != 0 {
+		t.Errorf("a Secret created after the grant was revoked was delivered %d times", n)
+	}
 }
 
 // TestBadInputStaysLocal: an unknown kind, a selector that does not parse
