@@ -114,7 +114,10 @@ func worth(ctx context.Context, r *report, dir string) error {
 		return err
 	}
 	fmt.Println("  worth: starting a control plane of its own ...")
-	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true, NoControllerManager: true})
+	// With kube-controller-manager: the hub's ClusterRole aggregates the
+	// operators' (aggregationRule), which its clusterrole-aggregation
+	// controller fills; without it the hub may read nothing.
+	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true})
 	if err != nil {
 		return err
 	}
