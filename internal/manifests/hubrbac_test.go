@@ -2,11 +2,13 @@ package manifests_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/manifests"
@@ -76,38 +78,42 @@ func TestHubRBACIsSufficientAndMinimal(t *testing.T) {
 }
 
 // aggregate does what kube-controller-manager's clusterrole-aggregation
-// controller does, which the test control plane does not run: it sets the
-// rules of ClusterRole name to those of every ClusterRole its
+// controller does, in case the test control plane does not run it: it sets
+// the rules of ClusterRole name to those of every ClusterRole its
 // aggregationRule selects (so the generated labels and selector are what is
-// tested).
+// tested). Where the controller runs, both write the same rules; a conflict
+// with its write is retried.
 func aggregate(t *testing.T, env *testenv.Env, name string) {
 	t.Helper()
 	ctx := context.Background()
-	var agg rbacv1.ClusterRole
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &agg); err != nil {
-		t.Fatal(err)
-	}
-	if agg.AggregationRule == nil || len(agg.AggregationRule.ClusterRoleSelectors) == 0 {
-		t.Fatalf("ClusterRole %s has no aggregationRule", name)
-	}
-	var union []rbacv1.PolicyRule
-	for _, ls := range agg.AggregationRule.ClusterRoleSelectors {
-		sel, err := metav1.LabelSelectorAsSelector(&ls)
-		if err != nil {
-			t.Fatal(err)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var agg rbacv1.ClusterRole
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &agg); err != nil {
+			return err
 		}
-		var roles rbacv1.ClusterRoleList
-		if err := env.Client.List(ctx, &roles, client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			t.Fatal(err)
+		if agg.AggregationRule == nil || len(agg.AggregationRule.ClusterRoleSelectors) == 0 {
+			return fmt.Errorf("ClusterRole %s has no aggregationRule", name)
 		}
-		for _, r := range roles.Items {
-			if r.Name != name {
-				union = append(union, r.Rules...)
+		var union []rbacv1.PolicyRule
+		for _, ls := range agg.AggregationRule.ClusterRoleSelectors {
+			sel, err := metav1.LabelSelectorAsSelector(&ls)
+			if err != nil {
+				return err
+			}
+			var roles rbacv1.ClusterRoleList
+			if err := env.Client.List(ctx, &roles, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+				return err
+			}
+			for _, r := range roles.Items {
+				if r.Name != name {
+					union = append(union, r.Rules...)
+				}
 			}
 		}
-	}
-	agg.Rules = union
-	if err := env.Client.Update(ctx, &agg); err != nil {
+		agg.Rules = union
+		return env.Client.Update(ctx, &agg)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
