@@ -15,9 +15,12 @@ import (
 )
 
 // kcmControllers are the kube-controller-manager controllers the plane runs:
-// what operators rely on without a kubelet or scheduler.
+// what operators rely on without a kubelet or scheduler, and the
+// aggregation of ClusterRoles (the bootstrap view/edit/admin roles, and the
+// opzero hub's role, which gathers each operator's read rules).
 var kcmControllers = []string{
 	"garbagecollector", "deployment", "replicaset", "namespace", "serviceaccount", "serviceaccount-token",
+	"clusterrole-aggregation",
 }
 
 // upper carries one Up from step to step.
