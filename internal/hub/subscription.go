@@ -100,14 +100,15 @@ func (s *sub) stop() {
 }
 
 // getProgress returns how far key has been delivered, or if never, the
-// Subscription's version that asked for it.
-func (s *sub) getProgress(key string) string {
+// Subscription's version that asked for it (fresh: nothing was delivered
+// before, so no deletion can have been missed).
+func (s *sub) getProgress(key string) (rv string, fresh bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.progress[key]; p != "" {
-		return p
+		return p, false
 	}
-	return s.base
+	return s.base, true
 }
 
 func (s *sub) setProgress(key, rv string) {

@@ -54,9 +54,11 @@ type attachment struct {
 	ref        *refFilter
 	pkey       string // its progress key
 
-	mu   sync.Mutex
-	seq  []*mark // sends pending, in watch order
-	mark string  // every change up to it is sent (its progress)
+	mu    sync.Mutex
+	seq   []*mark // sends pending, in watch order
+	mark  string  // every change up to it is sent (its progress)
+	fresh bool    // mark is the Subscription's own version, not a progress
+	moved bool    // the progress moved since
 }
 
 // mark is a change of the watch being sent: the progress moves past it
@@ -72,9 +74,17 @@ func (a *attachment) start() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.mark == "" {
-		a.mark = a.sub.getProgress(a.pkey)
+		a.mark, a.fresh = a.sub.getProgress(a.pkey)
 	}
 	return a.mark
+}
+
+// delivered reports whether a change was ever delivered (or persisted)
+// for a: a gap in a watch can hide a deletion the operator knew of.
+func (a *attachment) delivered() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.fresh || len(a.seq) > 0 || a.moved
 }
 
 // sent reports whether rv is at or before the progress already made.
@@ -116,7 +126,7 @@ func (m *mark) done() {
 	moved := ""
 	for len(a.seq) > 0 && a.seq[0].pending <= 0 {
 		if c, err := resourceversion.CompareResourceVersion(a.seq[0].rv, a.mark); a.mark == "" || err != nil || c > 0 {
-			a.mark, moved = a.seq[0].rv, a.seq[0].rv
+			a.mark, moved, a.moved = a.seq[0].rv, a.seq[0].rv, true
 		}
 		a.seq[0] = nil
 		a.seq = a.seq[1:]
@@ -369,8 +379,9 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 	}
 	var items []item // what changed since: metadata or objects, one page at a time
 	listRV, cont := "", ""
-	marks := map[*attachment]*mark{}
+	marks, known := map[*attachment]*mark{}, map[*attachment]bool{}
 	for _, a := range subs {
+		known[a] = a.delivered()
 		marks[a] = a.add("", 1) // filled with the list's version at the end
 	}
 	for {
@@ -422,7 +433,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 		mk.rv = listRV
 		mk.a.mu.Unlock()
 		mk.done()
-		if !swept[a.sub] {
+		if known[a] && !swept[a.sub] {
 			swept[a.sub] = true
 			a.sub.sweepNow()
 		}
