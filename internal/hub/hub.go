@@ -263,9 +263,16 @@ func (h *Hub) remove(key types.NamespacedName) {
 }
 
 // rewire makes the shared watches, the referrer indexes and the wakeup
-// source match the Ready Subscriptions: it starts what is needed, stops
-// what is not, and tells each watch its subscribers.
+// source match the Ready Subscriptions, then writes the statuses that
+// changed: a Subscription shown not Ready gets nothing more from then on.
 func (h *Hub) rewire(ctx context.Context) {
+	h.wire(ctx)
+	h.flush(ctx)
+}
+
+// wire starts what the Ready Subscriptions need, stops what they do not,
+// and tells each watch its subscribers.
+func (h *Hub) wire(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	want := map[watchKey][]*attachment{}

@@ -157,8 +157,7 @@ func (h *Hub) check(ctx context.Context, s *sub) {
 	set(v1alpha1.SubscriptionReady, notReady, "Ready")
 
 	s.mu.Lock()
-	s.sink = sink
-	gen := s.obj.Generation
+	s.sink, s.dirty = sink, true // the status is written once the hub has rewired (Hub.rewire)
 	same := sameAttachments(s.attachments, atts)
 	if !same {
 		s.attachments = atts
@@ -180,7 +179,6 @@ func (h *Hub) check(ctx context.Context, s *sub) {
 			s.mu.Unlock()
 		}
 	}
-	s.writeStatus(ctx, gen)
 }
 
 var reasonWord = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
