@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -112,16 +114,22 @@ func run(ctx context.Context) error {
 	return d.scenario(ctx, before)
 }
 
-func (d *demo) startDev(ctx context.Context) error {
-	d.say("The operator's manifests, generated from its own description by `opzero manifests`")
+func (d *demo) startDev(ctx context.Context, extra ...string) error {
 	opzero := filepath.Join(d.dir, "opzero")
-	build := exec.CommandContext(ctx, "go", "build", "-o", opzero, "./cmd/opzero")
-	build.Dir = d.root
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("building opzero: %w\n%s", err, out)
+	if len(extra) == 0 {
+		d.say("The operator's manifests, generated from its own description by `opzero manifests`")
+		build := exec.CommandContext(ctx, "go", "build", "-o", opzero, "./cmd/opzero")
+		build.Dir = d.root
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("building opzero: %w\n%s", err, out)
+		}
 	}
-	dir := filepath.Join(d.dir, "manifests")
-	gen := []string{"manifests", "--operator", "./examples/configwatcher", "--namespace", ns, "--idle", idle, "-o", dir}
+	suffix := ""
+	if len(extra) > 0 {
+		suffix = "-hub"
+	}
+	dir := filepath.Join(d.dir, "manifests"+suffix)
+	gen := append([]string{"manifests", "--operator", "./examples/configwatcher", "--namespace", ns, "--idle", idle, "-o", dir}, extra...)
 	fmt.Printf("    $ opzero %s\n", strings.Join(gen, " "))
 	cmd := exec.CommandContext(ctx, opzero, gen...)
 	cmd.Dir = d.root
@@ -133,8 +141,10 @@ func (d *demo) startDev(ctx context.Context) error {
 		d.note("%s", l)
 	}
 
-	d.say("opzero dev: apply them and play Knative's part (activator, Knative's real adapters, statuses)")
-	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"), "--build-dir", d.root,
+	if len(extra) == 0 {
+		d.say("opzero dev: apply them and play Knative's part (activator, Knative's real adapters, statuses)")
+	}
+	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"+suffix), "--build-dir", d.root,
 		"--events=json", "--no-status"}
 	fmt.Printf("    $ opzero %s\n", strings.Join(args, " "))
 	p, err := devsession.Start(opzero, svc, args)
@@ -202,6 +212,24 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 
 	d.say("What opzero dev reported, from its event stream")
 	d.dev.Summarize(d.t0)
+
+	knative, err := d.alwaysOn(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.hubWiring(ctx); err != nil {
+		return err
+	}
+	hub, err := d.alwaysOn(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("What stays on while the operator is at zero (RSS from /proc, after %s settling)", settle)
+	d.note("%-46s %8s", "Knative wiring (opzero manifests)", "MiB")
+	d.printParts(knative)
+	d.note("%-46s %8s", "hub wiring (opzero manifests --source=hub)", "MiB")
+	d.printParts(hub)
+	d.note("the hub is one process for every operator of the cluster; per operator, the Knative wiring runs one adapter per watched kind and a wakeup source (mtping is shared by all PingSources)")
 	if f := os.Getenv("OPZERO_DEMO_TIMELINE"); f != "" {
 		if err := d.dev.DrawTimeline(f); err != nil {
 			return err
@@ -260,6 +288,126 @@ func (d *demo) kubectl(args ...string) error {
 		return fmt.Errorf("kubectl %s: %w", args[0], err)
 	}
 	return nil
+}
+
+// settle is how long the always-on processes run before their memory is
+// read: past their start and the hub's first trim (10 s).
+const settle = 15 * time.Second
+
+// part is one always-on process.
+type part struct {
+	name string
+	rss  int64 // bytes
+}
+
+// alwaysOn waits settle, then lists opzero dev's child processes (at zero
+// instances, exactly what stays on) with their RSS.
+func (d *demo) alwaysOn(ctx context.Context) ([]part, error) {
+	if err := d.dev.WaitZero(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(settle):
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []part
+	for _, e := range dirs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(d.dev.PID()) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var kb int64
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			}
+		}
+		out = append(out, part{name: fmt.Sprintf("%s (pid %d)", command(e.Name()), pid), rss: kb << 10})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// command names a process: its program (the part after cmd_ of a built
+// ko:// path), and the subcommand of opzero's CLI.
+func command(pid string) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	name := filepath.Base(args[0])
+	if i := strings.LastIndex(name, "_cmd_"); i >= 0 {
+		name = name[i+len("_cmd_"):]
+	}
+	if name == "opzero" && len(args) > 1 {
+		name += " " + args[1]
+	}
+	return name
+}
+
+func (d *demo) printParts(parts []part) {
+	var sum int64
+	for _, p := range parts {
+		d.note("  %-44s %8.1f", p.name, float64(p.rss)/(1<<20))
+		sum += p.rss
+	}
+	d.note("  %-44s %8.1f", "total", float64(sum)/(1<<20))
+}
+
+// hubWiring moves the operator to the hub wiring: opzero dev stops, the
+// Knative wiring's sources go, `opzero manifests --source=hub` writes the
+// Subscription and the hub, and opzero dev runs them; then an edit of an
+// unrelated ConfigMap wakes nothing, and an edit of the watched one does.
+func (d *demo) hubWiring(ctx context.Context) error {
+	d.say("The same operator on the hub wiring: one Subscription, one hub process for the whole cluster")
+	d.dev.Stop()
+	d.dev = nil
+	if err := d.kubectl("delete", "-n", ns, "apiserversources,pingsources,deployments", "--ignore-not-found",
+		"-l", "app.kubernetes.io/name=configwatcher"); err != nil {
+		return err
+	}
+	if err := d.startDev(ctx, "--source=hub"); err != nil {
+		return err
+	}
+	_ = d.kubectl("get", "-n", ns, "subscriptions.opzero.dev")
+	if err := d.dev.WaitZero(ctx); err != nil {
+		return err
+	}
+	mark := d.dev.Len()
+	if err := d.kubectl("create", "-n", ns, "configmap", "unrelated", "--from-literal=k=v"); err != nil {
+		return err
+	}
+	if err := d.kubectl("patch", "-n", ns, "configmap", "webapp-config", "--type=merge", "-p", `{"data":{"message":"Hello from the hub"}}`); err != nil {
+		return err
+	}
+	if _, err := d.dev.Next(ctx, mark, time.Minute, "the ConfigMap's event reconciled", func(e dev.Event) bool {
+		return e.Event == dev.EventReconciled && e.Kind == "ConfigMap" && e.Key == ns+"/webapp-config"
+	}); err != nil {
+		return err
+	}
+	for _, e := range d.dev.Events(mark) {
+		if e.Event == dev.EventDelivery && e.Key == ns+"/unrelated" {
+			return fmt.Errorf("the unrelated ConfigMap woke the operator: %+v", e)
+		}
+	}
+	d.note("the edit of webapp-config was delivered by the hub%s; the unrelated ConfigMap woke nothing (the hub knows only ConfigWatchers' spec.configMap matter)", d.dev.ColdNote(mark))
+	return d.scaleToZero(ctx, mark)
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -88,11 +88,24 @@ func Start(bin, service string, args []string) (*Process, error) {
 	return p, nil
 }
 
+// PID is opzero dev's process ID: the processes it runs are its children.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 // Len is the number of events so far: a mark for next.
 func (p *Process) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.events)
+}
+
+// Events returns a copy of the events from index from on.
+func (p *Process) Events(from int) []dev.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if from > len(p.events) {
+		return nil
+	}
+	return append([]dev.Event(nil), p.events[from:]...)
 }
 
 // Next returns the first event at index from or later that matches,
