@@ -150,6 +150,7 @@ func run(only string, runs int, out string) error {
 		{"opzero-linked", "./examples/configwatcher", "opzero_classic"},
 		{"controller-runtime", "./bench/crbaseline", ""},
 		{"testop", "./internal/testop", ""},
+		{"opzero-hub", "./cmd/opzero-hub", ""}, // the throughput part's hub variants
 	} {
 		tags := b.tags
 		if pprofDir != "" && profiled(b.name) {

@@ -14,8 +14,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
@@ -34,13 +37,18 @@ const tpObjects = 2000
 // every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
 // (controller-runtime and raw are always run: the ratios need them).
 var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
-	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "raw"}
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-hub", "opzero-hub-admitted", "raw"}
 
 // tpVariant describes how a serverless variant is run.
 type tpVariant struct {
 	args      []string // operator flags beyond --mode=serverless --insecure-no-auth
 	selectors []string // one ConfigWatcher source per label selector
 	cmSource  bool     // a ConfigMap source too (Resource mode), as opzero manifests generates
+	// hub: fed by the opzero hub (cmd/opzero-hub) through a Subscription
+	// as `opzero manifests --source=hub` writes it (ConfigWatchers in
+	// Resource mode, ConfigMaps in Reference mode referenced by
+	// spec.configMap) instead of Knative's adapters.
+	hub bool
 }
 
 var tpServerless = map[string]tpVariant{
@@ -50,6 +58,8 @@ var tpServerless = map[string]tpVariant{
 	"opzero-admitted":         {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-nocache": {args: []string{"--answer=admitted"}, selectors: []string{""}, cmSource: true},
 	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
+	"opzero-hub":              {hub: true},
+	"opzero-hub-admitted":     {args: []string{"--answer=admitted", "--event-cache"}, hub: true},
 }
 
 func tpSelected() []string {
@@ -107,6 +117,8 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			"opzero-4src":             "opzero serverless, answer after the reconcile, 4 ApiServerSources each selecting a quarter of the objects by label",
 			"opzero-async":            "opzero serverless --async (202 after one Wakeup write, reconcile afterwards), one ApiServerSource",
 			"opzero-admitted":         "opzero serverless --answer=admitted --event-cache, the generated wiring (one ApiServerSource per kind: ConfigWatchers, ConfigMaps)",
+			"opzero-hub":              "opzero serverless, answer after the reconcile, fed by the opzero hub (`--source=hub`: one Subscription, the hub sending up to 16 objects at once)",
+			"opzero-hub-admitted":     "opzero serverless --answer=admitted --event-cache, fed by the opzero hub",
 			"opzero-admitted-nocache": "the same without --event-cache (the ConfigMap GET goes to the API server)",
 			"opzero-admitted-4src":    "opzero serverless --answer=admitted --event-cache, 4 ConfigWatcher sources by label + the ConfigMap source",
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
@@ -360,6 +372,20 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 	if tv.cmSource {
 		sources = append(sources, source{"", knative.Resource{Version: "v1", Resource: "configmaps"}})
 	}
+	if tv.hub {
+		hub, err := e.startHub(ctx, ns, port)
+		if err != nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-gone
+			return nil, err
+		}
+		stop := func() {
+			hub.stop()
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-gone
+		}
+		return &tpOperator{stop: stop, exited: gone, pids: []int{cmd.Process.Pid, hub.pid}, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)}, nil
+	}
 	var adapters []*knative.Adapter
 	stop := func() {
 		for _, a := range adapters {
@@ -401,4 +427,80 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 		op.pids = append(op.pids, a.PID())
 	}
 	return op, nil
+}
+
+// tpHub is a running opzero hub.
+type tpHub struct {
+	pid  int
+	stop func()
+}
+
+// startHub starts the opzero hub (admin credentials: the bench plane runs
+// no kube-controller-manager to aggregate its role) and a Subscription in
+// ns as `opzero manifests --source=hub` writes it, with the operator at
+// port as its sink; it returns once the Subscription is Ready.
+func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tp-op"}}
+	if err := e.c.Create(ctx, sa); err != nil {
+		return nil, err
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tp-op-" + ns},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "tp-op"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"}}
+	if err := e.c.Create(ctx, crb); err != nil {
+		return nil, err
+	}
+	sub := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "opzero.dev/v1alpha1", "kind": "Subscription",
+		"metadata": map[string]any{"namespace": ns, "name": "configwatcher"},
+		"spec": map[string]any{
+			"operator": "configwatcher", "serviceAccountName": "tp-op",
+			"sink": map[string]any{"uri": fmt.Sprintf("http://127.0.0.1:%d", port)},
+			"resources": []any{
+				map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "mode": "Resource", "namespaces": []any{ns}},
+				map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "mode": "Reference", "namespaces": []any{ns},
+					"referencedBy": map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "fieldPath": "spec.configMap"}},
+			},
+		},
+	}}
+	if err := e.c.Create(ctx, sub); err != nil {
+		return nil, fmt.Errorf("creating the Subscription (is config/crd installed?): %w", err)
+	}
+	cmd := exec.Command(filepath.Join(e.dir, "opzero-hub"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	gone := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(gone) }()
+	h := &tpHub{pid: cmd.Process.Pid, stop: func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-gone
+		_ = e.c.Delete(context.WithoutCancel(ctx), crb)
+	}}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-gone:
+			return false, fmt.Errorf("the hub exited")
+		default:
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(sub.GroupVersionKind())
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(sub), u); err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		h.stop()
+		return nil, fmt.Errorf("the hub's Subscription in %s not Ready: %w", ns, err)
+	}
+	time.Sleep(time.Second) // its watches start from the Subscription's version: nothing is missed, this only keeps the start out of the measured window
+	return h, nil
 }
