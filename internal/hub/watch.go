@@ -384,13 +384,24 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 		known[a] = a.delivered()
 		marks[a] = a.add("", 1) // filled with the list's version at the end
 	}
+	// A list that fails settles the marks at since (every change up to it
+	// was sent before them), else they would hold the progress forever.
+	fail := func(err error) (string, error) {
+		for _, mk := range marks {
+			mk.a.mu.Lock()
+			mk.rv = since
+			mk.a.mu.Unlock()
+			mk.done()
+		}
+		return since, err
+	}
 	for {
 		opts := metav1.ListOptions{Limit: 500, Continue: cont, LabelSelector: w.key.selector}
 		items = items[:0]
 		if w.key.full {
 			l, err := w.h.dyn.Resource(w.key.gvr).Namespace(w.key.ns).List(ctx, opts)
 			if err != nil {
-				return since, err
+				return fail(err)
 			}
 			for i := range l.Items {
 				items = append(items, item{&l.Items[i], &l.Items[i]})
@@ -399,7 +410,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 		} else {
 			l, err := w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).List(ctx, opts)
 			if err != nil {
-				return since, err
+				return fail(err)
 			}
 			for i := range l.Items {
 				items = append(items, item{&l.Items[i], &l.Items[i]})
