@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -37,8 +38,9 @@ import (
 
 var soakFor = flag.Duration("soak", 0, "how long TestFaultSoak injects faults (default $OPZERO_SOAK, else 2m)")
 
-// soakDuration is -soak, else $OPZERO_SOAK, else 2 minutes: with the
-// start and the convergence, about 3 minutes in `make test`.
+// soakDuration is -soak, else $OPZERO_SOAK, else 2 minutes, for each
+// wiring: with the start and the convergence, about 3 minutes each, 6 in
+// `make test`.
 func soakDuration(t *testing.T) time.Duration {
 	if *soakFor > 0 {
 		return *soakFor
@@ -53,34 +55,42 @@ func soakDuration(t *testing.T) time.Duration {
 	return 2 * time.Minute
 }
 
-// The soak's sweep: the anti-entropy PingSource ticks every minute (the
-// generated default is 10 minutes); the full sweep is moved out of reach.
-const (
-	soakSweep     = "* * * * *"
-	soakSweepText = "every minute"
-	// soakConverge bounds the convergence after the last fault: a restarted
-	// adapter's backoff (up to 30 s), a missed change healed by the next
-	// sweep (1 min), RequeueAfters of up to 20 s, a cold start.
-	soakConverge = 3 * time.Minute
-)
+// soakConverge bounds the convergence after the last fault: a restarted
+// adapter's or the hub's backoff (up to 30 s), a missed change healed by
+// the next sweep (Knative wiring: 1 min), RequeueAfters of up to 20 s, a
+// cold start.
+const soakConverge = 3 * time.Minute
 
-// The faults, in the summary's order.
-var faultKinds = []string{"kube-apiserver", "etcd", "adapter", "operator", "wakeup-source", "burst-at-zero"}
-
-// TestFaultSoak is issue 18's fault soak: a control plane of its own; the
-// test operator (internal/testop with TESTOP_SOAK: a finalizer, a child
-// ConfigMap, RequeueAfter for some objects) through opzero dev with its
-// generated manifests (ApiServerSources for ConfigWatchers and ConfigMaps,
-// the sweep, the wakeup source: durable time on, up to 3 instances); a
-// steady stream of creates, updates and deletes while faults are injected
+// TestFaultSoak is the fault soak of issues 18 and 26, once per wiring
+// (subtests knative and hub, one after the other: each has a control plane
+// of its own, and the operator fault finds its victims in /proc). The test
+// operator (internal/testop with TESTOP_SOAK: a finalizer, a child
+// ConfigMap, RequeueAfter for some objects) runs through opzero dev with
+// its generated manifests (durable time on, up to 3 instances):
+//
+//   - knative: ApiServerSources for ConfigWatchers and ConfigMaps, the
+//     sweep every minute, the wakeup source;
+//   - hub (--source=hub): a Subscription and the hub Deployment, its sweeps
+//     scheduled months away, so that no periodic sweep runs.
+//
+// A steady stream of creates, updates and deletes while faults are injected
 // at random (seeded, the seed is logged): kube-apiserver and etcd SIGKILLed
-// and restarted, an ApiServerSource adapter SIGKILLed, an operator instance
-// SIGKILLed mid-reconcile, the wakeup source SIGKILLed with Wakeups pending,
-// a burst of changes at zero instances. Then, within soakConverge: every
+// and restarted, an operator instance SIGKILLed mid-reconcile, a burst of
+// changes at zero instances; knative: an ApiServerSource adapter SIGKILLed,
+// the wakeup source SIGKILLed with Wakeups pending; hub: the hub SIGKILLed
+// with Wakeups pending (it delivers them). Then, within soakConverge: every
 // object converged (observedGeneration == generation, its child ConfigMap
 // at its generation, no deletion left), no child left with a finalizer
 // whose owner is gone; no two reconciles of one key overlapped; every
-// RequeueAfter fired, none before its due time.
+// RequeueAfter fired, none before its due time. Hub: 0 changes lost
+// without the periodic sweep: no sweep scheduled from the start to the
+// check, and every object's last change reached the operator as an event
+// of that object (the hub's sweep ticks after a relist are counted).
+//
+// Each wiring soaks for the whole -soak duration (default 2m): halving it
+// would leave one round of faults per wiring (a round of 5-6 faults takes
+// about a minute), each fault once; the package's `make test` time grows
+// by about 3 minutes instead. -run 'TestFaultSoak$/hub' runs one wiring.
 //
 // -soak=10m (or OPZERO_SOAK=10m) runs it longer; OPZERO_SOAK_SEED replays
 // a seed's choices (the order of faults, the changes; not their timing).
@@ -96,13 +106,19 @@ func TestFaultSoak(t *testing.T) {
 			t.Fatalf("OPZERO_SOAK_SEED=%q: want a number", s)
 		}
 	}
-	t.Logf("soak: seed %d (OPZERO_SOAK_SEED=%d replays its choices), faults for %s, sweep %s", seed, seed, d, soakSweepText)
-	s := newSoak(t, seed)
-	s.run(d)
+	for _, w := range soakWirings("soak", time.Now()) {
+		t.Run(w.name, func(t *testing.T) {
+			t.Logf("soak: seed %d (OPZERO_SOAK_SEED=%d replays its choices), %s wiring, faults for %s, sweep %s", seed, seed, w.name, d, w.sweepText)
+			s := newSoak(t, seed, w)
+			s.run(d)
+		})
+	}
 }
 
 type soak struct {
 	t     *testing.T
+	w     soakWiring
+	start time.Time // the soak's (sweeps are scheduled from it)
 	ctx   context.Context
 	plane *controlplane.Plane
 	c     client.Client
@@ -114,19 +130,20 @@ type soak struct {
 	wakes string // TESTOP_WAKES
 
 	mu       sync.Mutex
-	live     []string          // names the stream believes exist
-	deaths   map[int]time.Time // operator pids the test killed
-	srcKills []time.Time       // when the test killed the wakeup source
-	faults   map[string]int    // by kind
-	notes    []string          // one per fault
-	paused   atomic.Bool       // the stream holds off (a burst at zero is coming)
-	sent     map[string]int    // create, update, delete
-	failed   atomic.Int64      // calls that failed (the API server away)
-	lastDone time.Time         // the end of the last fault
-	seq      atomic.Int64      // object names
+	live     []string             // names the stream believes exist
+	wrote    map[string]time.Time // the start of each name's last create or update that succeeded
+	deaths   map[int]time.Time    // operator pids the test killed
+	srcKills []time.Time          // when the test killed what delivers Wakeups
+	faults   map[string]int       // by kind
+	notes    []string             // one per fault
+	paused   atomic.Bool          // the stream holds off (a burst at zero is coming)
+	sent     map[string]int       // create, update, delete
+	failed   atomic.Int64         // calls that failed (the API server away)
+	lastDone time.Time            // the end of the last fault
+	seq      atomic.Int64         // object names
 }
 
-func newSoak(t *testing.T, seed uint64) *soak {
+func newSoak(t *testing.T, seed uint64, w soakWiring) *soak {
 	ctx := context.Background()
 	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "plane"), DieWithParent: true})
 	if err != nil {
@@ -149,9 +166,9 @@ func newSoak(t *testing.T, seed uint64) *soak {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &soak{t: t, ctx: ctx, plane: plane, c: c, ns: "soak", seed: seed, buf: &syncBuffer{},
+	s := &soak{t: t, w: w, start: time.Now(), ctx: ctx, plane: plane, c: c, ns: "soak", seed: seed, buf: &syncBuffer{},
 		spans: filepath.Join(t.TempDir(), "spans"), wakes: filepath.Join(t.TempDir(), "wakes"),
-		deaths: map[int]time.Time{}, faults: map[string]int{}, sent: map[string]int{}}
+		deaths: map[int]time.Time{}, faults: map[string]int{}, sent: map[string]int{}, wrote: map[string]time.Time{}}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +177,7 @@ func newSoak(t *testing.T, seed uint64) *soak {
 		t.Fatal(err)
 	}
 	t.Setenv("TESTOP_SOAK", "1") // for the description `opzero manifests` reads: it owns ConfigMaps
-	objs, err := manifests.Build(ctx, root, "./internal/testop", manifests.Options{Namespace: s.ns})
+	objs, err := manifests.Build(ctx, root, "./internal/testop", manifests.Options{Namespace: s.ns, Source: w.source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +196,8 @@ func newSoak(t *testing.T, seed uint64) *soak {
 	return s
 }
 
-// prepare sets the sweeps and the operator's soak environment, and lets it
+// prepare sets the sweeps (the PingSources' or the Subscription's) and the
+// operator's soak environment, and lets it
 // write its child ConfigMaps (a +kubebuilder:rbac marker would, but `opzero
 // manifests` reads none from a main package).
 func (s *soak) prepare(objs []*unstructured.Unstructured) {
@@ -191,9 +209,20 @@ func (s *soak) prepare(objs []*unstructured.Unstructured) {
 				"verbs": []any{"create", "update", "patch", "delete"}})
 			_ = unstructured.SetNestedSlice(o.Object, rules, "rules")
 		case o.GetKind() == "PingSource" && strings.HasSuffix(o.GetName(), "full-sweep"):
-			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
+			_ = unstructured.SetNestedField(o.Object, outOfReach(s.start), "spec", "schedule")
 		case o.GetKind() == "PingSource":
-			_ = unstructured.SetNestedField(o.Object, soakSweep, "spec", "schedule")
+			_ = unstructured.SetNestedField(o.Object, s.w.sweep, "spec", "schedule")
+		case o.GetKind() == "Subscription":
+			sweeps, _, _ := unstructured.NestedSlice(o.Object, "spec", "sweeps")
+			for _, sw := range sweeps {
+				sw := sw.(map[string]any)
+				if sw["data"] != nil {
+					sw["schedule"] = outOfReach(s.start)
+				} else {
+					sw["schedule"] = s.w.sweep
+				}
+			}
+			_ = unstructured.SetNestedSlice(o.Object, sweeps, "spec", "sweeps")
 		case o.GetKind() == "Service" && o.GetAPIVersion() == "serving.knative.dev/v1":
 			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 			c := cs[0].(map[string]any)
@@ -216,7 +245,7 @@ func (s *soak) run(d time.Duration) {
 	// Rounds of every kind in a random order; the first round always ends,
 	// so each kind is injected at least once.
 	for round := 0; round == 0 || time.Now().Before(end); round++ {
-		kinds := slices.Clone(faultKinds)
+		kinds := slices.Clone(s.w.faults)
 		frng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, k := range kinds {
 			if round > 0 && !time.Now().Before(end) {
@@ -276,9 +305,11 @@ func (s *soak) create(rng *rand.Rand) {
 		sel["wake"] = fmt.Sprintf("%ds", 8+rng.IntN(13))
 	}
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}, Spec: v1.ConfigWatcherSpec{ConfigMap: "soak", PodSelector: sel}}
+	at := time.Now()
 	if s.count("create", s.c.Create(s.ctx, cw)) {
 		s.mu.Lock()
 		s.live = append(s.live, name)
+		s.wrote[name] = at
 		s.mu.Unlock()
 	}
 }
@@ -305,12 +336,19 @@ func (s *soak) update(rng *rand.Rand) {
 		return
 	}
 	patch := fmt.Sprintf(`{"spec":{"podSelector":{"v":"%d"}}}`, rng.IntN(1_000_000))
+	at := time.Now()
 	err := s.c.Patch(s.ctx, &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}}, client.RawPatch(types.MergePatchType, []byte(patch)))
 	if apierrors.IsNotFound(err) {
 		s.forget(name)
 		return
 	}
-	s.count("update", err)
+	if s.count("update", err) {
+		s.mu.Lock()
+		if at.After(s.wrote[name]) { // the burst's concurrent updates: the last write followed the latest start
+			s.wrote[name] = at
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *soak) delete(rng *rand.Rand) {
@@ -364,9 +402,9 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 		s.deaths[pid] = time.Now()
 		s.mu.Unlock()
 		note = fmt.Sprintf("SIGKILL of pid %d (mid-reconcile: %v)", pid, mid)
-	case "wakeup-source":
+	case "wakeup-source", "hub":
 		n := s.pendingWakeups(20 * time.Second)
-		pid := s.killSupervised("Deployment " + s.ns + "/testop-wakeup-source")
+		pid := s.killSupervised(s.w.wakeups)
 		s.mu.Lock()
 		s.srcKills = append(s.srcKills, time.Now())
 		s.mu.Unlock()
@@ -579,15 +617,16 @@ func (w soakWake) superseded(down [][2]time.Time) bool {
 	})
 }
 
-// sourceDown is when no wakeup source ran: from each kill by the test to
-// dev's restart of it (still down: until now).
+// sourceDown is when nothing delivered Wakeups (the wakeup source, the
+// hub): from each kill by the test to dev's restart of it (still down:
+// until now).
 func (s *soak) sourceDown() [][2]time.Time {
 	s.mu.Lock()
 	kills := slices.Clone(s.srcKills)
 	s.mu.Unlock()
 	var restarts []time.Time
 	for _, e := range s.buf.events(s.t) {
-		if e.Event == dev.EventProcessRestarted && e.Process == "Deployment "+s.ns+"/testop-wakeup-source" {
+		if e.Event == dev.EventProcessRestarted && e.Process == s.w.wakeups {
 			restarts = append(restarts, e.Time)
 		}
 	}
@@ -743,20 +782,21 @@ func (s *soak) check() {
 		}
 	}
 
+	wiring, wproblems := s.wiringChecks()
 	s.mu.Lock()
 	var byKind []string
 	total := 0
-	for _, k := range faultKinds {
+	for _, k := range s.w.faults {
 		byKind = append(byKind, fmt.Sprintf("%s=%d", k, s.faults[k]))
 		total += s.faults[k]
 	}
 	sent := s.sent["create"] + s.sent["update"] + s.sent["delete"]
-	summary := fmt.Sprintf("soak summary: seed %d, sweep %s; faults %d (%s); events sent %d (%d creates, %d updates, %d deletes; %d calls failed while the plane was down); "+
-		"objects converged %d of %d; overlaps %d; lost wakeups %d; early wakeups %d (of %d RequeueAfter wakeups delivered); converged %s after the last fault",
-		s.seed, soakSweepText, total, strings.Join(byKind, " "), sent, s.sent["create"], s.sent["update"], s.sent["delete"], s.failed.Load(),
-		converged, objects, overlaps, lost, early, fired, tookText)
+	summary := fmt.Sprintf("soak summary: seed %d, %s wiring, sweep %s; faults %d (%s); events sent %d (%d creates, %d updates, %d deletes; %d calls failed while the plane was down); "+
+		"objects converged %d of %d; overlaps %d; lost wakeups %d; early wakeups %d (of %d RequeueAfter wakeups delivered); %s; converged %s after the last fault",
+		s.seed, s.w.name, s.w.sweepText, total, strings.Join(byKind, " "), sent, s.sent["create"], s.sent["update"], s.sent["delete"], s.failed.Load(),
+		converged, objects, overlaps, lost, early, fired, wiring, tookText)
 	missing := []string{}
-	for _, k := range faultKinds {
+	for _, k := range s.w.faults {
 		if s.faults[k] == 0 {
 			missing = append(missing, k)
 		}
@@ -782,6 +822,49 @@ func (s *soak) check() {
 	if len(missing) > 0 {
 		t.Errorf("faults never injected: %v", missing)
 	}
+	if len(wproblems) > 0 {
+		if len(wproblems) > 20 {
+			wproblems = append(wproblems[:20], fmt.Sprintf("... and %d more", len(wproblems)-20))
+		}
+		t.Errorf("%s wiring: changes not delivered as events without a periodic sweep:\n  %s", s.w.name, strings.Join(wproblems, "\n  "))
+	}
+}
+
+// wiringChecks returns what the wiring adds to the summary (the sweep
+// ticks delivered; the hub's relists and drops) and, for a wiring that
+// must deliver every change, its failures: a sweep scheduled between the
+// start and now, an object whose last change reached the operator as no
+// event of it.
+func (s *soak) wiringChecks() (summary string, problems []string) {
+	events := s.buf.events(s.t)
+	ticks, devSweeps := sweepTicks(events)
+	summary = fmt.Sprintf("sweep ticks delivered %d (dev's after an adapter's gap %d)", ticks, devSweeps)
+	if s.w.source == manifests.SourceHub {
+		relists, dropped := hubLog(s.p.LogPath("deployment-" + manifests.HubNamespace + "-" + manifests.HubName))
+		summary = fmt.Sprintf("sweep ticks delivered %d (none scheduled; the hub relisted after 410 Gone %d times, a tick at once after each); hub events dropped after retries %d",
+			ticks, relists, dropped)
+	}
+	if !s.w.everyChange {
+		return summary, nil
+	}
+	next, err := sweepScheduledBy(s.start, s.w.sweep, outOfReach(s.start))
+	if err != nil || !next.After(time.Now()) {
+		problems = append(problems, fmt.Sprintf("a periodic sweep was scheduled within the run: the first after the start at %s (%v)", next, err))
+	}
+	cws := &v1.ConfigWatcherList{}
+	if err := s.c.List(s.ctx, cws, client.InNamespace(s.ns)); err != nil {
+		return summary, append(problems, err.Error())
+	}
+	var names []string
+	for _, cw := range cws.Items {
+		names = append(names, cw.Name)
+	}
+	s.mu.Lock()
+	wrote := maps.Clone(s.wrote)
+	s.mu.Unlock()
+	missed := undelivered(s.ns, names, wrote, events)
+	summary += fmt.Sprintf("; objects whose last change was delivered as an event %d of %d", len(names)-len(missed), len(names))
+	return summary, append(problems, missed...)
 }
 
 // readWants reads $TESTOP_WAKES: per key, every due time asked.

@@ -1,0 +1,134 @@
+package dev_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/manifests"
+)
+
+// soakWiring is one way the soak operator's events reach it, with the
+// faults that wiring has.
+type soakWiring struct {
+	name   string // the subtest
+	source string // manifests.Options.Source
+	faults []string
+	// sweep is the anti-entropy sweep's schedule (the full sweep's is
+	// always out of reach).
+	sweep, sweepText string
+	// wakeups is the process (dev's name) that delivers the operator's
+	// Wakeups: killing it is the fault of that name.
+	wakeups string
+	// everyChange: every object's last change must reach the operator as
+	// an event of that object, and no sweep may be scheduled within the
+	// run: convergence owes nothing to the periodic sweep.
+	everyChange bool
+}
+
+// soakWirings: the Knative wiring (ApiServerSource adapters, PingSources,
+// the wakeup source) sweeps every minute, as issue 18's soak always did;
+// the hub wiring (one Subscription, the hub Deployment) has its sweeps out
+// of reach, so that convergence proves every add and update was delivered
+// (issue 26) — the hub's immediate sweep after a relist is allowed, and
+// counted.
+func soakWirings(ns string, now time.Time) []soakWiring {
+	return []soakWiring{{
+		name: "knative", source: manifests.SourceKnative,
+		faults: []string{"kube-apiserver", "etcd", "adapter", "operator", "wakeup-source", "burst-at-zero"},
+		sweep:  "* * * * *", sweepText: "every minute",
+		wakeups: "Deployment " + ns + "/testop-wakeup-source",
+	}, {
+		name: "hub", source: manifests.SourceHub,
+		faults: []string{"kube-apiserver", "etcd", "hub", "operator", "burst-at-zero"},
+		sweep:  outOfReach(now), sweepText: "out of reach (" + outOfReach(now) + ")",
+		wakeups:     "Deployment " + manifests.HubNamespace + "/" + manifests.HubName,
+		everyChange: true,
+	}}
+}
+
+// outOfReach is a yearly schedule about half a year from now: midnight on
+// the first of a month at least five months away.
+func outOfReach(now time.Time) string {
+	return fmt.Sprintf("0 0 1 %d *", (int(now.Month())+5)%12+1)
+}
+
+// sweepScheduledBy is the first time after from at which one of schedules
+// fires (as the hub and mtping read them, in local time).
+func sweepScheduledBy(from time.Time, schedules ...string) (time.Time, error) {
+	p := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	var first time.Time
+	for _, s := range schedules {
+		sched, err := p.Parse(s)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("schedule %q: %w", s, err)
+		}
+		if n := sched.Next(from); first.IsZero() || n.Before(first) {
+			first = n
+		}
+	}
+	return first, nil
+}
+
+// sweepTicks: the sweep deliveries the operator answered, and dev's own
+// sweeps after an adapter's gap.
+func sweepTicks(events []dev.Event) (delivered, devSweeps int) {
+	for _, e := range events {
+		switch {
+		case e.Event == dev.EventDelivery && e.Wake == dev.WakeSweep:
+			delivered++
+		case e.Event == dev.EventSweep:
+			devSweeps++
+		}
+	}
+	return delivered, devSweeps
+}
+
+// hubLog counts what the hub's log says it did: relists after 410 Gone
+// (each followed by a sweep tick at once) and events dropped after their
+// retries.
+func hubLog(path string) (relists, dropped int) {
+	b, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.Contains(l, "listing what changed since"):
+			relists++
+		case strings.Contains(l, "not delivered after retries; dropped"):
+			dropped++
+		}
+	}
+	return relists, dropped
+}
+
+// undelivered lists the objects whose last change by the stream (at
+// wrote[name], taken before the call) was not followed by an event of
+// that object (create or update) that the operator answered 2xx.
+func undelivered(ns string, names []string, wrote map[string]time.Time, events []dev.Event) []string {
+	last := map[string]time.Time{} // key -> arrival of its last answered event
+	for _, e := range events {
+		if e.Event != dev.EventDelivery || e.Kind != "ConfigWatcher" || e.Code/100 != 2 ||
+			(e.Wake != dev.WakeCreate && e.Wake != dev.WakeUpdate) {
+			continue
+		}
+		if e.Time.After(last[e.Key]) {
+			last[e.Key] = e.Time
+		}
+	}
+	var out []string
+	for _, n := range names {
+		w, ok := wrote[n]
+		if !ok {
+			continue // its write failed on the client's side: when it happened is unknown
+		}
+		if at := last[ns+"/"+n]; at.Before(w) {
+			out = append(out, fmt.Sprintf("%s: changed at %s, last event of it delivered at %s", n, w.Format(time.StampMilli), at.Format(time.StampMilli)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
