@@ -22,13 +22,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"k8s.io/client-go/tools/clientcmd"
 
-	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/hub"
 	"github.com/opzero/opzero/internal/trim"
 )
@@ -121,19 +117,17 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		}
 		id = types.NamespacedName{Namespace: ns, Name: name}
 	}
-	cfg, err := config.GetConfig()
+	// KUBECONFIG, else in-cluster (client-go's rules, as kubectl's).
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
 		return fmt.Errorf("no Kubernetes API server: set KUBECONFIG or run in a cluster: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
+	// client-go's default (5 per second) would queue the status and
+	// SubjectAccessReview writes of many Subscriptions; watches are one
+	// request each.
+	cfg.QPS, cfg.Burst = 50, 100
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	h, err := hub.New(cfg, c, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log})
+	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log})
 	if err != nil {
 		return err
 	}

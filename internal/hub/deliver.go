@@ -17,7 +17,6 @@ import (
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/cloudevent"
-	"github.com/opzero/opzero/internal/wakeup"
 )
 
 // delivery is one event waiting to be sent.
@@ -312,7 +311,7 @@ func (h *Hub) token(ctx context.Context, audience string) (string, error) {
 	h.mu.Lock()
 	t := h.tokens[audience]
 	if t == nil {
-		t = wakeup.TokenRequester(h.c, h.opts.Identity.Namespace, h.opts.Identity.Name, audience)
+		t = h.tokenRequester(h.opts.Identity, audience)
 		h.tokens[audience] = t
 	}
 	h.mu.Unlock()

@@ -11,17 +11,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
-	"github.com/opzero/opzero/internal/wakeup"
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // Options configures a Hub.
@@ -46,11 +46,10 @@ type Options struct {
 // Hub serves every Subscription of a cluster: see the package
 // documentation.
 type Hub struct {
-	c      client.WithWatch
-	dyn    dynamic.Interface
-	meta   metadata.Interface
-	mapper meta.RESTMapper
-	host   string
+	dyn   dynamic.Interface
+	meta  metadata.Interface
+	kinds *kinds
+	host  string
 	opts   Options
 	stats  *Stats
 
@@ -66,9 +65,8 @@ type Hub struct {
 	health  health
 }
 
-// New returns a Hub that talks to the API server of cfg through c (whose
-// scheme must have opzero.dev/v1alpha1 and client-go's types).
-func New(cfg *rest.Config, c client.WithWatch, o Options) (*Hub, error) {
+// New returns a Hub that talks to the API server of cfg.
+func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if o.Recheck <= 0 {
 		o.Recheck = 5 * time.Minute
 	}
@@ -89,7 +87,11 @@ func New(cfg *rest.Config, c client.WithWatch, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Hub{c: c, dyn: dyn, meta: md, mapper: c.RESTMapper(), host: cfg.Host, opts: o, stats: newStats(),
+	k, err := newKinds(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Hub{dyn: dyn, meta: md, kinds: k, host: cfg.Host, opts: o, stats: newStats(),
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1)}, nil
 }
@@ -137,14 +139,18 @@ func (h *Hub) Run(ctx context.Context) error {
 // watchSubscriptions lists the Subscriptions, serves them, and follows
 // their changes until the watch ends.
 func (h *Hub) watchSubscriptions(ctx context.Context) error {
-	var list v1alpha1.SubscriptionList
-	if err := h.c.List(ctx, &list); err != nil {
+	list, err := h.dyn.Resource(subscriptionsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
 		return fmt.Errorf("listing Subscriptions: %w", err)
 	}
 	seen := map[types.NamespacedName]bool{}
 	for i := range list.Items {
-		s := &list.Items[i]
-		seen[client.ObjectKeyFromObject(s)] = true
+		s, err := toSubscription(&list.Items[i])
+		if err != nil {
+			h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
+			continue
+		}
+		seen[keyOf(s)] = true
 		h.update(ctx, s)
 	}
 	h.mu.Lock()
@@ -159,7 +165,7 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 		h.remove(k)
 	}
 	h.rewire(ctx)
-	w, err := h.c.Watch(ctx, &v1alpha1.SubscriptionList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}})
+	w, err := h.dyn.Resource(subscriptionsGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), AllowWatchBookmarks: true})
 	if err != nil {
 		return fmt.Errorf("watching Subscriptions: %w", err)
 	}
@@ -189,18 +195,25 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 			if !ok {
 				return errors.New("the watch of Subscriptions closed")
 			}
-			switch ev.Type {
-			case watch.Added, watch.Modified:
-				s := ev.Object.(*v1alpha1.Subscription)
-				h.update(ctx, s)
-				h.rewire(ctx)
-			case watch.Deleted:
-				s := ev.Object.(*v1alpha1.Subscription)
-				h.remove(client.ObjectKeyFromObject(s))
-				h.rewire(ctx)
-			case watch.Error:
-				return fmt.Errorf("watch of Subscriptions: %v", apiStatus(ev.Object))
+			if ev.Type == watch.Error {
+				return fmt.Errorf("watch of Subscriptions: %w", apierrors.FromObject(ev.Object))
 			}
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok || ev.Type == watch.Bookmark {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				h.remove(keyOf(u))
+				h.rewire(ctx)
+				continue
+			}
+			s, err := toSubscription(u)
+			if err != nil {
+				h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
+				continue
+			}
+			h.update(ctx, s)
+			h.rewire(ctx)
 		}
 	}
 }
@@ -236,7 +249,7 @@ func (h *Hub) checkAll(ctx context.Context, unready bool) {
 
 // update takes a new version of a Subscription and checks it.
 func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription) {
-	key := client.ObjectKeyFromObject(obj)
+	key := keyOf(obj)
 	h.mu.Lock()
 	s := h.subs[key]
 	if s == nil {
@@ -347,7 +360,7 @@ func (h *Hub) rewireWakeups(ctx context.Context, ops []string) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	h.stopWk = cancel
-	src := wakeup.NewSource(h.c, wakeup.SourceOptions{Operators: ops, Route: h.routeWakeup, HTTP: h.opts.HTTP,
+	src := wakesource.NewSource(wakesource.Dynamic(h.dyn), wakesource.SourceOptions{Operators: ops, Route: h.routeWakeup, HTTP: h.opts.HTTP,
 		Log: h.opts.Log.WithName("wakeups"), Delivered: func(_, _ string, _, _ time.Time) { h.stats.wakeups.Inc() }})
 	go func() { _ = src.Run(wctx) }()
 }
@@ -407,11 +420,4 @@ func compact(s []string) []string {
 		}
 	}
 	return out
-}
-
-func apiStatus(o any) string {
-	if st, ok := o.(*metav1.Status); ok {
-		return fmt.Sprintf("%s (%d %s)", st.Message, st.Code, st.Reason)
-	}
-	return fmt.Sprintf("%v", o)
 }

@@ -123,10 +123,6 @@ func about(typ, name string) func(event.Event) bool {
 func startHub(t *testing.T, o hub.Options) (h *hub.Hub, stop func()) {
 	t.Helper()
 	env := testenv.Get(t)
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if o.Recheck == 0 {
 		o.Recheck = time.Second
 	}
@@ -134,7 +130,7 @@ func startHub(t *testing.T, o hub.Options) (h *hub.Hub, stop func()) {
 		o.Flush = 200 * time.Millisecond
 	}
 	o.Log = logr.FromSlogHandler(slog.NewTextHandler(testkit.LogWriter(t), nil))
-	h, err = hub.New(env.Config, c, o)
+	h, err := hub.New(env.Config, o)
 	if err != nil {
 		t.Fatal(err)
 	}

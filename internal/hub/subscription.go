@@ -9,15 +9,12 @@ import (
 	"sync"
 	"time"
 
-	authzv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 )
@@ -47,7 +44,7 @@ type sub struct {
 }
 
 func newSub(h *Hub, obj *v1alpha1.Subscription) *sub {
-	s := &sub{h: h, key: client.ObjectKeyFromObject(obj), obj: obj.DeepCopy(), progress: map[string]string{}, base: obj.ResourceVersion}
+	s := &sub{h: h, key: keyOf(obj), obj: obj.DeepCopy(), progress: map[string]string{}, base: obj.ResourceVersion}
 	for _, p := range obj.Status.Progress {
 		s.progress[p.Resource] = p.ResourceVersion
 	}
@@ -124,7 +121,7 @@ func (s *sub) setProgress(key, rv string) {
 // conditions (and an Event for each that changed).
 func (h *Hub) check(ctx context.Context, s *sub) {
 	spec := s.spec()
-	atts, sweeps, err := h.plan(s, spec)
+	atts, sweeps, err := h.plan(ctx, s, spec)
 	var sink string
 	var sinkErr, authErr error
 	if err == nil {
@@ -233,9 +230,9 @@ func (s *sub) setCondition(c metav1.Condition) {
 	}
 	s.mu.Unlock()
 	if changed && c.Type != v1alpha1.SubscriptionReady && (prev != nil || c.Status != metav1.ConditionTrue) {
-		typ := corev1.EventTypeNormal
+		typ := "Normal"
 		if c.Status != metav1.ConditionTrue {
-			typ = corev1.EventTypeWarning
+			typ = "Warning"
 		}
 		msg := c.Type + " is " + string(c.Status)
 		if c.Message != "" {
@@ -246,7 +243,7 @@ func (s *sub) setCondition(c metav1.Condition) {
 }
 
 // plan turns the spec into attachments to watches, checking every field.
-func (h *Hub) plan(s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1alpha1.Sweep, error) {
+func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1alpha1.Sweep, error) {
 	if spec.Operator == "" {
 		return nil, nil, withReason("InvalidSpec", "spec.operator is empty: name the operator (its builder name)")
 	}
@@ -267,7 +264,7 @@ func (h *Hub) plan(s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1a
 			return nil, nil, withReason("UnknownKind", "%s: apiVersion %q and kind %q do not name a kind", field, r.APIVersion, r.Kind)
 		}
 		gvk := gv.WithKind(r.Kind)
-		m, err := h.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		gvr, namespaced, err := h.kinds.mapping(ctx, gvk)
 		if err != nil {
 			return nil, nil, withReason("UnknownKind", "%s: the API server does not serve %s (is its CRD installed?): %v", field, gvk, err)
 		}
@@ -282,14 +279,13 @@ func (h *Hub) plan(s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1a
 		if mode != v1alpha1.ModeReference && mode != v1alpha1.ModeResource {
 			return nil, nil, withReason("InvalidSpec", "%s.mode %q: want Resource or Reference", field, r.Mode)
 		}
-		namespaced := m.Scope.Name() == meta.RESTScopeNameNamespace
 		var ref *refFilter
 		if rb := r.ReferencedBy; rb != nil {
 			rgv, err := schema.ParseGroupVersion(rb.APIVersion)
 			if err != nil || rb.Kind == "" {
 				return nil, nil, withReason("UnknownKind", "%s.referencedBy: apiVersion %q and kind %q do not name a kind", field, rb.APIVersion, rb.Kind)
 			}
-			rm, err := h.mapper.RESTMapping(schema.GroupKind{Group: rgv.Group, Kind: rb.Kind}, rgv.Version)
+			rgvr, _, err := h.kinds.mapping(ctx, rgv.WithKind(rb.Kind))
 			if err != nil {
 				return nil, nil, withReason("UnknownKind", "%s.referencedBy: the API server does not serve %s: %v", field, rgv.WithKind(rb.Kind), err)
 			}
@@ -299,14 +295,14 @@ func (h *Hub) plan(s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1a
 			if !namespaced {
 				return nil, nil, withReason("InvalidSpec", "%s.referencedBy: %s is cluster-scoped; referencedBy names objects in the referrer's namespace", field, gvk.Kind)
 			}
-			ref = &refFilter{gvk: rgv.WithKind(rb.Kind), key: indexKey{gvr: rm.Resource, field: rb.FieldPath}}
+			ref = &refFilter{gvk: rgv.WithKind(rb.Kind), key: indexKey{gvr: rgvr, field: rb.FieldPath}}
 		}
 		nss := r.Namespaces
 		if len(nss) == 0 || !namespaced {
 			nss = []string{""}
 		}
 		for _, ns := range nss {
-			k := watchKey{gvr: m.Resource, ns: ns, selector: sel.String(), full: mode == v1alpha1.ModeResource}
+			k := watchKey{gvr: gvr, ns: ns, selector: sel.String(), full: mode == v1alpha1.ModeResource}
 			a := &attachment{sub: s, key: k, gvk: gvk, mode: mode, owner: r.Owner, namespaced: namespaced,
 				pkey: progressKey(gvk, ns, k.selector)}
 			if ref != nil {
@@ -370,10 +366,16 @@ func (h *Hub) resolve(ctx context.Context, ns string, d v1alpha1.Destination) (s
 		}
 		return d.URI, nil
 	}
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(d.Ref.APIVersion)
-	u.SetKind(d.Ref.Kind)
-	if err := h.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: d.Ref.Name}, u); err != nil {
+	gv, err := schema.ParseGroupVersion(d.Ref.APIVersion)
+	if err != nil {
+		return "", withReason("InvalidSink", "sink ref apiVersion %q: %v", d.Ref.APIVersion, err)
+	}
+	gvr, _, err := h.kinds.mapping(ctx, gv.WithKind(d.Ref.Kind))
+	if err != nil {
+		return "", withReason("SinkNotFound", "sink %s %s/%s: %v", d.Ref.Kind, ns, d.Ref.Name, err)
+	}
+	u, err := h.dyn.Resource(gvr).Namespace(ns).Get(ctx, d.Ref.Name, metav1.GetOptions{})
+	if err != nil {
 		return "", withReason("SinkNotFound", "sink %s %s/%s: %v", d.Ref.Kind, ns, d.Ref.Name, err)
 	}
 	url, _, _ := unstructured.NestedString(u.Object, "status", "address", "url")
@@ -410,12 +412,11 @@ func (h *Hub) authorize(ctx context.Context, ns string, spec v1alpha1.Subscripti
 		}
 		seen[q] = true
 		for _, verb := range []string{"get", "list", "watch"} {
-			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user, Groups: groups,
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: q.ns, Verb: verb, Group: q.gvr.Group, Version: q.gvr.Version, Resource: q.gvr.Resource}}}
-			if err := h.c.Create(ctx, sar); err != nil {
+			ok, err := h.allowed(ctx, user, groups, q.ns, verb, q.gvr)
+			if err != nil {
 				return withReason("AuthorizationCheckFailed", "asking whether %s may %s %s: %v", user, verb, q.gvr.Resource, err)
 			}
-			if !sar.Status.Allowed {
+			if !ok {
 				where := "in every namespace"
 				if q.ns != "" {
 					where = "in namespace " + q.ns
@@ -442,9 +443,8 @@ func (s *sub) writeStatus(ctx context.Context, gen int64) {
 		s.mu.Unlock()
 		return
 	}
-	obj := &v1alpha1.Subscription{ObjectMeta: metav1.ObjectMeta{Namespace: s.key.Namespace, Name: s.key.Name}}
 	s.mu.Unlock()
-	if err := s.h.c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
+	if _, err := s.h.dyn.Resource(subscriptionsGVR).Namespace(s.key.Namespace).Patch(ctx, s.key.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
 		s.h.opts.Log.Error(err, "writing the Subscription's status", "subscription", s.key.String())
 		return
 	}
@@ -488,17 +488,19 @@ func (h *Hub) flush(ctx context.Context) {
 // event records a Kubernetes Event on a Subscription, written before it
 // returns.
 func (h *Hub) event(obj *v1alpha1.Subscription, typ, reason, msg string) {
-	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, GenerateName: obj.Name + "."},
-		InvolvedObject: corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Subscription",
-			Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion},
-		Reason: reason, Message: msg, Type: typ, Source: corev1.EventSource{Component: "opzero-hub"},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1, ReportingController: "opzero.dev/hub", ReportingInstance: "opzero-hub",
-	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	ev := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Event",
+		"metadata": map[string]any{"namespace": obj.Namespace, "generateName": obj.Name + "."},
+		"involvedObject": map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Subscription",
+			"namespace": obj.Namespace, "name": obj.Name, "uid": string(obj.UID), "resourceVersion": obj.ResourceVersion},
+		"reason": reason, "message": msg, "type": typ, "source": map[string]any{"component": "opzero-hub"},
+		"firstTimestamp": now, "lastTimestamp": now, "count": int64(1),
+		"reportingComponent": "opzero.dev/hub", "reportingInstance": "opzero-hub",
+	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.c.Create(ctx, ev); err != nil {
+	if _, err := h.dyn.Resource(eventsGVR).Namespace(obj.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		h.opts.Log.Error(err, "recording an Event", "subscription", obj.Namespace+"/"+obj.Name, "reason", reason)
 	}
 }

@@ -21,8 +21,6 @@ import (
 	"github.com/opzero/opzero/internal/backoff"
 )
 
-// OperatorLabel names the operator a Wakeup belongs to.
-const OperatorLabel = "opzero.dev/operator"
 
 // Store writes the Wakeup records of one operator.
 type Store struct {

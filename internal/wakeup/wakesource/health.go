@@ -1,4 +1,4 @@
-package wakeup
+package wakesource
 
 import (
 	"fmt"

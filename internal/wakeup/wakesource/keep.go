@@ -1,4 +1,4 @@
-package wakeup
+package wakesource
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/backoff"
@@ -101,7 +100,7 @@ func (s *Source) follow(ctx context.Context, rv string) (string, bool, error) {
 			}
 		}()
 	}
-	w, err := s.c.Watch(ctx, &v1alpha1.WakeupList{}, &client.ListOptions{Namespace: s.opts.Namespace, Raw: opts})
+	w, err := s.c.Watch(ctx, s.opts.Namespace, *opts)
 	if err != nil {
 		if gen != 0 && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err)) {
 			// No WatchList (sendInitialEvents is refused): list page by page.
@@ -279,11 +278,10 @@ func (s *Source) scan(ctx context.Context, sel string, all bool, scope func(*ent
 	}
 	gen := s.beginScan(all, below)
 	defer s.endScan()
-	list := &v1alpha1.WakeupList{}
 	var rv string
 	for cont := ""; ; {
-		if err := s.c.List(ctx, list, &client.ListOptions{Namespace: s.opts.Namespace, Limit: s.opts.PageSize, Continue: cont,
-			Raw: &metav1.ListOptions{LabelSelector: sel}}); err != nil {
+		list, err := s.c.List(ctx, s.opts.Namespace, metav1.ListOptions{Limit: s.opts.PageSize, Continue: cont, LabelSelector: sel})
+		if err != nil {
 			return "", err
 		}
 		if rv == "" {

@@ -1,4 +1,4 @@
-package wakeup
+package wakesource
 
 import (
 	"container/heap"
@@ -10,9 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/backoff"
@@ -74,7 +72,7 @@ const DefaultWindow = 10_000
 
 // Source delivers due Wakeups: see the package documentation.
 type Source struct {
-	c    client.WithWatch
+	c    Records
 	opts SourceOptions
 
 	mu      sync.Mutex
@@ -119,7 +117,7 @@ func (s *Source) Pending() int {
 }
 
 // NewSource returns a Source reading and deleting Wakeups through c.
-func NewSource(c client.WithWatch, o SourceOptions) *Source {
+func NewSource(c Records, o SourceOptions) *Source {
 	if o.Concurrency <= 0 {
 		o.Concurrency = 16
 	}
@@ -216,9 +214,8 @@ func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{})
 		if s.opts.Delivered != nil {
 			s.opts.Delivered(e.ns, e.name, e.due, s.opts.Clock.Now())
 		}
-		w := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: e.name}}
 		// Only the record as delivered: a new due time written meanwhile stays.
-		derr := s.c.Delete(ctx, w, client.Preconditions{ResourceVersion: &e.rv})
+		derr := s.c.Delete(ctx, e.ns, e.name, e.rv)
 		if derr == nil || apierrors.IsNotFound(derr) || apierrors.IsConflict(derr) {
 			return
 		}
