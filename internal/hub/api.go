@@ -156,7 +156,7 @@ func (h *Hub) tokenRequester(id types.NamespacedName, audience string) func(cont
 		tr := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
 			"metadata": map[string]any{"name": id.Name}, // the subresource's object (dynamic posts to its name)
-			"spec": map[string]any{"audiences": []any{audience}, "expirationSeconds": int64(3600)},
+			"spec":     map[string]any{"audiences": []any{audience}, "expirationSeconds": int64(3600)},
 		}}
 		out, err := h.dyn.Resource(serviceAccountsGVR).Namespace(id.Namespace).Create(ctx, tr, metav1.CreateOptions{}, "token")
 		if err != nil {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -50,8 +50,8 @@ type Hub struct {
 	meta  metadata.Interface
 	kinds *kinds
 	host  string
-	opts   Options
-	stats  *Stats
+	opts  Options
+	stats *Stats
 
 	mu      sync.Mutex
 	subs    map[types.NamespacedName]*sub

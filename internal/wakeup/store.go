@@ -21,7 +21,6 @@ import (
 	"github.com/opzero/opzero/internal/backoff"
 )
 
-
 // Store writes the Wakeup records of one operator.
 type Store struct {
 	c        client.Client
