@@ -833,8 +833,9 @@ func (s *soak) check() {
 // wiringChecks returns what the wiring adds to the summary (the sweep
 // ticks delivered; the hub's relists and drops) and, for a wiring that
 // must deliver every change, its failures: a sweep scheduled between the
-// start and now, an object whose last change reached the operator as no
-// event of it.
+// start and now, the persisted progress not past the newest object 15 s
+// after convergence, an object whose last change reached the operator as
+// no event of it.
 func (s *soak) wiringChecks() (summary string, problems []string) {
 	events := s.buf.events(s.t)
 	ticks, devSweeps := sweepTicks(events)
@@ -850,6 +851,10 @@ func (s *soak) wiringChecks() (summary string, problems []string) {
 	next, err := sweepScheduledBy(s.start, s.w.sweep, outOfReach(s.start))
 	if err != nil || !next.After(time.Now()) {
 		problems = append(problems, fmt.Sprintf("a periodic sweep was scheduled within the run: the first after the start at %s (%v)", next, err))
+	}
+	var behind []string
+	if s.w.source == manifests.SourceHub && pollUntil(15*time.Second, func() bool { behind = s.progressBehind(); return len(behind) == 0 }) != nil {
+		problems = append(problems, behind...) // resuming from it after a restart would send again what was sent
 	}
 	cws := &v1.ConfigWatcherList{}
 	if err := s.c.List(s.ctx, cws, client.InNamespace(s.ns)); err != nil {

@@ -8,7 +8,13 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/manifests"
 )
@@ -130,5 +136,62 @@ func undelivered(ns string, names []string, wrote map[string]time.Time, events [
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// progressBehind lists the hub's progress entries of the Subscription
+// that are behind the newest object of their collection: every change of
+// an object that exists was delivered or filtered out, so its progress
+// (status.progress, written every 2 s) must have moved past it.
+func (s *soak) progressBehind() []string {
+	sub := &unstructured.Unstructured{}
+	sub.SetAPIVersion("opzero.dev/v1alpha1")
+	sub.SetKind("Subscription")
+	if err := s.c.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: "testop"}, sub); err != nil {
+		return []string{err.Error()}
+	}
+	newest := map[string]string{}
+	cws, cms := &v1.ConfigWatcherList{}, &corev1.ConfigMapList{}
+	if err := s.c.List(s.ctx, cws); err != nil {
+		return []string{err.Error()}
+	}
+	if err := s.c.List(s.ctx, cms); err != nil {
+		return []string{err.Error()}
+	}
+	for _, l := range []struct {
+		key  string
+		objs []metav1.Object
+	}{{"k8spatterns.io/v1/ConfigWatcher", objects(cws.Items)}, {"v1/ConfigMap", objects(cms.Items)}} {
+		for _, o := range l.objs {
+			if c, err := resourceversion.CompareResourceVersion(o.GetResourceVersion(), newest[l.key]); newest[l.key] == "" || err == nil && c > 0 {
+				newest[l.key] = o.GetResourceVersion()
+			}
+		}
+	}
+	progress, _, _ := unstructured.NestedSlice(sub.Object, "status", "progress")
+	at := map[string]string{}
+	for _, p := range progress {
+		p, _ := p.(map[string]any)
+		r, _ := p["resource"].(string)
+		at[r], _ = p["resourceVersion"].(string)
+	}
+	var out []string
+	for key, rv := range newest {
+		if c, err := resourceversion.CompareResourceVersion(at[key], rv); at[key] == "" || err != nil || c < 0 {
+			out = append(out, fmt.Sprintf("progress of %s at %q, its newest object at %s", key, at[key], rv))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func objects[T any, PT interface {
+	*T
+	metav1.Object
+}](items []T) []metav1.Object {
+	out := make([]metav1.Object, len(items))
+	for i := range items {
+		out[i] = PT(&items[i])
+	}
 	return out
 }
