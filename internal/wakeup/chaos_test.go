@@ -74,6 +74,19 @@ func TestChaosFleet(t *testing.T) {
 	}
 }
 
+// TestChaosHub is TestChaos with the opzero hub as the event path instead
+// of Knative's adapter ($CHAOS_SOURCE=hub): one instance answering after
+// the reconcile, and a fleet of 3 answering at admission.
+func TestChaosHub(t *testing.T) {
+	if testing.Short() || os.Getenv("CHAOS_ANSWER") != "" || os.Getenv("CHAOS_SOURCE") != "" {
+		t.Skip("chaos")
+	}
+	t.Run("reconciled", func(t *testing.T) { chaosProcess(t, "CHAOS_SOURCE=hub") })
+	t.Run("fleet-admitted", func(t *testing.T) {
+		chaosProcess(t, "CHAOS_SOURCE=hub", "CHAOS_ANSWER=admitted", "CHAOS_INSTANCES=3")
+	})
+}
+
 // chaosProcess runs TestChaos in a process of its own with env added, and
 // relays its report: a second ApiServerSource adapter started by the same
 // test process never delivered its first event (the cause is not known).
@@ -153,7 +166,7 @@ func chaos(t *testing.T, c chaosConfig) {
 	// them over.
 	f.waitUp()
 	if c.instances > 1 {
-		s.adapter.Stop()
+		s.stop()
 		f.waitDeadLeasesExpire()
 	}
 	req, _ := cloudevent.NewRequest(context.Background(), f.urls[0], cloudevent.NewPing("/apis/v1/namespaces/"+ns+"/pingsources/sweep", nil), false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -19,11 +20,19 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/go-logr/logr"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/devenv/balancer"
 	"github.com/opzero/opzero/internal/devenv/knative"
 	"github.com/opzero/opzero/internal/engine/serverless"
+	"github.com/opzero/opzero/internal/hub"
 	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
@@ -34,7 +43,7 @@ import (
 // balances round robin over the instances (the live ones: a refused
 // connection tries the next). It counts what passed.
 type sender struct {
-	adapter *knative.Adapter
+	stop func() // the adapter's, or the hub's ($CHAOS_SOURCE=hub)
 	// seen: events the adapter sent; dropped: of those, lost on purpose;
 	// passed: answered by an instance; admitted: of those, answered at
 	// admission; forwarded: answered by the instance holding the key's
@@ -66,6 +75,10 @@ func startSender(t *testing.T, env *testenv.Env, ns, name string, backends []str
 		w.WriteHeader(rec.Code)
 	}))
 	t.Cleanup(proxy.Close)
+	if os.Getenv("CHAOS_SOURCE") == "hub" {
+		s.stop = startHub(t, env, ns, proxy.URL)
+		return s
+	}
 	a, err := knative.StartApiServerSource(context.Background(), knative.ApiServerSourceConfig{
 		Name: name, Namespaces: []string{ns}, Mode: "Resource", Sink: proxy.URL, Kubeconfig: env.Kubeconfig,
 		Resources: []knative.Resource{{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}},
@@ -74,8 +87,46 @@ func startSender(t *testing.T, env *testenv.Env, ns, name string, backends []str
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Stop)
-	s.adapter = a
+	s.stop = a.Stop
 	return s
+}
+
+// startHub feeds sink through the opzero hub instead: a Subscription to
+// the namespace's ConfigWatchers in Resource mode, as --source=hub writes
+// it, served by a hub in this process. It returns once the Subscription is
+// Ready.
+func startHub(t *testing.T, env *testenv.Env, ns, sink string) (stop func()) {
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chaos-op"}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "chaos-op-" + ns},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa.Name}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"}}
+	sub := &v1alpha1.Subscription{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chaos"},
+		Spec: v1alpha1.SubscriptionSpec{Operator: "chaos", ServiceAccountName: sa.Name, Sink: v1alpha1.Destination{URI: sink},
+			Resources: []v1alpha1.SubscribedResource{{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Mode: v1alpha1.ModeResource, Namespaces: []string{ns}}}}}
+	for _, o := range []client.Object{sa, crb, sub} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), crb) })
+	h, err := hub.New(env.Config, hub.Options{NoWakeups: true, Log: logr.FromSlogHandler(slog.NewTextHandler(testkit.LogWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.Run(hctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	testkit.Eventually(t, 30*time.Second, "the hub's Subscription Ready", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sub), sub); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(sub.Status.Conditions, v1alpha1.SubscriptionReady), nil
+	})
+	return stop
 }
 
 // fleet is the operator's instances, each restarted on its own port after
