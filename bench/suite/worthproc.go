@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/opzero/opzero/internal/devenv/dev"
 )
 
@@ -36,6 +39,13 @@ func (w *worthPart) measure(ctx context.Context, wiring string, ops int) ([]proc
 		return nil, "", err
 	}
 	defer s.stop()
+	if wiring == wHub {
+		// Measured once it serves: every Subscription Ready (its watches
+		// and referrer index started), then the settle time as for the rest.
+		if err := w.subscriptionsReady(ctx, ops); err != nil {
+			return nil, "hub: " + firstLine(err.Error()), nil
+		}
+	}
 	time.Sleep(worthSettle)
 	procs := alwaysOn(s.cmd.Process.Pid)
 	if len(procs) == 0 {
@@ -278,4 +288,27 @@ func readEvents(path string) []dev.Event {
 		}
 	}
 	return out
+}
+
+// subscriptionsReady waits up to 2 minutes for n Subscriptions, every one
+// Ready.
+func (w *worthPart) subscriptionsReady(ctx context.Context, n int) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion("opzero.dev/v1alpha1")
+		l.SetKind("SubscriptionList")
+		if err := w.c.List(ctx, l); err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, u := range l.Items {
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+					ready++
+				}
+			}
+		}
+		return ready >= n, nil
+	})
 }
