@@ -51,7 +51,9 @@
 //     write them (every condition True; Broker address; Trigger
 //     subscriberUri, deadLetterSinkUri, auth.serviceAccountName). Brokers
 //     are played before the sources, so a source may sink to one.
-//   - Deployment whose one container has a ko:// image (the wakeup source):
+//   - Deployment whose one container has a ko:// image (the wakeup source,
+//     the opzero hub of `opzero manifests --source=hub`, which then reads the
+//     Subscriptions dev applied and the Knative Services' addresses dev wrote):
 //     one always-on process. Other Deployments are only applied.
 //
 // Like kubelet, dev restarts these processes (adapters, mtping, ko://
