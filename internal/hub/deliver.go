@@ -229,6 +229,7 @@ func (s *sub) send(ctx context.Context, dl *delivery) bool {
 			return false
 		case <-time.After(wait):
 		}
+		s.reresolve(ctx, url)
 	}
 	if p.dls != nil {
 		if url, err := s.h.resolve(ctx, s.key.Namespace, *p.dls); err == nil {
@@ -249,6 +250,29 @@ func (s *sub) send(ctx context.Context, dl *delivery) bool {
 	s.mu.Unlock()
 	s.h.event(obj, "Warning", "DeliveryFailed", fmt.Sprintf("%s %s not delivered after %d retries: %v", ev.Type(), ev.Subject(), p.retry, last))
 	return true
+}
+
+// reresolve reads the sink's address again after a failed send to url: a
+// Knative Service deleted and created again, or opzero dev restarted, has a
+// new one, and waiting for the periodic recheck would drop the events.
+// Concurrent senders share one lookup per failed address.
+func (s *sub) reresolve(ctx context.Context, url string) {
+	s.mu.Lock()
+	if s.sink != url || s.resolving {
+		s.mu.Unlock()
+		return
+	}
+	s.resolving = true
+	d := s.obj.Spec.Sink
+	s.mu.Unlock()
+	got, err := s.h.resolve(ctx, s.key.Namespace, d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resolving = false
+	if err == nil && got != s.sink {
+		s.h.opts.Log.Info("the sink's address changed", "subscription", s.key.String(), "was", s.sink, "now", got)
+		s.sink, s.dirty = got, true
+	}
 }
 
 // sendError is a non-2xx answer.

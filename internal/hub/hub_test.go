@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,7 +42,7 @@ var scheme = runtime.NewScheme()
 func TestMain(m *testing.M) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"../../config/crd"}, Scheme: scheme}))
+	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"../../config/crd"}, KnativeCRDs: true, Scheme: scheme}))
 }
 
 // sink records the events it is sent; answer decides the status code.
@@ -599,5 +600,39 @@ func TestSweepsAndWakeups(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := s.count(func(ev event.Event) bool { return ev.Type() == "dev.opzero.wakeup" }); n != 1 {
 		t.Errorf("%d wakeups delivered, want 1 (the other operator has no Subscription)", n)
+	}
+}
+
+// TestSinkMoves: a Knative Service sink is resolved through its
+// status.address.url; when that address changes, failed sends read it
+// again and go to the new one, without waiting for the periodic recheck.
+func TestSinkMoves(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	operatorAccount(t, ns, "op", false, readConfigMaps)
+	old, moved := newSink(t), newSink(t)
+	old.answer = func(event.Event, int) (int, http.Header) { return http.StatusNotFound, nil } // gone, as a removed route answers
+	ksvc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+		"metadata": map[string]any{"namespace": ns, "name": "op"},
+		"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"image": "ko://example.com/op"}}}}}}}
+	must(t, env.Client.Create(ctx, ksvc))
+	setAddress := func(url string) {
+		t.Helper()
+		must(t, unstructured.SetNestedField(ksvc.Object, url, "status", "address", "url"))
+		must(t, env.Client.Status().Update(ctx, ksvc))
+	}
+	setAddress(old.URL)
+	startHub(t, hub.Options{NoWakeups: true, Recheck: time.Hour})
+	sub := subscription(ns, "moves", "", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}})
+	sub.Spec.Sink = v1alpha1.Destination{Ref: &v1alpha1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: "op"}}
+	sub.Spec.Delivery = &v1alpha1.Delivery{BackoffDelay: "PT0.05S"}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "moves", v1alpha1.SubscriptionSinkResolved, metav1.ConditionTrue, "")
+	setAddress(moved.URL)
+	must(t, env.Client.Create(ctx, configMap(ns, "after-move", nil)))
+	moved.find(t, "the event at the sink's new address", about("dev.knative.apiserver.ref.add", "after-move"))
+	if old.count(about("dev.knative.apiserver.ref.add", "after-move")) == 0 {
+		t.Fatal("the old address was never tried: the test proves nothing about reading the address again")
 	}
 }

@@ -28,6 +28,7 @@ type sub struct {
 	obj         *v1alpha1.Subscription // the version being served
 	conds       []metav1.Condition
 	sink        string
+	resolving   bool // a sender is reading the sink's address again
 	attachments []*attachment
 	progress    map[string]string // progress key -> resourceVersion (status.progress)
 	// base is where a watch starts for this spec when it has no progress
