@@ -113,30 +113,45 @@ func hubLog(path string) (relists, dropped int) {
 
 // undelivered lists the objects whose last change by the stream (at
 // wrote[name], taken before the call) was not followed by an event of
-// that object (create or update) that the operator answered 2xx.
-func undelivered(ns string, names []string, wrote map[string]time.Time, events []dev.Event) []string {
-	last := map[string]time.Time{} // key -> arrival of its last answered event
+// that object (create or update) that the operator answered 2xx; afterSweep
+// counts those whose first such event came only after a sweep tick that
+// followed the change (it may be the operator's write after that sweep).
+func undelivered(ns string, names []string, wrote map[string]time.Time, events []dev.Event) (missed []string, afterSweep int) {
+	got := map[string][]time.Time{} // key -> arrivals of its answered events
+	var sweeps []time.Time
 	for _, e := range events {
-		if e.Event != dev.EventDelivery || e.Kind != "ConfigWatcher" || e.Code/100 != 2 ||
-			(e.Wake != dev.WakeCreate && e.Wake != dev.WakeUpdate) {
-			continue
-		}
-		if e.Time.After(last[e.Key]) {
-			last[e.Key] = e.Time
+		switch {
+		case e.Event != dev.EventDelivery || e.Code/100 != 2:
+		case e.Wake == dev.WakeSweep:
+			sweeps = append(sweeps, e.Time)
+		case e.Kind == "ConfigWatcher" && (e.Wake == dev.WakeCreate || e.Wake == dev.WakeUpdate):
+			got[e.Key] = append(got[e.Key], e.Time)
 		}
 	}
-	var out []string
+	first := func(ts []time.Time, from time.Time) time.Time { // the earliest at or after from
+		var f time.Time
+		for _, t := range ts {
+			if !t.Before(from) && (f.IsZero() || t.Before(f)) {
+				f = t
+			}
+		}
+		return f
+	}
 	for _, n := range names {
 		w, ok := wrote[n]
 		if !ok {
 			continue // its write failed on the client's side: when it happened is unknown
 		}
-		if at := last[ns+"/"+n]; at.Before(w) {
-			out = append(out, fmt.Sprintf("%s: changed at %s, last event of it delivered at %s", n, w.Format(time.StampMilli), at.Format(time.StampMilli)))
+		ev, sw := first(got[ns+"/"+n], w), first(sweeps, w)
+		switch {
+		case ev.IsZero():
+			missed = append(missed, fmt.Sprintf("%s: changed at %s, no event of it delivered since", n, w.Format(time.StampMilli)))
+		case !sw.IsZero() && sw.Before(ev):
+			afterSweep++
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(missed)
+	return missed, afterSweep
 }
 
 // progressBehind lists the hub's progress entries of the Subscription
