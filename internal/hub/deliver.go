@@ -215,6 +215,10 @@ func (s *sub) send(ctx context.Context, dl *delivery) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		if handedOver(last) {
+			s.h.stats.sent.Inc()
+			return true
+		}
 		if !retryable(last) || attempt >= p.retry {
 			break
 		}
@@ -283,18 +287,28 @@ type sendError struct {
 
 func (e sendError) Error() string { return fmt.Sprintf("the sink answered %d %s", e.code, e.body) }
 
-// retryable follows Knative's delivery: transport errors, 5xx, 404, 408,
-// 409 and 429 are retried, other 4xx are not.
+// retryable follows Knative's ApiServerSource, whose place the hub takes:
+// transport errors, 404, 413, 425, 429, 502, 503 and 504 are retried.
+// Any other answer is final: a 500 from an opzero operator means its
+// reconcile failed and it scheduled the retry itself (resending would
+// override its backoff), a 4xx that the event is bad.
 func retryable(err error) bool {
 	se, ok := err.(sendError)
 	if !ok {
 		return true
 	}
-	switch c := se.code; {
-	case c >= 500, c == 404, c == 408, c == 409, c == 429:
+	switch se.code {
+	case 404, 413, 425, 429, 502, 503, 504:
 		return true
 	}
 	return false
+}
+
+// handedOver: the sink answered 500, an opzero operator's "failed, retry
+// scheduled": nothing to dead-letter.
+func handedOver(err error) bool {
+	se, ok := err.(sendError)
+	return ok && se.code == 500
 }
 
 // post sends ev in binary mode with a token for audience; it returns how

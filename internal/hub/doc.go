@@ -29,9 +29,13 @@
 //     spec.delivery.concurrency at once, one at a time per object in watch
 //     order; a change that arrives while an earlier one of the same object
 //     waits replaces it (the operator reconciles state, not history).
-//     Failed sends are retried as Knative's delivery does (exponential
-//     from spec.delivery.backoffDelay, Retry-After honoured), then go to
-//     the dead-letter sink, else are dropped with a Warning Event.
+//     Failed sends are retried on the answers Knative's ApiServerSource
+//     retries (transport errors, 404, 413, 425, 429, 502, 503, 504),
+//     exponentially from spec.delivery.backoffDelay, Retry-After honoured,
+//     spec.delivery.retry times (10); then, or on another 4xx, they go to
+//     the dead-letter sink, else are dropped with a Warning Event. A 500 is
+//     final and not dead-lettered: an opzero operator answers it when its
+//     reconcile failed and it scheduled the retry itself.
 //   - sweeps are PingSource ticks on spec.sweeps' cron schedules; wakeups
 //     are the operator's Wakeup records (package wakeup's Source, one for
 //     every operator, bounded window), sent to the Subscription's sink.

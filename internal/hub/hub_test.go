@@ -482,8 +482,9 @@ func TestResumesFromProgress(t *testing.T) {
 	}
 }
 
-// TestDelivery: Retry-After and 5xx are retried, a 4xx goes to the
-// dead-letter sink with Knative's extensions, tokens carry the audience.
+// TestDelivery: Retry-After, 503 and 502 are retried, a 400 goes to the
+// dead-letter sink with Knative's extensions, a 500 (the operator's own
+// retry) is final, tokens carry the audience.
 func TestDelivery(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
@@ -499,7 +500,9 @@ func TestDelivery(t *testing.T) {
 		case n == 1:
 			return http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}
 		case n == 2:
-			return http.StatusInternalServerError, nil
+			return http.StatusBadGateway, nil
+		case name == "failing":
+			return http.StatusInternalServerError, nil // failed, retry scheduled by the operator itself
 		}
 		return http.StatusOK, nil
 	}
@@ -511,7 +514,7 @@ func TestDelivery(t *testing.T) {
 	condition(t, ns, "retry", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 	start := time.Now()
 	must(t, env.Client.Create(ctx, configMap(ns, "flaky", nil)))
-	s.find(t, "flaky delivered after a 503 and a 500", func(ev event.Event) bool {
+	s.find(t, "flaky delivered after a 503 and a 502", func(ev event.Event) bool {
 		return about("dev.knative.apiserver.ref.add", "flaky")(ev) && len(s.all()) >= 3
 	})
 	if d := time.Since(start); d < time.Second {
@@ -524,6 +527,18 @@ func TestDelivery(t *testing.T) {
 	}
 	if n := s.count(about("dev.knative.apiserver.ref.add", "refused")); n != 1 {
 		t.Errorf("a 400 was sent %d times, want once (not retried)", n)
+	}
+	// A 500 is the operator's own retry: sent once, not dead-lettered.
+	must(t, env.Client.Create(ctx, configMap(ns, "failing", nil)))
+	s.find(t, "failing sent", about("dev.knative.apiserver.ref.add", "failing"))
+	must(t, env.Client.Create(ctx, configMap(ns, "later", nil)))
+	s.find(t, "a later event sent", about("dev.knative.apiserver.ref.add", "later"))
+	time.Sleep(300 * time.Millisecond) // three of the backoff's first delays
+	if n := s.count(about("dev.knative.apiserver.ref.add", "failing")); n != 1 {
+		t.Errorf("a 500 was sent %d times, want once (the operator scheduled its retry)", n)
+	}
+	if n := dls.count(about("dev.knative.apiserver.ref.add", "failing")); n != 0 {
+		t.Errorf("a 500 was dead-lettered %d times", n)
 	}
 	s.mu.Lock()
 	tok := s.auth[0]

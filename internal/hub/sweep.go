@@ -18,12 +18,18 @@ import (
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // parseSchedule reads a PingSource schedule, CRON_TZ= allowed; @every is
-// refused as Knative refuses it.
+// refused as Knative refuses it, and so is a schedule that never fires (30
+// February): cron's Next is then the zero time, which the sweeper would
+// wait for no time at all, ticking without end.
 func parseSchedule(s string) (cron.Schedule, error) {
 	if len(s) >= 6 && s[:6] == "@every" {
 		return nil, fmt.Errorf("@every is not a PingSource schedule: use cron fields")
 	}
-	return cronParser.Parse(s)
+	sched, err := cronParser.Parse(s)
+	if err == nil && sched.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("the schedule never fires")
+	}
+	return sched, err
 }
 
 // sweeper sends a Subscription's sweep ticks on their schedules.
@@ -43,6 +49,9 @@ func newSweeper(s *sub, sweeps []v1alpha1.Sweep) *sweeper {
 		go func() {
 			for {
 				next := sched.Next(time.Now())
+				if next.IsZero() {
+					return // no more ticks (checked when parsed; cron looks 5 years ahead)
+				}
 				select {
 				case <-ctx.Done():
 					return
