@@ -46,7 +46,7 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth or wakeup; worth alone replaces its own section of -out and keeps the rest")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth or wakeup; worth and throughput alone replace their own sections of -out and keep the rest")
 	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
 	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
 	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth: how long the unrelated churn runs for each serverless wiring")
@@ -196,7 +196,18 @@ func run(only string, runs int, out string) error {
 	// A full run writes the report after each part, so that a run stopped
 	// early keeps what it measured (the goals table says "not measured").
 	save := func() error {
-		if out == "" || only != "" {
+		if out == "" {
+			return nil
+		}
+		if only == "throughput" { // alone, it replaces its own section of -out and keeps the rest
+			for _, sec := range r.sections {
+				if err := mergeSection(out, sec); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if only != "" {
 			return nil
 		}
 		return r.write(out)
