@@ -114,9 +114,9 @@ func hubLog(path string) (relists, dropped int) {
 // undelivered lists the objects whose last change by the stream (at
 // wrote[name], taken before the call) was not followed by an event of
 // that object (create or update) that the operator answered 2xx; afterSweep
-// counts those whose first such event came only after a sweep tick that
+// lists those whose first such event came only after a sweep tick that
 // followed the change (it may be the operator's write after that sweep).
-func undelivered(ns string, names []string, wrote map[string]time.Time, events []dev.Event) (missed []string, afterSweep int) {
+func undelivered(ns string, names []string, wrote map[string]time.Time, events []dev.Event) (missed, afterSweep []string) {
 	got := map[string][]time.Time{} // key -> arrivals of its answered events
 	var sweeps []time.Time
 	for _, e := range events {
@@ -147,10 +147,12 @@ func undelivered(ns string, names []string, wrote map[string]time.Time, events [
 		case ev.IsZero():
 			missed = append(missed, fmt.Sprintf("%s: changed at %s, no event of it delivered since", n, w.Format(time.StampMilli)))
 		case !sw.IsZero() && sw.Before(ev):
-			afterSweep++
+			afterSweep = append(afterSweep, fmt.Sprintf("%s: changed at %s, a sweep tick at %s, its first event since at %s",
+				n, w.Format(time.StampMilli), sw.Format(time.StampMilli), ev.Format(time.StampMilli)))
 		}
 	}
 	slices.Sort(missed)
+	slices.Sort(afterSweep)
 	return missed, afterSweep
 }
 
