@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -306,14 +307,31 @@ func hash(spec any) string {
 }
 
 // FileMapper resolves resources without an API server: from the CRDs among
-// the files, then from client-go's built-in kinds. `opzero manifests` runs
-// the operator so (OPZERO_DESCRIBE), with no cluster.
+// the files, then from the built-in kinds (client-go's, apiextensions' and
+// apiregistration's). `opzero manifests` runs the operator so
+// (OPZERO_DESCRIBE), with no cluster. TestFileMapperAgreesWithTheAPIServer
+// checks it against a real API server's discovery.
 type FileMapper struct {
 	m *meta.DefaultRESTMapper
 }
 
-// KindFor implements Mapper.
+// KindFor implements Mapper. A core resource ("v1", group "") is the core
+// group's: the default mapper reads an empty group as any group, so v1
+// events would match events.k8s.io's Event too.
 func (f *FileMapper) KindFor(r schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	kinds, err := f.m.KindsFor(r)
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	var exact []schema.GroupVersionKind
+	for _, k := range kinds {
+		if k.Group == r.Group && (r.Version == "" || k.Version == r.Version) {
+			exact = append(exact, k)
+		}
+	}
+	if len(exact) == 1 {
+		return exact[0], nil
+	}
 	return f.m.KindFor(r)
 }
 
@@ -322,16 +340,45 @@ func (f *FileMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta
 	return f.m.RESTMapping(gk, versions...)
 }
 
-// clusterScoped are the built-in cluster-scoped kinds a controller may name.
-var clusterScoped = map[string]bool{"Namespace": true, "Node": true, "PersistentVolume": true, "ClusterRole": true,
-	"ClusterRoleBinding": true, "CustomResourceDefinition": true, "StorageClass": true, "PriorityClass": true}
+// clusterScoped are the built-in cluster-scoped kinds (Kubernetes 1.34).
+var clusterScoped = map[string]bool{
+	"Namespace": true, "Node": true, "PersistentVolume": true, "ComponentStatus": true,
+	"ClusterRole": true, "ClusterRoleBinding": true,
+	"CustomResourceDefinition": true, "APIService": true,
+	"StorageClass": true, "CSIDriver": true, "CSINode": true, "VolumeAttachment": true, "VolumeAttributesClass": true,
+	"PriorityClass": true, "RuntimeClass": true,
+	"CertificateSigningRequest": true, "ClusterTrustBundle": true,
+	"IngressClass": true, "IPAddress": true, "ServiceCIDR": true,
+	"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
+	"DeviceClass": true, "ResourceSlice": true, "DeviceTaintRule": true,
+	"FlowSchema": true, "PriorityLevelConfiguration": true,
+	"StorageVersion": true, "StorageVersionMigration": true,
+	"TokenReview": true, "SubjectAccessReview": true, "SelfSubjectAccessReview": true,
+	"SelfSubjectRulesReview": true, "SelfSubjectReview": true,
+}
+
+// builtinKinds are the kinds the API server serves without a CRD.
+func builtinKinds() []schema.GroupVersionKind {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = apiextv1.AddToScheme(s)
+	out := []schema.GroupVersionKind{{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"}}
+	for gvk := range s.AllKnownTypes() {
+		if strings.HasSuffix(gvk.Kind, "List") || gvk.Version == "__internal" || gvk.Version == runtime.APIVersionInternal ||
+			strings.HasSuffix(gvk.Kind, "Options") || gvk.Kind == "WatchEvent" || gvk.Kind == "Status" || gvk.Kind == "APIGroup" ||
+			gvk.Kind == "APIVersions" || gvk.Kind == "APIResourceList" || gvk.Kind == "APIGroupList" {
+			continue
+		}
+		out = append(out, gvk)
+	}
+	return out
+}
 
 func newFileMapper(crds []apiextv1.CustomResourceDefinition) *FileMapper {
 	m := meta.NewDefaultRESTMapper(nil)
-	for gvk := range clientgoscheme.Scheme.AllKnownTypes() {
-		if strings.HasSuffix(gvk.Kind, "List") || gvk.Version == "__internal" {
-			continue
-		}
+	for _, gvk := range builtinKinds() {
 		scope := meta.RESTScopeNamespace
 		if clusterScoped[gvk.Kind] {
 			scope = meta.RESTScopeRoot

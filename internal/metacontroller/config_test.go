@@ -87,3 +87,31 @@ func obj(apiVersion, kind, ns, name string) *unstructured.Unstructured {
 	u.SetName(name)
 	return u
 }
+
+// TestLoadFilesResolvesBuiltinKindsOffline: a DecoratorController of
+// CustomResourceDefinitions (apiextensions) and APIServices
+// (apiregistration) resolves from files alone, as `opzero manifests` needs.
+func TestLoadFilesResolvesBuiltinKindsOffline(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/d.yaml", `apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: crds}
+spec:
+  resources:
+  - {apiVersion: apiextensions.k8s.io/v1, resource: customresourcedefinitions}
+  - {apiVersion: apiregistration.k8s.io/v1, resource: apiservices}
+  - {apiVersion: v1, resource: events}
+  attachments:
+  - {apiVersion: v1, resource: configmaps}
+  hooks: {sync: {webhook: {url: "http://h/sync"}}}
+`)
+	cfg, err := LoadFiles([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := cfg.Controllers[0].Parents
+	if ps[0].GVK.Kind != "CustomResourceDefinition" || ps[0].Namespaced || ps[1].GVK.Kind != "APIService" || ps[1].Namespaced ||
+		ps[2].GVK.Group != "" || ps[2].GVK.Kind != "Event" || !ps[2].Namespaced {
+		t.Fatalf("resolved as %+v", ps)
+	}
+}
