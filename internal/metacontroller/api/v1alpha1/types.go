@@ -60,9 +60,15 @@ type CompositeControllerSpec struct {
 	// ResyncPeriodSeconds: every parent is synced again this long after its
 	// last sync (a durable wakeup when the operator runs serverless).
 	ResyncPeriodSeconds *int32 `json:"resyncPeriodSeconds,omitempty"`
-	// GenerateSelector: accepted; opzero finds children by their controller
-	// ownerReference, never by a selector, so it changes nothing.
+	// GenerateSelector: opzero finds children by their controller
+	// ownerReference, never by a selector, as Metacontroller does with
+	// true; false (the parent's spec.selector, adoption) is reported as
+	// unsupported.
 	GenerateSelector *bool `json:"generateSelector,omitempty"`
+
+	// Connections are reported as unsupported (TLS and credentials per
+	// webhook host): opzero's hook client sends its own bearer token.
+	Connections []WebhookConnection `json:"connections,omitempty"`
 }
 
 // ResourceRule names a resource: apiVersion (group/version) and its plural.
@@ -74,8 +80,14 @@ type ResourceRule struct {
 // CompositeControllerParentResourceRule is the parent resource.
 type CompositeControllerParentResourceRule struct {
 	ResourceRule `json:",inline"`
-	// RevisionHistory is accepted and ignored (opzero keeps no ControllerRevisions).
+	// RevisionHistory is reported as unsupported (opzero keeps no ControllerRevisions).
 	RevisionHistory *CompositeControllerRevisionHistory `json:"revisionHistory,omitempty"`
+	// LabelSelector limits the parents to the objects whose labels match:
+	// others are not synced, and the generated event sources filter by it.
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+	// IgnoreStatusChanges is reported as unsupported: every change of a
+	// parent syncs it.
+	IgnoreStatusChanges *bool `json:"ignoreStatusChanges,omitempty"`
 }
 
 // CompositeControllerRevisionHistory lists the parent's fields a revision covers.
@@ -84,6 +96,8 @@ type CompositeControllerRevisionHistory struct {
 }
 
 // ChildUpdateMethod is how a child that differs from the hook's answer is updated.
+//
+// +kubebuilder:validation:Enum=OnDelete;Recreate;InPlace;RollingRecreate;RollingInPlace
 type ChildUpdateMethod string
 
 // The update methods. opzero implements OnDelete, Recreate and InPlace; the
@@ -105,7 +119,7 @@ type CompositeControllerChildResourceRule struct {
 // CompositeControllerChildUpdateStrategy says how children of the resource are updated.
 type CompositeControllerChildUpdateStrategy struct {
 	Method ChildUpdateMethod `json:"method,omitempty"`
-	// StatusChecks are accepted and ignored (they pace rolling updates).
+	// StatusChecks are reported as unsupported (they pace rolling updates).
 	StatusChecks ChildUpdateStatusChecks `json:"statusChecks,omitempty"`
 }
 
@@ -127,27 +141,126 @@ type CompositeControllerHooks struct {
 	Customize *Hook `json:"customize,omitempty"`
 	Sync      *Hook `json:"sync,omitempty"`
 	Finalize  *Hook `json:"finalize,omitempty"`
-	// PreUpdateChild and PostUpdateChild are accepted and not called.
+	// PreUpdateChild and PostUpdateChild are reported as unsupported (not
+	// called: rolling updates are not built).
 	PreUpdateChild  *Hook `json:"preUpdateChild,omitempty"`
 	PostUpdateChild *Hook `json:"postUpdateChild,omitempty"`
 }
 
 // Hook is one hook: a webhook.
 type Hook struct {
-	Webhook *Webhook `json:"webhook,omitempty"`
+	// Version is the hook protocol: v1 (unset means v1); v2 is reported as
+	// unsupported.
+	Version *HookVersion `json:"version,omitempty"`
+	Webhook *Webhook     `json:"webhook,omitempty"`
 }
+
+// HookVersion is a version of the hook protocol.
+//
+// +kubebuilder:validation:Enum=v1;v2
+type HookVersion string
+
+// The hook versions.
+const (
+	HookVersionV1 HookVersion = "v1"
+	HookVersionV2 HookVersion = "v2"
+)
+
+// ResponseUnmarshallMode is how strictly a hook's answer is decoded.
+//
+// +kubebuilder:validation:Enum=loose;strict
+type ResponseUnmarshallMode string
+
+// The decoding modes.
+const (
+	ResponseUnmarshallLoose  ResponseUnmarshallMode = "loose"
+	ResponseUnmarshallStrict ResponseUnmarshallMode = "strict"
+)
 
 // Webhook is where a hook is called: a URL, or a Service in the cluster
 // (http://<name>.<namespace>:<port><path>).
 type Webhook struct {
 	URL *string `json:"url,omitempty"`
 	// Timeout bounds one call (default 10s).
+	//
+	// +kubebuilder:validation:Format=duration
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	Path    *string           `json:"path,omitempty"`
 	Service *ServiceReference `json:"service,omitempty"`
-	// Etag is accepted and ignored (opzero does not cache hook answers).
+	// Etag with enabled: true is reported as unsupported (opzero does not
+	// cache hook answers).
 	Etag *WebhookEtagConfig `json:"etag,omitempty"`
+	// ResponseUnmarshallMode (Metacontroller spells the field
+	// responseUnMarshallMode): loose is what opzero does (unknown fields of
+	// an answer are ignored); strict is reported as unsupported.
+	ResponseUnmarshallMode *ResponseUnmarshallMode `json:"responseUnMarshallMode,omitempty"`
+	// CABundle, ClientTLS, Authorization and BasicAuth are reported as
+	// unsupported: opzero's hook client uses the system's roots and sends
+	// its own bearer token (--hook-token-file, $METACONTROLLER_HOOK_TOKEN).
+	CABundle      *CABundle      `json:"caBundle,omitempty"`
+	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
+	Authorization *Authorization `json:"authorization,omitempty"`
+	BasicAuth     *BasicAuth     `json:"basicAuth,omitempty"`
+}
+
+// WebhookConnection is TLS and credentials for the webhooks of one host.
+type WebhookConnection struct {
+	// Host is host or host:port, as in a webhook's URL.
+	Host          string         `json:"host"`
+	CABundle      *CABundle      `json:"caBundle,omitempty"`
+	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
+	Authorization *Authorization `json:"authorization,omitempty"`
+	BasicAuth     *BasicAuth     `json:"basicAuth,omitempty"`
+}
+
+// CABundle is where the CA certificates of a webhook's server are: inline
+// PEM, or a key of a Secret or ConfigMap (one of the three).
+type CABundle struct {
+	Inline       *string         `json:"inline,omitempty"`
+	SecretRef    *ResourceKeyRef `json:"secretRef,omitempty"`
+	ConfigMapRef *ResourceKeyRef `json:"configMapRef,omitempty"`
+}
+
+// ResourceKeyRef is a key of a Secret or ConfigMap.
+type ResourceKeyRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Key       string `json:"key,omitempty"`
+}
+
+// ClientTLS is a client certificate and key, from one Secret.
+type ClientTLS struct {
+	SecretRef     SecretRef `json:"secretRef"`
+	CertKey       string    `json:"certKey,omitempty"`
+	PrivateKeyKey string    `json:"privateKeyKey,omitempty"`
+}
+
+// Authorization is an Authorization header: a scheme (Bearer by default)
+// and a credential from a Secret's key.
+type Authorization struct {
+	Type      string       `json:"type,omitempty"`
+	SecretRef SecretKeyRef `json:"secretRef"`
+}
+
+// BasicAuth is a user name and password from one Secret.
+type BasicAuth struct {
+	SecretRef   SecretRef `json:"secretRef"`
+	UsernameKey string    `json:"usernameKey,omitempty"`
+	PasswordKey string    `json:"passwordKey,omitempty"`
+}
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// SecretKeyRef names a key of a Secret.
+type SecretKeyRef struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Key       string `json:"key"`
 }
 
 // WebhookEtagConfig is Metacontroller's hook answer cache.
@@ -166,8 +279,13 @@ type ServiceReference struct {
 	Protocol *string `json:"protocol,omitempty"`
 }
 
-// CompositeControllerStatus is empty, as in Metacontroller.
-type CompositeControllerStatus struct{}
+// CompositeControllerStatus is opzero's: Metacontroller writes none.
+type CompositeControllerStatus struct {
+	// Conditions: FieldsSupported is False, naming each field, when the
+	// controller sets fields opzero does not implement (written when the
+	// operator starts).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
 
 // CompositeControllerList is a list of CompositeControllers.
 //
@@ -201,6 +319,9 @@ type DecoratorControllerSpec struct {
 	Hooks *DecoratorControllerHooks `json:"hooks,omitempty"`
 
 	ResyncPeriodSeconds *int32 `json:"resyncPeriodSeconds,omitempty"`
+
+	// Connections are reported as unsupported, as a CompositeController's.
+	Connections []WebhookConnection `json:"connections,omitempty"`
 }
 
 // DecoratorControllerResourceRule is one decorated resource and which of its objects.
@@ -208,6 +329,9 @@ type DecoratorControllerResourceRule struct {
 	ResourceRule       `json:",inline"`
 	LabelSelector      *metav1.LabelSelector `json:"labelSelector,omitempty"`
 	AnnotationSelector *AnnotationSelector   `json:"annotationSelector,omitempty"`
+	// IgnoreStatusChanges is reported as unsupported: every change of a
+	// decorated object syncs it.
+	IgnoreStatusChanges *bool `json:"ignoreStatusChanges,omitempty"`
 }
 
 // AnnotationSelector selects objects by annotations, as a label selector does by labels.
@@ -235,8 +359,10 @@ type DecoratorControllerHooks struct {
 	Finalize  *Hook `json:"finalize,omitempty"`
 }
 
-// DecoratorControllerStatus is empty, as in Metacontroller.
-type DecoratorControllerStatus struct{}
+// DecoratorControllerStatus is opzero's, as CompositeControllerStatus.
+type DecoratorControllerStatus struct {
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
 
 // DecoratorControllerList is a list of DecoratorControllers.
 //
