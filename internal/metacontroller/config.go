@@ -141,7 +141,13 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 	if err != nil {
 		return nil, fmt.Errorf("parentResource: %w", err)
 	}
-	c.Parents = []Decorated{{Resource: p}}
+	d := Decorated{Resource: p, Labels: labels.Everything(), Annotations: labels.Everything()}
+	if sel := cc.Spec.ParentResource.LabelSelector; sel != nil {
+		if d.Labels, err = metav1.LabelSelectorAsSelector(sel); err != nil {
+			return nil, fmt.Errorf("parentResource.labelSelector: %w", err)
+		}
+	}
+	c.Parents = []Decorated{d}
 	for i, r := range cc.Spec.ChildResources {
 		res, err := resolveResource(r.ResourceRule, m)
 		if err != nil {

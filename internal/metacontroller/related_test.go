@@ -11,11 +11,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
@@ -23,8 +26,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true,
-		CRDDirs: []string{"../../examples/metacontroller/helloworld/crd.yaml"}}))
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextv1.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true, Scheme: scheme,
+		CRDDirs: []string{"../../examples/metacontroller/helloworld/crd.yaml", "../../config/metacontroller"}}))
 }
 
 var helloGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "HelloWorld"}

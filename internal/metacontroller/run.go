@@ -172,7 +172,8 @@ func describe(opts operator.Options, target string) error {
 	return description.Write(out, d)
 }
 
-// completeDescription puts the true resource names in and the rules the
+// completeDescription puts the true resource names and the sources' label
+// selectors (kindRoles.sourceSelector) in, and the rules the
 // controllers need: parents get/update/patch (finalizers), their status and
 // finalizers subresources (blockOwnerDeletion); children everything a
 // sync does; related resources (RelatedAnnotation) get, list, watch;
@@ -200,10 +201,15 @@ func completeDescription(d *description.Controller, cfg *Config) {
 		}
 	}
 	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}})
+	sel := map[[2]string]string{}
+	for _, k := range cfg.kinds() {
+		sel[[2]string{k.gvk.Group, k.gvk.Kind}] = k.sourceSelector()
+	}
 	for i, k := range d.Watched {
 		if r := res[[2]string{k.Group, k.Kind}]; r != "" {
 			d.Watched[i].Resource = r
 		}
+		d.Watched[i].Selector = sel[[2]string{k.Group, k.Kind}]
 	}
 	d.Rules = rules
 }

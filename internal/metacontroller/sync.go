@@ -25,6 +25,9 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	if err != nil || parent == nil {
 		return reconcile.Result{}, err // gone: the garbage collector deletes its children
 	}
+	if !c.Parents[0].matches(parent) {
+		return reconcile.Result{}, nil // not (or no longer) selected by parentResource.labelSelector: left alone
+	}
 	return r.sync(ctx, c, parent, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
 		req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: in.children, Related: in.related, Finalizing: in.finalizing}
 		var resp CompositeSyncResponse

@@ -81,6 +81,29 @@ func (cfg *Config) kinds() []*kindRoles {
 	return out
 }
 
+// sourceSelector is the label selector (string form) an event source of
+// the kind may filter by: the parents' labelSelector when the kind is only
+// a parent (or decorated) resource and every controller of it selects the
+// same labels; else "" (every object: a child, related object or another
+// controller's parent must not be filtered out). The map function and the
+// sync still check every selector, annotations included.
+func (k *kindRoles) sourceSelector() string {
+	if len(k.childOf) > 0 || len(k.relatedOf) > 0 || len(k.parents) == 0 {
+		return ""
+	}
+	s := ""
+	for i, p := range k.parents {
+		if p.d.Labels == nil || p.d.Labels.Empty() {
+			return ""
+		}
+		if i > 0 && p.d.Labels.String() != s {
+			return ""
+		}
+		s = p.d.Labels.String()
+	}
+	return s
+}
+
 func (p parentRole) key(ns, name string) reconcile.Request {
 	if !p.d.Namespaced {
 		ns = ""

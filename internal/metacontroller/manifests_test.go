@@ -1,0 +1,132 @@
+package metacontroller_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/metacontroller"
+)
+
+// TestManifestsFilterParentsBySelector: `opzero manifests` of
+// opzero-metacontroller, for a CompositeController with
+// parentResource.labelSelector and a DecoratorController of
+// CustomResourceDefinitions with resources[].labelSelector, writes those
+// selectors into the parents' sources (ApiServerSource spec.resources[].selector;
+// with --source=hub the Subscription's labelSelector) and none into the
+// children's.
+func TestManifestsFilterParentsBySelector(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds opzero-metacontroller")
+	}
+	dir := t.TempDir()
+	crd, err := os.ReadFile("../../examples/metacontroller/helloworld/crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("crd.yaml", string(crd))
+	write("controllers.yaml", `apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: hello}
+spec:
+  parentResource:
+    apiVersion: example.com/v1
+    resource: helloworlds
+    labelSelector:
+      matchLabels: {tier: a}
+      matchExpressions: [{key: paused, operator: DoesNotExist}]
+  childResources: [{apiVersion: v1, resource: configmaps}]
+  hooks: {sync: {webhook: {url: "http://hook.default/sync"}}}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: crds}
+spec:
+  resources:
+  - apiVersion: apiextensions.k8s.io/v1
+    resource: customresourcedefinitions
+    labelSelector: {matchLabels: {decorate: "yes"}}
+    annotationSelector: {matchAnnotations: {team: x}}
+  attachments: [{apiVersion: v1, resource: configmaps}]
+  hooks: {sync: {webhook: {url: "http://hook.default/sync"}}}
+`)
+	t.Setenv(metacontroller.FilesEnv, dir)
+	ctx := context.Background()
+	target, err := manifests.Describe(ctx, "../..", "./cmd/opzero-metacontroller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"HelloWorld": "!paused,tier=a", "CustomResourceDefinition": "decorate=yes", "ConfigMap": ""}
+	for _, source := range []string{manifests.SourceKnative, manifests.SourceHub} {
+		o := manifests.Options{Mode: manifests.Serverless, Namespace: "default", Source: source}
+		in, err := manifests.Prepare(ctx, target, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := manifests.Generate(in, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, obj := range objs {
+			spec, _ := obj.Obj["spec"].(map[string]any)
+			switch obj.Obj["kind"] {
+			case "ApiServerSource":
+				for _, r := range spec["resources"].([]any) {
+					r := r.(map[string]any)
+					got[r["kind"].(string)] = selectorString(t, r["selector"])
+				}
+			case "Subscription":
+				for _, r := range spec["resources"].([]any) {
+					r := r.(map[string]any)
+					s, _ := r["labelSelector"].(string)
+					got[r["kind"].(string)] = s
+				}
+			}
+		}
+		for kind, sel := range want {
+			if g, ok := got[kind]; !ok || g != sel {
+				t.Errorf("--source=%s: the %s source's selector is %q (present %v), want %q", source, kind, g, ok, sel)
+			}
+		}
+	}
+}
+
+// selectorString is an ApiServerSource's LabelSelector in kubectl's form.
+func selectorString(t *testing.T, sel any) string {
+	t.Helper()
+	if sel == nil {
+		return ""
+	}
+	m := sel.(map[string]any)
+	var parts []string
+	if exprs, ok := m["matchExpressions"].([]any); ok {
+		for _, e := range exprs {
+			e := e.(map[string]any)
+			if e["operator"] != "DoesNotExist" {
+				t.Fatalf("unexpected expression %v", e)
+			}
+			parts = append(parts, "!"+e["key"].(string))
+		}
+	}
+	if ml, ok := m["matchLabels"].(map[string]any); ok {
+		for k, v := range ml {
+			parts = append(parts, k+"="+v.(string))
+		}
+	}
+	out := ""
+	for i, p := range parts {
+		if i > 0 {
+			out += ","
+		}
+		out += p
+	}
+	return out
+}
