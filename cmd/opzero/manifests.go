@@ -114,6 +114,7 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 			if err != nil {
 				return err
 			}
+			o.Warnings = cmd.ErrOrStderr()
 			objs, err := manifests.Build(cmd.Context(), dir, pkg, o)
 			if err != nil {
 				return err

@@ -88,6 +88,10 @@ type Controller struct {
 	// resources its controllers name), where +kubebuilder:rbac markers
 	// cannot say them.
 	Rules []Rule `json:"rules,omitempty"`
+	// Warnings are what the operator found wrong in its input but can run
+	// with (opzero-metacontroller: fields of its controllers it does not
+	// implement); `opzero manifests` prints them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // EventWatch is one Trigger's filter: Knative's spec.filter.attributes or

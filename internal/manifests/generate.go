@@ -40,6 +40,13 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Warnings != nil {
+		for _, op := range t.Desc.Operators {
+			for _, w := range op.Warnings {
+				fmt.Fprintf(o.Warnings, "warning: %s: %s\n", op.Name, w)
+			}
+		}
+	}
 	in, err := Prepare(ctx, t, o)
 	if err != nil {
 		return nil, err

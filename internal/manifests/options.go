@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -46,6 +47,9 @@ type Options struct {
 	// HubImage runs the hub (DefaultHubImage): its entrypoint takes
 	// cmd/opzero-hub's flags.
 	HubImage string
+	// Warnings, if set, gets the operator's warnings (description
+	// Warnings), one "warning: ..." line each, from Build.
+	Warnings io.Writer
 	// TimeoutSeconds bounds one request to the Service (default 300).
 	TimeoutSeconds int
 	// Idle is how long an idle instance is kept before scaling to zero

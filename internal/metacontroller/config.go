@@ -72,6 +72,9 @@ type Controller struct {
 	ResyncPeriodSeconds int32
 	// Hash identifies the spec the operator started with.
 	Hash string
+	// Unsupported are the fields it sets that opzero does not implement
+	// (reported by ReportUnsupported and `opzero manifests`).
+	Unsupported []Unsupported
 }
 
 // Finalizer is the finalizer Metacontroller puts on parents when the
@@ -136,7 +139,8 @@ func resolve(ccs []v1alpha1.CompositeController, dcs []v1alpha1.DecoratorControl
 
 func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, error) {
 	cc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CompositeController"))
-	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: specHash(cc.Spec, cc.Annotations)}
+	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: specHash(cc.Spec, cc.Annotations),
+		Unsupported: unsupportedComposite(cc)}
 	p, err := resolveResource(cc.Spec.ParentResource.ResourceRule, m)
 	if err != nil {
 		return nil, fmt.Errorf("parentResource: %w", err)
@@ -182,7 +186,8 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 
 func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, error) {
 	dc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DecoratorController"))
-	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: specHash(dc.Spec, dc.Annotations)}
+	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: specHash(dc.Spec, dc.Annotations),
+		Unsupported: unsupportedDecorator(dc)}
 	if len(dc.Spec.Resources) == 0 {
 		return nil, errors.New("resources is empty")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/opzero/opzero/internal/manifests"
@@ -16,7 +17,8 @@ import (
 // CustomResourceDefinitions with resources[].labelSelector, writes those
 // selectors into the parents' sources (ApiServerSource spec.resources[].selector;
 // with --source=hub the Subscription's labelSelector) and none into the
-// children's.
+// children's; the fields it does not implement are in the description's
+// warnings.
 func TestManifestsFilterParentsBySelector(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds opzero-metacontroller")
@@ -54,6 +56,7 @@ spec:
     resource: customresourcedefinitions
     labelSelector: {matchLabels: {decorate: "yes"}}
     annotationSelector: {matchAnnotations: {team: x}}
+    ignoreStatusChanges: true
   attachments: [{apiVersion: v1, resource: configmaps}]
   hooks: {sync: {webhook: {url: "http://hook.default/sync"}}}
 `)
@@ -62,6 +65,9 @@ spec:
 	target, err := manifests.Describe(ctx, "../..", "./cmd/opzero-metacontroller")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if w := target.Desc.Operators[0].Warnings; len(w) != 1 || !strings.Contains(w[0], "DecoratorController crds: spec.resources[0].ignoreStatusChanges: not implemented") {
+		t.Errorf("the description's warnings (opzero manifests prints them): %q, want the one unsupported field", w)
 	}
 	want := map[string]string{"HelloWorld": "!paused,tier=a", "CustomResourceDefinition": "decorate=yes", "ConfigMap": ""}
 	for _, source := range []string{manifests.SourceKnative, manifests.SourceHub} {

@@ -68,9 +68,16 @@ func Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	rec := rt.GetEventRecorderFor("metacontroller")
+	for _, w := range cfg.Warnings() {
+		log.Info("unsupported field", "warning", w)
+	}
+	if err := ReportUnsupported(ctx, rt.GetClient(), rec, cfg); err != nil {
+		log.Error(err, "reporting the unsupported fields on the controllers") // serving does not depend on it
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &Reconciler{Client: rt.GetClient(), Config: cfg, Recorder: rt.GetEventRecorderFor("metacontroller"),
+	r := &Reconciler{Client: rt.GetClient(), Config: cfg, Recorder: rec,
 		Hooks:    &HookClient{Token: token(*tokenFile)},
 		OnChange: func(why string) { cancel(fmt.Errorf("%w (%s)", ErrRestart, why)) }}
 	if err := Describe(builder.ControllerManagedBy(rt), cfg).Complete(r); err != nil {
@@ -177,7 +184,8 @@ func describe(opts operator.Options, target string) error {
 // controllers need: parents get/update/patch (finalizers), their status and
 // finalizers subresources (blockOwnerDeletion); children everything a
 // sync does; related resources (RelatedAnnotation) get, list, watch;
-// Knative Services get (a hook's service reference).
+// Knative Services get (a hook's service reference); the controllers'
+// status (ReportUnsupported). Warnings are the unsupported fields.
 func completeDescription(d *description.Controller, cfg *Config) {
 	res := map[[2]string]string{}
 	var rules []description.Rule
@@ -200,7 +208,10 @@ func completeDescription(d *description.Controller, cfg *Config) {
 				Verbs: []string{"get", "list", "watch"}})
 		}
 	}
-	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}})
+	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		description.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"compositecontrollers/status", "decoratorcontrollers/status"},
+			Verbs: []string{"get", "update", "patch"}})
+	d.Warnings = cfg.Warnings()
 	sel := map[[2]string]string{}
 	for _, k := range cfg.kinds() {
 		sel[[2]string{k.gvk.Group, k.gvk.Kind}] = k.sourceSelector()
