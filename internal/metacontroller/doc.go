@@ -47,6 +47,14 @@
 //     creates it again. Rolling variants behave as their plain ones.
 //   - The hook's status replaces the parent's, with observedGeneration, and
 //     is written only when it differs.
+//   - A parent (decorated object) whose labels or annotations do not match
+//     its controller's parentResource.labelSelector (resources[]
+//     labelSelector, annotationSelector) is never synced; a kind that is
+//     only such a parent gets the label selector in its generated source.
+//   - Every field of Metacontroller's API is accepted; each one set that
+//     opzero does not implement (Unsupported) is reported at start by
+//     ReportUnsupported (condition FieldsSupported=False, a Warning Event
+//     per field) and by `opzero manifests` (description warnings).
 //   - A CompositeController or DecoratorController that differs from the
 //     one loaded (created, changed, deleted) calls OnChange: Run returns
 //     ErrRestart and the process exits for its supervisor to restart it.
