@@ -2,8 +2,10 @@ package metacontroller
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,6 +85,8 @@ func TestParentLabelSelectorBothModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			op.Name = "decorated-" + mode
+			op.Name = "parents-" + mode // controller-runtime's names are unique per process
 			no := labelledHelloWorld(t, env, ns, "not-selected", "b")
 			yes := labelledHelloWorld(t, env, ns, "selected", "a")
 			if mode == "serverless" {
@@ -170,4 +174,98 @@ func runClassic(t *testing.T, env *testenv.Env, ns string, op *builder.Controlle
 			t.Errorf("manager: %v", err)
 		}
 	})
+}
+
+// TestDecoratorSelectorsBothModes: a DecoratorController's
+// resources[].labelSelector and annotationSelector, run by each engine:
+// only the object matching both gets its attachment.
+func TestDecoratorSelectorsBothModes(t *testing.T) {
+	env := testenv.Get(t)
+	for _, mode := range []string{"serverless", "classic"} {
+		t.Run(mode, func(t *testing.T) {
+			ns := env.Namespace(t)
+			var mu sync.Mutex
+			var synced []string
+			url := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
+				var req struct {
+					Object struct {
+						Metadata struct{ Name string } `json:"metadata"`
+					} `json:"object"`
+				}
+				_ = json.NewDecoder(r.Body).Decode(&req)
+				mu.Lock()
+				synced = append(synced, req.Object.Metadata.Name)
+				mu.Unlock()
+				_ = json.NewEncoder(w).Encode(map[string]any{"attachments": []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+					"metadata": map[string]any{"name": req.Object.Metadata.Name + "-attachment"}}}})
+			}) + "/sync"
+			dc := &v1alpha1.DecoratorController{ObjectMeta: metav1.ObjectMeta{Name: "deco"}, Spec: v1alpha1.DecoratorControllerSpec{
+				Resources: []v1alpha1.DecoratorControllerResourceRule{{ResourceRule: v1alpha1.ResourceRule{APIVersion: "example.com/v1", Resource: "helloworlds"},
+					LabelSelector:      &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "a"}},
+					AnnotationSelector: &v1alpha1.AnnotationSelector{MatchAnnotations: map[string]string{"team": "x"}}}},
+				Attachments: []v1alpha1.DecoratorControllerAttachmentRule{{ResourceRule: v1alpha1.ResourceRule{APIVersion: "v1", Resource: "configmaps"}}},
+				Hooks:       &v1alpha1.DecoratorControllerHooks{Sync: &v1alpha1.Hook{Webhook: &v1alpha1.Webhook{URL: &url}}},
+			}}
+			c, err := resolveDecorator(dc, env.Client.RESTMapper())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := &Config{Controllers: []*Controller{c}}
+			r := &Reconciler{Client: env.Client, Config: cfg, Hooks: &HookClient{}}
+			op, err := Describe(builder.New(env.Scheme), cfg).Build(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := []*unstructured.Unstructured{
+				labelledHelloWorld(t, env, ns, "no-labels", "b"),
+				annotated(t, env, labelledHelloWorld(t, env, ns, "label-only", "a"), "y"),
+				annotated(t, env, labelledHelloWorld(t, env, ns, "both", "a"), "x"),
+			}
+			if mode == "serverless" {
+				e, err := serverless.New(op, standin.NewClient(env.Client), serverless.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := httptest.NewServer(e)
+				t.Cleanup(srv.Close)
+				for _, o := range objs {
+					deliver(t, srv.URL, o)
+				}
+			} else {
+				runClassic(t, env, ns, op)
+			}
+			testkit.Eventually(t, 30*time.Second, "the matching HelloWorld's attachment", func(ctx context.Context) (bool, error) {
+				err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "both-attachment"}, &corev1.ConfigMap{})
+				return err == nil, client.IgnoreNotFound(err)
+			})
+			if mode == "classic" {
+				time.Sleep(time.Second)
+			}
+			for _, o := range objs[:2] {
+				if _, err := r.Reconcile(context.Background(), DecoratorKey("deco", c.Parents[0], ns, o.GetName())); err != nil {
+					t.Fatal(err)
+				}
+				err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: o.GetName() + "-attachment"}, &corev1.ConfigMap{})
+				if client.IgnoreNotFound(err) != nil || err == nil {
+					t.Fatalf("%s (not selected) got an attachment, or the read failed: %v", o.GetName(), err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, name := range synced {
+				if name != "both" {
+					t.Fatalf("the sync hook was called for %s, which the selectors do not select", name)
+				}
+			}
+		})
+	}
+}
+
+func annotated(t *testing.T, env *testenv.Env, u *unstructured.Unstructured, team string) *unstructured.Unstructured {
+	t.Helper()
+	u.SetAnnotations(map[string]string{"team": team})
+	if err := env.Client.Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
