@@ -3,9 +3,11 @@ package metacontroller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,8 +87,7 @@ func TestParentLabelSelectorBothModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			op.Name = "decorated-" + mode
-			op.Name = "parents-" + mode // controller-runtime's names are unique per process
+			op.Name = uniqueName("parents-" + mode)
 			no := labelledHelloWorld(t, env, ns, "not-selected", "b")
 			yes := labelledHelloWorld(t, env, ns, "selected", "a")
 			if mode == "serverless" {
@@ -216,6 +217,7 @@ func TestDecoratorSelectorsBothModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			op.Name = uniqueName("decorated-" + mode)
 			objs := []*unstructured.Unstructured{
 				labelledHelloWorld(t, env, ns, "no-labels", "b"),
 				annotated(t, env, labelledHelloWorld(t, env, ns, "label-only", "a"), "y"),
@@ -269,3 +271,9 @@ func annotated(t *testing.T, env *testenv.Env, u *unstructured.Unstructured, tea
 	}
 	return u
 }
+
+var names atomic.Int32
+
+// uniqueName: controller-runtime refuses two controllers of one name in a
+// process (-count=2 runs a test twice).
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, names.Add(1)) }
