@@ -875,7 +875,8 @@ func (s *soak) wiringChecks() (summary string, problems []string) {
 	missed, afterSweep := undelivered(s.ns, names, wrote, events)
 	summary += fmt.Sprintf("; objects whose last change was followed by an event of it %d of %d (%d only after a sweep tick)", len(names)-len(missed), len(names), len(afterSweep))
 	if len(afterSweep) > 0 {
-		s.t.Logf("objects whose first event after their last change came after a sweep tick:\n  %s", strings.Join(afterSweep, "\n  "))
+		s.t.Logf("objects whose first event after their last change came after a sweep tick:\n  %s\nthe hub's relists and watch failures:\n  %s",
+			strings.Join(afterSweep, "\n  "), strings.Join(hubWatchLines(s.p.LogPath("deployment-"+manifests.HubNamespace+"-"+manifests.HubName)), "\n  "))
 	}
 	return summary, append(problems, missed...)
 }

@@ -111,6 +111,19 @@ func hubLog(path string) (relists, dropped int) {
 	return relists, dropped
 }
 
+// hubWatchLines are the lines of the hub's log about its watches: relists
+// and failures (the times say which sweep tick followed which gap).
+func hubWatchLines(path string) []string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "listing what changed since") || strings.Contains(l, "watch failed") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // undelivered lists the objects whose last change by the stream (at
 // wrote[name], taken before the call) was not followed by an event of
 // that object (create or update) that the operator answered 2xx; afterSweep
