@@ -112,7 +112,7 @@ type SubscriptionSpec struct {
 	Operator string `json:"operator"`
 	// ServiceAccountName is the operator's service account: the hub
 	// delivers only what it may itself get, list and watch.
-	ServiceAccountName string `json:"serviceAccountName"`
+	ServiceAccountName string               `json:"serviceAccountName"`
 	Sink               Destination          `json:"sink"`
 	Resources          []SubscribedResource `json:"resources,omitempty"`
 	Sweeps             []Sweep              `json:"sweeps,omitempty"`
