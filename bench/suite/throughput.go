@@ -489,13 +489,7 @@ func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error)
 		if err := e.c.Get(ctx, client.ObjectKeyFromObject(sub), u); err != nil {
 			return false, err
 		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
+		return subscriptionReady(u), nil
 	})
 	if err != nil {
 		h.stop()

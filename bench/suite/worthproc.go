@@ -301,14 +301,22 @@ func (w *worthPart) subscriptionsReady(ctx context.Context, n int) error {
 			return false, nil
 		}
 		ready := 0
-		for _, u := range l.Items {
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
-					ready++
-				}
+		for i := range l.Items {
+			if subscriptionReady(&l.Items[i]) {
+				ready++
 			}
 		}
 		return ready >= n, nil
 	})
+}
+
+// subscriptionReady: the Subscription's Ready condition is True.
+func subscriptionReady(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }
