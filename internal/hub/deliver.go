@@ -66,15 +66,32 @@ func (d *dispatcher) wake() {
 	}
 }
 
-// enqueue queues a change of an object for a.
-func (d *dispatcher) enqueue(a *attachment, act string, obj runtime.Object, m metav1.Object, mk *mark) {
+// change is one object's change as a watch sent it, shared by the
+// subscribers it goes to: its JSON is encoded once, by the first that
+// needs it.
+type change struct {
+	act  string
+	obj  runtime.Object
+	m    metav1.Object
+	once sync.Once
+	data []byte
+	err  error
+}
+
+func (c *change) json() ([]byte, error) {
+	c.once.Do(func() { c.data, c.err = json.Marshal(c.obj) })
+	return c.data, c.err
+}
+
+// enqueue queues c for a.
+func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 	gvk, mode, plural, host := a.gvk, a.mode, a.key.gvr.Resource, d.s.h.host
 	var data []byte
 	var err error
 	if mode == v1alpha1.ModeResource {
-		data, err = json.Marshal(obj) // the object as the watch sent it (Unstructured)
+		data, err = c.json() // the object as the watch sent it (Unstructured)
 	}
-	ns, name := m.GetNamespace(), m.GetName()
+	act, ns, name := c.act, c.m.GetNamespace(), c.m.GetName()
 	build := func() (*event.Event, error) {
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -345,7 +346,7 @@ func (h *Hub) wire(ctx context.Context) {
 // that ask for wakeups changed. Called with h.mu held.
 func (h *Hub) rewireWakeups(ctx context.Context, ops []string) {
 	sort.Strings(ops)
-	ops = compact(ops)
+	ops = slices.Compact(ops)
 	joined := strings.Join(ops, ",")
 	if joined == h.wakeOps && (h.stopWk != nil || len(ops) == 0) {
 		return
@@ -410,14 +411,4 @@ func (h *Hub) stopAll() {
 	if h.stopWk != nil {
 		h.stopWk()
 	}
-}
-
-func compact(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -196,25 +197,10 @@ func withReason(reason string, format string, a ...any) error {
 
 func reasonOf(err error) string {
 	var r reasoned
-	if ok := asReasoned(err, &r); ok && reasonWord.MatchString(r.reason) {
+	if errors.As(err, &r) && reasonWord.MatchString(r.reason) {
 		return r.reason
 	}
 	return "Failed"
-}
-
-func asReasoned(err error, r *reasoned) bool {
-	for err != nil {
-		if x, ok := err.(reasoned); ok {
-			*r = x
-			return true
-		}
-		u, ok := err.(interface{ Unwrap() error })
-		if !ok {
-			return false
-		}
-		err = u.Unwrap()
-	}
-	return false
 }
 
 // setCondition sets c, keeping its transition time when the status did

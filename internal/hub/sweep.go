@@ -3,7 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
-	"reflect"
+	"slices"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -67,7 +67,7 @@ func newSweeper(s *sub, sweeps []v1alpha1.Sweep) *sweeper {
 func (sw *sweeper) stop() { sw.cancel() }
 
 func (sw *sweeper) same(sweeps []v1alpha1.Sweep) bool {
-	return sw != nil && reflect.DeepEqual(sw.sweeps, append([]v1alpha1.Sweep(nil), sweeps...))
+	return sw != nil && slices.Equal(sw.sweeps, sweeps)
 }
 
 // tick sends one PingSource event of p.

@@ -335,6 +335,7 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 // dispatch hands one change to every subscriber that wants it.
 func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Object, m metav1.Object) {
 	rv := m.GetResourceVersion()
+	c := &change{act: act, obj: obj, m: m}
 	for _, a := range w.subscribers() {
 		if a.sent(rv) {
 			continue
@@ -345,7 +346,7 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 			continue
 		}
 		mk := a.add(rv, 1)
-		a.sub.disp.enqueue(a, act, obj, m, mk)
+		a.sub.disp.enqueue(a, c, mk)
 	}
 }
 
@@ -422,6 +423,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 			if c, err := resourceversion.CompareResourceVersion(rv, since); err == nil && c <= 0 {
 				continue
 			}
+			c := &change{act: "update", obj: it.obj, m: it.m}
 			for _, a := range subs {
 				if a.sent(rv) || !a.wants(ctx, it.m) {
 					continue
@@ -430,7 +432,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 				mk.a.mu.Lock()
 				mk.pending++
 				mk.a.mu.Unlock()
-				a.sub.disp.enqueue(a, "update", it.obj, it.m, mk)
+				a.sub.disp.enqueue(a, c, mk)
 			}
 		}
 		if cont == "" {
