@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // The hub talks to the API server through client-go's dynamic and metadata
@@ -144,15 +145,7 @@ func (h *Hub) allowed(ctx context.Context, user string, groups []string, ns, ver
 // account id for audience, as Knative's OIDC senders do, and reuses each
 // until 80% of its lifetime has passed.
 func (h *Hub) tokenRequester(id types.NamespacedName, audience string) func(context.Context) (string, error) {
-	var mu sync.Mutex
-	var token string
-	var renew time.Time
-	return func(ctx context.Context) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if token != "" && time.Now().Before(renew) {
-			return token, nil
-		}
+	return wakesource.ReuseToken(func(ctx context.Context) (string, time.Time, error) {
 		tr := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
 			"metadata": map[string]any{"name": id.Name}, // the subresource's object (dynamic posts to its name)
@@ -160,15 +153,14 @@ func (h *Hub) tokenRequester(id types.NamespacedName, audience string) func(cont
 		}}
 		out, err := h.dyn.Resource(serviceAccountsGVR).Namespace(id.Namespace).Create(ctx, tr, metav1.CreateOptions{}, "token")
 		if err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
 		tok, _, _ := unstructured.NestedString(out.Object, "status", "token")
 		exp, _, _ := unstructured.NestedString(out.Object, "status", "expirationTimestamp")
 		t, err := time.Parse(time.RFC3339, exp)
 		if tok == "" || err != nil {
-			return "", fmt.Errorf("the TokenRequest for %s answered no token or expiry", id)
+			return "", time.Time{}, fmt.Errorf("the TokenRequest for %s answered no token or expiry", id)
 		}
-		token, renew = tok, time.Now().Add(time.Until(t)*8/10)
-		return token, nil
-	}
+		return tok, t, nil
+	})
 }

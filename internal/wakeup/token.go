@@ -2,7 +2,6 @@ package wakeup
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -10,28 +9,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // TokenRequester returns a Token function that mints, with the TokenRequest
 // API, a token of service account namespace/name for audience, as Knative's
 // OIDC senders do, and reuses it until 80% of its lifetime has passed.
 func TokenRequester(c client.Client, namespace, name, audience string) func(context.Context) (string, error) {
-	var mu sync.Mutex
-	var token string
-	var renew time.Time
-	return func(ctx context.Context) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if token != "" && time.Now().Before(renew) {
-			return token, nil
-		}
+	return wakesource.ReuseToken(func(ctx context.Context) (string, time.Time, error) {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptr.To[int64](3600)}}
 		if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
-		life := time.Until(tr.Status.ExpirationTimestamp.Time)
-		token, renew = tr.Status.Token, time.Now().Add(life*8/10)
-		return token, nil
-	}
+		return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
+	})
 }
