@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 // measure starts wiring for ops operators, lets it settle (-worth-settle
@@ -99,25 +99,10 @@ func (w *worthPart) measureClassic(ctx context.Context, metadataOnly bool, ops i
 	time.Sleep(worthSettle)
 	var procs []procMem
 	for _, c := range cmds {
-		rss, hwm := memOf(c.Process.Pid)
+		rss, hwm := proc.Mem(c.Process.Pid)
 		procs = append(procs, procMem{what: "manager", rss: rss, hwm: hwm})
 	}
 	return procs, "", nil
-}
-
-// memOf is a process's VmRSS and VmHWM (its peak RSS), MiB.
-func memOf(pid int) (rss, hwm float64) {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		for prefix, dst := range map[string]*float64{"VmRSS:": &rss, "VmHWM:": &hwm} {
-			if v, ok := strings.CutPrefix(l, prefix); ok {
-				var kb float64
-				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-				*dst = kb / 1024
-			}
-		}
-	}
-	return rss, hwm
 }
 
 // alwaysOn finds the processes under opzero dev (pid) that run while the
@@ -126,12 +111,12 @@ func memOf(pid int) (rss, hwm float64) {
 // the wakeup sources and the hub. Operator instances are left out.
 func alwaysOn(pid int) []procMem {
 	var out []procMem
-	for _, p := range descendants(pid) {
-		argv := procArgv(p)
+	for _, p := range proc.Descendants(pid) {
+		argv := proc.Argv(p)
 		if len(argv) == 0 {
 			continue
 		}
-		env := procEnv(p)
+		env := proc.Env(p)
 		base := filepath.Base(argv[0])
 		var pm procMem
 		switch {
@@ -146,56 +131,8 @@ func alwaysOn(pid int) []procMem {
 		default:
 			continue // an operator instance, or a helper of dev's
 		}
-		pm.rss, pm.hwm = memOf(p)
+		pm.rss, pm.hwm = proc.Mem(p)
 		out = append(out, pm)
-	}
-	return out
-}
-
-// descendants are the processes whose chain of parents reaches pid.
-func descendants(pid int) []int {
-	parent := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so from the last ')'
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 {
-			parent[p], _ = strconv.Atoi(f[1])
-		}
-	}
-	var out []int
-	for p := range parent {
-		for q := parent[p]; q > 1; q = parent[q] {
-			if q == pid {
-				out = append(out, p)
-				break
-			}
-		}
-	}
-	return out
-}
-
-func procArgv(pid int) []string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.FieldsFunc(string(b), func(r rune) bool { return r == 0 })
-}
-
-func procEnv(pid int) map[string]string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	out := map[string]string{}
-	for _, kv := range strings.Split(string(b), "\x00") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
 	}
 	return out
 }

@@ -16,7 +16,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/devenv/devsession"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 const (
@@ -297,10 +297,10 @@ const settle = 15 * time.Second
 // part is one always-on process.
 type part struct {
 	name string
-	rss  int64 // bytes
+	rss  float64 // MiB
 }
 
-// alwaysOn waits settle, then lists opzero dev's child processes (at zero
+// alwaysOn waits settle, then lists opzero dev's processes (at zero
 // instances, exactly what stays on) with their RSS.
 func (d *demo) alwaysOn(ctx context.Context) ([]part, error) {
 	if err := d.dev.WaitZero(ctx); err != nil {
@@ -311,36 +311,10 @@ func (d *demo) alwaysOn(ctx context.Context) ([]part, error) {
 		return nil, ctx.Err()
 	case <-time.After(settle):
 	}
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
 	var out []part
-	for _, e := range dirs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
-		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(d.dev.PID()) {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			continue
-		}
-		var kb int64
-		for _, l := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				kb, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			}
-		}
-		out = append(out, part{name: fmt.Sprintf("%s (pid %d)", command(e.Name()), pid), rss: kb << 10})
+	for _, pid := range proc.Descendants(d.dev.PID()) {
+		rss, _ := proc.Mem(pid)
+		out = append(out, part{name: fmt.Sprintf("%s (pid %d)", command(pid), pid), rss: rss})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
@@ -348,9 +322,11 @@ func (d *demo) alwaysOn(ctx context.Context) ([]part, error) {
 
 // command names a process: its program (the part after cmd_ of a built
 // ko:// path), and the subcommand of opzero's CLI.
-func command(pid string) string {
-	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
-	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+func command(pid int) string {
+	args := proc.Argv(pid)
+	if len(args) == 0 {
+		return "?"
+	}
 	name := filepath.Base(args[0])
 	if i := strings.LastIndex(name, "_cmd_"); i >= 0 {
 		name = name[i+len("_cmd_"):]
@@ -362,12 +338,12 @@ func command(pid string) string {
 }
 
 func (d *demo) printParts(parts []part) {
-	var sum int64
+	var sum float64
 	for _, p := range parts {
-		d.note("  %-44s %8.1f", p.name, float64(p.rss)/(1<<20))
+		d.note("  %-44s %8.1f", p.name, p.rss)
 		sum += p.rss
 	}
-	d.note("  %-44s %8.1f", "total", float64(sum)/(1<<20))
+	d.note("  %-44s %8.1f", "total", sum)
 }
 
 // hubWiring moves the operator to the hub wiring: opzero dev stops, the
