@@ -191,7 +191,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			}
 			return fmt.Errorf("unknown answer %q: want reconciled or admitted", s)
 		})
-	fs.BoolVar(&o.EventCache, "event-cache", o.EventCache, "serverless: answer the reconciler's reads of owned and watched objects from what Resource-mode events delivered while this instance is warm, never older than what it read or wrote; lists and objects not seen go to the API server")
+	fs.BoolVar(&o.EventCache, "event-cache", o.EventCache, "serverless: answer the reconciler's reads of owned and watched objects from what Resource-mode events delivered, and what earlier reads returned until an event of the object arrives, while this instance is warm; never older than what it read or wrote; lists and objects neither seen nor read go to the API server")
 	fs.StringVar(&o.WakeupNamespace, "wakeup-namespace", o.WakeupNamespace, "serverless: namespace for Wakeups of cluster-scoped objects (default $POD_NAMESPACE, else default)")
 	if o.MaxScale == 0 {
 		if n, err := strconv.Atoi(os.Getenv("OPZERO_MAX_SCALE")); err == nil {

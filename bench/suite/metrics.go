@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
 )
 
 // metrics is what a /metrics endpoint served, parsed from Prometheus' text
@@ -54,4 +57,35 @@ func (m metrics) sum(name string, keep func(labels map[string]string) bool) (tot
 		}
 	}
 	return total, true
+}
+
+// apiRequests counts the requests the API server has served so far, by
+// "VERB resource[/subresource]" (apiserver_request_total; WATCH counts the
+// watches opened, not the events they carried).
+func (e *env) apiRequests(ctx context.Context) (map[string]float64, error) {
+	cs, err := kubernetes.NewForConfig(e.cfg)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	m, err := parseMetrics(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, s := range m["apiserver_request_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range s.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		k := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			k += "/" + l["subresource"]
+		}
+		out[k] += s.GetCounter().GetValue()
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -83,8 +84,9 @@ func tpSelected() []string {
 // concurrency 16).
 func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	res := map[string][]float64{}
-	cpuPer := map[string]map[string][]float64{} // variant -> process group -> CPU ms per object, per run
-	inFlight := map[string][]float64{}          // variant -> reconciler calls in flight on average, per run
+	cpuPer := map[string]map[string][]float64{}   // variant -> process group -> CPU ms per object, per run
+	inFlight := map[string][]float64{}            // variant -> reconciler calls in flight on average, per run
+	requests := map[string]map[string][]float64{} // variant -> "VERB resource" -> API requests per object, per run
 	variants := tpSelected()
 	for i := 0; i < runs; i++ {
 		for _, v := range variants {
@@ -97,6 +99,12 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			res[v] = append(res[v], tpObjects/run.d.Seconds())
 			if run.inFlight > 0 {
 				inFlight[v] = append(inFlight[v], run.inFlight)
+			}
+			if requests[v] == nil {
+				requests[v] = map[string][]float64{}
+			}
+			for k, n := range run.requests {
+				requests[v][k] = append(requests[v][k], n)
 			}
 			for g, c := range run.cpu {
 				if cpuPer[v] == nil {
@@ -157,6 +165,24 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 		}
 		r.fig("tp-"+v+"-cpu", total(v))
 	}
+	fmt.Fprintf(&b, "\nAPI requests per object (apiserver_request_total over the same window, median of %d runs; WATCH counts watches opened, not the events they carry), requests of at least 0.01 per object:\n\n| variant | total | requests |\n|---|---|---|\n", runs)
+	for _, v := range variants {
+		var keys []string
+		total := 0.0
+		for k, ns := range requests[v] {
+			if m := fmedian(ns); m >= 0.01 {
+				keys = append(keys, k)
+				total += m
+			}
+		}
+		slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(fmedian(requests[v][b]), fmedian(requests[v][a])) })
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %.2f", k, fmedian(requests[v][k]))
+		}
+		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", v, total, strings.Join(parts, ", "))
+		r.fig("tp-"+v+"-requests", total)
+	}
 	r.add("Throughput", b.String())
 	return nil
 }
@@ -166,6 +192,7 @@ type tpRun struct {
 	d        time.Duration            // first create to the last object converged
 	cpu      map[string]time.Duration // CPU used meanwhile, by process group
 	inFlight float64                  // reconciler calls in flight on average (serverless)
+	requests map[string]float64       // API requests per object by "VERB resource"
 }
 
 func (e *env) throughputOnce(ctx context.Context, variant, ns string) (run tpRun, err error) {
@@ -212,8 +239,15 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (run tpRun
 		return run, err
 	}
 	defer conv.close()
+	req0, err := e.apiRequests(ctx)
+	if err != nil {
+		return run, err
+	}
 	cpu0 := cpuOf(groups)
 	t0 := time.Now()
+	if pprofDir != "" {
+		defer e.profileAPIServer(ctx, "apiserver-"+ns)()
+	}
 	if err := e.createWatchers(ctx, ns, variant == "raw"); err != nil {
 		return run, err
 	}
@@ -224,6 +258,16 @@ func (e *env) throughputOnce(ctx context.Context, variant, ns string) (run tpRun
 	cpu := cpuOf(groups)
 	for g := range cpu {
 		cpu[g] -= cpu0[g]
+	}
+	req1, err := e.apiRequests(ctx)
+	if err != nil {
+		return run, err
+	}
+	run.requests = map[string]float64{}
+	for k, n := range req1 {
+		if n -= req0[k]; n > 0 {
+			run.requests[k] = n / tpObjects
+		}
 	}
 	if metrics != "" {
 		// Reconciler calls in flight, on average: their summed time over
@@ -468,6 +512,7 @@ func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error)
 	}
 	cmd := exec.Command(filepath.Join(e.dir, "opzero-hub"))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	cmd.Env = append(cmd.Env, profileEnv("opzero-hub-"+ns)...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

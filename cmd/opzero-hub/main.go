@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/internal/trim"
 )
 
@@ -71,7 +72,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *sa, *healthAddr, *recheck, *flush); err != nil {
+	err := run(ctx, *sa, *healthAddr, *recheck, *flush)
+	profile.Stop() // a benchmark build (-tags opzero_pprof) writes its profiles
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

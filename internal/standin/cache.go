@@ -1,37 +1,48 @@
 package standin
 
 import (
+	"encoding/json"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Cache holds the objects of an operator's owned and watched kinds as
-// Resource-mode events delivered them, so that a warm instance answers a
-// reconciler's Get of one from memory instead of the API server.
+// Resource-mode events delivered them, and as the reconcilers' Gets read
+// them from the API server, so that a warm instance answers a reconciler's
+// Get of one from memory instead of the API server.
 //
 // The rules (Get answers from the cache only if all hold; otherwise the
 // API server answers, and what it returns is recorded):
 //
-//   - the object arrived in an event, and no event since said it was
-//     deleted or changed without carrying it (Reference mode);
+//   - the object arrived in an event, or a Get read it and no event of its
+//     kind arrived while that Get was under way (Read); and no event since
+//     said it was deleted or changed without carrying it (Reference mode),
+//     nor, for an object a Get read, carried a version other than the one
+//     read (it may be older or newer: the API server tells);
 //   - its version is the newest this instance knows of (Versions, as for
 //     the first-Get stand-in): the reconciler's client has not read or
 //     written a version that no event has carried back yet, and a late
 //     redelivery of an older version never replaces it;
-//   - it arrived less than MaxAge ago (a backstop for an event the sender
-//     lost: it has no relist);
+//   - it arrived (or was read) less than MaxAge ago (a backstop for an
+//     event the sender lost: it has no relist);
 //   - no event was refused unread since (Forget, which the engine calls
 //     when it answers an event without decoding it: it may have been any
 //     object's).
 //
-// Lists are never answered from the cache, nor objects not seen in an
-// event, nor Gets with options. So the cache is never older than what this
-// instance read or wrote (an informer can be), and it sees another
-// writer's change when that change's event is delivered: what an informer
-// on the same watch would see, later by the sender's delivery queue.
+// Lists are never answered from the cache, nor Gets with options. So the
+// cache is never older than what this instance read or wrote (an informer
+// can be), and it sees another writer's change when that change's event
+// is delivered: what an informer on the same watch would see, later by the
+// sender's delivery queue.
+//
+// Caveat: an object whose changes the sources do not deliver (a kind
+// watched with a label selector is never cached from reads; but an object
+// of a watched kind that a referencedBy filter or an owner filter leaves
+// out of the events) is served as read for up to MaxAge.
 //
 // Safe for concurrent use; memory is bounded by MaxObjects.
 type Cache struct {
@@ -50,12 +61,17 @@ type Cache struct {
 type kindCache struct {
 	versions *Versions
 	objs     map[types.NamespacedName]cached
+	// events counts the events of this kind (and Forgets): a Get's result
+	// is kept only if none arrived while it was under way.
+	events uint64
+	reads  bool // KeepReads
 }
 
 type cached struct {
-	raw []byte
-	rv  string
-	at  time.Time
+	raw  []byte
+	rv   string
+	at   time.Time
+	read bool // from a Get, not from an event
 }
 
 // NewCache returns an empty cache of objects of kinds.
@@ -65,6 +81,18 @@ func NewCache(kinds ...schema.GroupVersionKind) *Cache {
 		c.kinds[k] = &kindCache{versions: NewVersions(), objs: map[types.NamespacedName]cached{}}
 	}
 	return c
+}
+
+// KeepReads has the cache keep what Gets of objects of kinds read (Read),
+// not only what events carried: for kinds whose every change reaches this
+// instance as an event (no label selector on their source). Call it
+// before the cache is used.
+func (c *Cache) KeepReads(kinds ...schema.GroupVersionKind) {
+	for _, k := range kinds {
+		if kc := c.kinds[k]; kc != nil {
+			kc.reads = true
+		}
+	}
 }
 
 // Holds reports whether objects of kind gvk are cached.
@@ -86,6 +114,7 @@ func (c *Cache) Event(gvk schema.GroupVersionKind, key types.NamespacedName, rv 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	kc.events++
 	if raw == nil || rv == "" {
 		kc.versions.Forget(key)
 		c.drop(kc, key)
@@ -94,11 +123,9 @@ func (c *Cache) Event(gvk schema.GroupVersionKind, key types.NamespacedName, rv 
 	kc.versions.Event(key, rv)
 	switch have, ok := kc.objs[key]; {
 	case kc.versions.Current(key, rv):
-		if !ok {
-			c.makeRoom()
-			c.n++
-		}
-		kc.objs[key] = cached{raw: raw, rv: rv, at: c.now()}
+		c.put(kc, key, cached{raw: raw, rv: rv, at: c.now()})
+	case ok && have.read:
+		c.drop(kc, key) // older or newer than what was read: the API server tells
 	case ok && kc.versions.Current(key, have.rv):
 		// a late redelivery of an older version: keep the newer
 	default:
@@ -121,6 +148,41 @@ func (c *Cache) Observed(gvk schema.GroupVersionKind, key types.NamespacedName, 
 		return
 	}
 	kc.versions.Observed(key, rv)
+}
+
+// ReadStart is called before a Get of an object of kind gvk goes to the
+// API server; Read takes what it returns.
+func (c *Cache) ReadStart(gvk schema.GroupVersionKind) uint64 {
+	kc := c.kind(gvk)
+	if kc == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return kc.events
+}
+
+// Read keeps obj, which a Get that started at token (ReadStart) read from
+// the API server, unless an event of its kind arrived meanwhile (which may
+// have been obj's newer version, delivered before the Get answered) or
+// obj is not the newest version this instance knows of. Observed must
+// have recorded obj's version first.
+func (c *Cache) Read(gvk schema.GroupVersionKind, token uint64, obj client.Object) {
+	kc := c.kind(gvk)
+	if kc == nil || !kc.reads {
+		return
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return
+	}
+	key, rv := client.ObjectKeyFromObject(obj), obj.GetResourceVersion()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if kc.events != token || rv == "" || !kc.versions.Current(key, rv) {
+		return
+	}
+	c.put(kc, key, cached{raw: raw, rv: rv, at: c.now(), read: true})
 }
 
 // Get returns the object key of kind gvk if the rules allow serving it
@@ -148,6 +210,7 @@ func (c *Cache) Forget() {
 	defer c.mu.Unlock()
 	for _, kc := range c.kinds {
 		kc.versions, kc.objs = NewVersions(), map[types.NamespacedName]cached{}
+		kc.events++
 	}
 	c.n = 0
 }
@@ -164,6 +227,14 @@ func (c *Cache) kind(gvk schema.GroupVersionKind) *kindCache {
 		return nil
 	}
 	return c.kinds[gvk] // fixed after NewCache; its fields change under mu
+}
+
+func (c *Cache) put(kc *kindCache, key types.NamespacedName, o cached) {
+	if _, ok := kc.objs[key]; !ok {
+		c.makeRoom()
+		c.n++
+	}
+	kc.objs[key] = o
 }
 
 func (c *Cache) drop(kc *kindCache, key types.NamespacedName) {

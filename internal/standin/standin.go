@@ -126,10 +126,14 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 			s.answeredFromMemory()
 			return nil
 		}
+		token := s.cache.ReadStart(gvk)
 		err := c.Client.Get(ctx, key, obj, opts...)
 		switch {
 		case err == nil:
 			s.cache.Observed(gvk, key, obj.GetResourceVersion())
+			if len(opts) == 0 {
+				s.cache.Read(gvk, token, obj)
+			}
 		case apierrors.IsNotFound(err):
 			s.cache.Observed(gvk, key, "")
 		}

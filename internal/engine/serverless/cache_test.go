@@ -51,11 +51,12 @@ func (r *cmReader) last() string {
 }
 
 // TestEventCache: with Options.EventCache, a reconcile's Get of a watched
-// object is answered from the newest object an event delivered (no API
-// call), and from the API server wherever the rules say the cache cannot
+// object is answered from the newest object an event delivered or a Get
+// read (no API call), and from the API server wherever the rules say the cache cannot
 // know: after this instance wrote a newer version (even when a late event
 // for an older one arrives), after a delete or a Reference-mode event,
-// after an event was refused unread, and for objects no event carried.
+// after an event was refused unread, and for objects neither an event
+// carried nor a Get read.
 func TestEventCache(t *testing.T) {
 	r := &cmReader{}
 	h := newHarness(t, r, func(b *builder.Builder) *builder.Builder {
@@ -97,6 +98,8 @@ func TestEventCache(t *testing.T) {
 	if got != "1@"+v1.ResourceVersion || calls == 0 { // the first call also looks up the REST mapping
 		t.Fatalf("an object no event carried: read %s with %d API calls, want the API server to answer", got, calls)
 	}
+	got, calls = step("read again", ping)
+	want("what a Get read is kept (no event of its kind arrived meanwhile)", got, calls, "1", v1.ResourceVersion, 0)
 	got, calls = step("first sight", event(cloudevent.Add, cloudevent.Resource, cm))
 	want("an event's object answers the Get", got, calls, "1", v1.ResourceVersion, 0)
 	got, calls = step("again", ping)
@@ -146,4 +149,6 @@ func TestEventCache(t *testing.T) {
 	}
 	got, calls = step("after a refused event", ping)
 	want("after an event refused unread", got, calls, "3", cur.ResourceVersion, 1)
+	got, calls = step("read again", ping)
+	want("what that Get read is kept", got, calls, "3", cur.ResourceVersion, 0)
 }

@@ -102,9 +102,10 @@
 //   - A skipped update costs no reconcile and no API call.
 //   - No cache unless Options.EventCache (--event-cache, opt-in: reads of
 //     owned and watched objects are then answered from what Resource-mode
-//     events delivered while this instance is warm, by the rules of
-//     standin.Cache: never older than what this instance read or wrote; lists
-//     and objects no event carried go to the API server). Otherwise the
+//     events delivered, and what earlier Gets read, while this instance is
+//     warm, by the rules of standin.Cache: never older than what this
+//     instance read or wrote, and dropped by any event that may make it
+//     stale; lists and objects neither seen nor read go to the API server). Otherwise the
 //     reconciler's client reads from the API server, except that in
 //     Resource mode the reconcile's first Get of its own key is
 //     answered from the newest object that arrived in an event for that key

@@ -91,9 +91,12 @@ type Options struct {
 	LeaseKeepIdle time.Duration
 	// EventCache answers the reconcilers' Gets of owned and watched objects
 	// from the objects Resource-mode events delivered while this instance
-	// is warm (standin.Cache states the rules), instead of the API server.
-	// Opt-in: it saves a GET per read, and holds those objects in memory
-	// (at most 10000, each served for at most a minute after its event).
+	// is warm, and (for kinds whose source has no label selector: every
+	// change of them arrives as an event) from what an earlier Get read
+	// until an event of the object arrives (standin.Cache states the
+	// rules), instead of the API server. Opt-in: it saves a GET per read,
+	// and holds those objects in memory (at most 10000, each served for at
+	// most a minute after its event or read).
 	EventCache bool
 	// Logger (logr.Discard()). Each reconcile's context carries it with the
 	// controller, the key and a reconcile ID, as controller-runtime's does.
@@ -235,14 +238,21 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		e.fwd = newForwarder(opts.Locker.Duration())
 	}
 	if opts.EventCache {
-		var kinds []schema.GroupVersionKind
-		for _, k := range op.Owned {
+		var kinds, reads []schema.GroupVersionKind
+		add := func(k builder.Kind) {
 			kinds = append(kinds, k.GVK)
+			if k.Selector == nil { // every change of every object is delivered
+				reads = append(reads, k.GVK)
+			}
+		}
+		for _, k := range op.Owned {
+			add(k)
 		}
 		for _, w := range op.Watched {
-			kinds = append(kinds, w.GVK)
+			add(w.Kind)
 		}
 		e.cache = standin.NewCache(kinds...)
+		e.cache.KeepReads(reads...)
 	}
 	if opts.Durable != nil {
 		e.retry = durableRetry{opts.Durable}
