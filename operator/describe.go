@@ -57,6 +57,9 @@ func describe(op *builder.Controller) description.Controller {
 		Deploy: description.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
 			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
 	}
+	if !op.Skip.Disabled {
+		out.Skip = &description.Skip{OnLabelChange: op.Skip.OnLabelChange, OnAnnotationChange: op.Skip.OnAnnotationChange}
+	}
 	for _, k := range op.Owned {
 		out.Owned = append(out.Owned, describeKind(k))
 	}

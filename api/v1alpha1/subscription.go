@@ -62,6 +62,14 @@ type SubscribedResource struct {
 	// names in a field (a ConfigWatcher's spec.configMap names a ConfigMap
 	// in its own namespace): the operator is not woken for the rest.
 	ReferencedBy *Referrer `json:"referencedBy,omitempty"`
+	// SkipObserved drops, in the hub, the updates the operator would
+	// acknowledge without a reconcile (its generation-aware skipping of the
+	// primary kind): metadata.generation <= status.observedGeneration, not
+	// being deleted, and no change of the finalizers (nor of the labels or
+	// annotations it names) since the object's previous change. Such an
+	// update is most often the echo of the operator's own status write.
+	// Resource mode only (a metadata watch carries no status).
+	SkipObserved *SkipObserved `json:"skipObserved,omitempty"`
 }
 
 // OwnerFilter is a controller owner's kind.
@@ -78,6 +86,16 @@ type Referrer struct {
 	// FieldPath is the field holding the referenced name, dot separated
 	// (spec.configMap).
 	FieldPath string `json:"fieldPath"`
+}
+
+// SkipObserved says which metadata besides finalizers counts as a change
+// for SubscribedResource.SkipObserved (the operator's
+// builder.SkipOptions).
+type SkipObserved struct {
+	// Labels: a change of the labels is delivered.
+	Labels bool `json:"labels,omitempty"`
+	// Annotations: a change of the annotations is delivered.
+	Annotations bool `json:"annotations,omitempty"`
 }
 
 // Sweep is a periodic event, as a PingSource's: no data is the

@@ -501,7 +501,7 @@ func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error)
 			"operator": "configwatcher", "serviceAccountName": "tp-op",
 			"sink": map[string]any{"uri": fmt.Sprintf("http://127.0.0.1:%d", port)},
 			"resources": []any{
-				map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "mode": "Resource", "namespaces": []any{ns}},
+				map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "mode": "Resource", "namespaces": []any{ns}, "skipObserved": map[string]any{}},
 				map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "mode": "Reference", "namespaces": []any{ns},
 					"referencedBy": map[string]any{"apiVersion": "k8spatterns.io/v1", "kind": "ConfigWatcher", "fieldPath": "spec.configMap"}},
 			},

@@ -76,7 +76,11 @@ type Controller struct {
 	// where `+kubebuilder:rbac` markers for what it reads and writes live.
 	ReconcilerPackage      string `json:"reconcilerPackage,omitempty"`
 	AutoObservedGeneration bool   `json:"autoObservedGeneration,omitempty"`
-	Deploy                 Deploy `json:"deploy"`
+	// Skip is the operator's generation-aware skipping of Primary updates
+	// (builder.SkipOptions); absent when disabled, and in binaries older
+	// than the field. The hub wiring applies it before it sends.
+	Skip   *Skip  `json:"skip,omitempty"`
+	Deploy Deploy `json:"deploy"`
 	// Env are the environment variables the operator declared it needs
 	// (builder.WithEnv, WithSecretEnv), in the order declared.
 	Env []EnvVar `json:"env,omitempty"`
@@ -92,6 +96,13 @@ type Controller struct {
 	// with (opzero-metacontroller: fields of its controllers it does not
 	// implement); `opzero manifests` prints them.
 	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Skip says which metadata besides finalizers makes an update of an
+// already observed generation worth a reconcile.
+type Skip struct {
+	OnLabelChange      bool `json:"onLabelChange,omitempty"`
+	OnAnnotationChange bool `json:"onAnnotationChange,omitempty"`
 }
 
 // EventWatch is one Trigger's filter: Knative's spec.filter.attributes or

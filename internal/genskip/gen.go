@@ -2,18 +2,17 @@
 // updates of the primary kind: an update whose metadata.generation <=
 // status.observedGeneration, that is not a deletion and changes none of the
 // metadata the operator cares about (finalizers always; labels and
-// annotations when opted in), needs no reconcile.
+// annotations when opted in), needs no reconcile. It links no
+// controller-runtime: the opzero hub applies the same rule before it sends.
 package genskip
 
 import (
 	"hash/fnv"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/opzero/opzero/builder"
 )
 
 // Observed reports whether generation has already been reconciled.
@@ -23,7 +22,7 @@ func Observed(generation, observed int64, hasObserved, deleting bool) bool {
 
 // Fingerprint hashes the metadata whose change must trigger a reconcile even
 // when the generation did not move.
-func Fingerprint(o builder.SkipOptions, finalizers []string, labels, annotations map[string]string) uint64 {
+func Fingerprint(o Options, finalizers []string, labels, annotations map[string]string) uint64 {
 	h := fnv.New64a()
 	write := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
 	f := append([]string(nil), finalizers...)
@@ -52,13 +51,19 @@ func Fingerprint(o builder.SkipOptions, finalizers []string, labels, annotations
 	return h.Sum64()
 }
 
+// Options says which metadata besides finalizers counts as a change
+// (builder.SkipOptions' fields of the same names).
+type Options struct {
+	OnLabelChange, OnAnnotationChange bool
+}
+
 // FingerprintOf is Fingerprint of obj's metadata.
-func FingerprintOf(o builder.SkipOptions, obj client.Object) uint64 {
+func FingerprintOf(o Options, obj metav1.Object) uint64 {
 	return Fingerprint(o, obj.GetFinalizers(), obj.GetLabels(), obj.GetAnnotations())
 }
 
 // ObservedGeneration reads status.observedGeneration from any object.
-func ObservedGeneration(obj client.Object) (int64, bool) {
+func ObservedGeneration(obj runtime.Object) (int64, bool) {
 	var m map[string]any
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		m = u.Object

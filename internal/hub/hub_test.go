@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -650,4 +651,74 @@ func TestSinkMoves(t *testing.T) {
 	if old.count(about("dev.knative.apiserver.ref.add", "after-move")) == 0 {
 		t.Fatal("the old address was never tried: the test proves nothing about reading the address again")
 	}
+}
+
+// TestSkipObserved: with skipObserved, the hub does not send the updates
+// the operator's generation-aware skipping would acknowledge without a
+// reconcile (here the echo of a status write, and an annotation change the
+// operator did not opt into), and sends every other change: a new
+// generation, a label change it opted into, a finalizer. The watched kind
+// is the Subscription itself: the hub writes observedGeneration on it.
+// skipObserved on a Reference-mode resource is refused.
+func TestSkipObserved(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	operatorAccount(t, ns, "op", false, rbacv1.PolicyRule{APIGroups: []string{"opzero.dev"}, Resources: []string{"subscriptions"}, Verbs: []string{"get", "list", "watch"}})
+	s := newSink(t)
+	startHub(t, hub.Options{NoWakeups: true})
+	subs := v1alpha1.SubscribedResource{APIVersion: "opzero.dev/v1alpha1", Kind: "Subscription", Mode: v1alpha1.ModeResource, Namespaces: []string{ns},
+		LabelSelector: "role=target", SkipObserved: &v1alpha1.SkipObserved{Labels: true}}
+	must(t, env.Client.Create(ctx, subscription(ns, "watcher", s.URL, subs)))
+	condition(t, ns, "watcher", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	ref := subs
+	ref.Mode = v1alpha1.ModeReference
+	must(t, env.Client.Create(ctx, subscription(ns, "bad", s.URL, ref)))
+	cond := condition(t, ns, "bad", v1alpha1.SubscriptionValid, metav1.ConditionFalse, "InvalidSpec")
+	if !strings.Contains(cond.Message, "skipObserved needs mode Resource") {
+		t.Errorf("skipObserved in Reference mode: %q, want it to say it needs mode Resource", cond.Message)
+	}
+
+	// The target names an unknown kind: the hub writes its status (a
+	// condition and observedGeneration 1) and serves nothing for it.
+	target := subscription(ns, "target", s.URL, v1alpha1.SubscribedResource{APIVersion: "example.com/v1", Kind: "Nothing"})
+	target.Labels = map[string]string{"role": "target"}
+	must(t, env.Client.Create(ctx, target))
+	s.find(t, "the target's add", about("dev.knative.apiserver.resource.add", "target"))
+	condition(t, ns, "target", v1alpha1.SubscriptionValid, metav1.ConditionFalse, "UnknownKind")
+	updates := func() int { return s.count(about("dev.knative.apiserver.resource.update", "target")) }
+	// settle lets whatever the hub would send for the last change arrive.
+	settle := func() { time.Sleep(time.Second) }
+	change := func(what string, mutate func(*v1alpha1.Subscription)) {
+		t.Helper()
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur := &v1alpha1.Subscription{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(target), cur); err != nil {
+				return err
+			}
+			mutate(cur)
+			return env.Client.Update(ctx, cur)
+		}))
+		settle()
+	}
+	expect := func(what string, want int) {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, what, func(context.Context) (bool, error) { return updates() >= want, nil })
+		settle()
+		if got := updates(); got != want {
+			t.Fatalf("%s: %d updates of the target sent, want %d", what, got, want)
+		}
+	}
+	settle()
+	expect("the status write's echo is not sent", 0)
+	change("an annotation", func(o *v1alpha1.Subscription) { o.Annotations = map[string]string{"a": "1"} })
+	expect("an annotation change (not opted into) is not sent", 0)
+	change("a label", func(o *v1alpha1.Subscription) { o.Labels["l"] = "1" })
+	expect("a label change (opted into) is sent", 1)
+	change("the spec", func(o *v1alpha1.Subscription) { o.Spec.Operator = "other" })
+	expect("a new generation is sent, its status echo is not", 2)
+	change("a finalizer", func(o *v1alpha1.Subscription) { o.Finalizers = []string{"example.com/f"} })
+	expect("a finalizer change is sent", 3)
+	change("the finalizer gone", func(o *v1alpha1.Subscription) { o.Finalizers = nil })
+	expect("a finalizer's removal is sent", 4)
 }

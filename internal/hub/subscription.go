@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/genskip"
 )
 
 // sub is the hub's state of one Subscription.
@@ -284,6 +285,13 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 			}
 			ref = &refFilter{gvk: rgv.WithKind(rb.Kind), key: indexKey{gvr: rgvr, field: rb.FieldPath}}
 		}
+		var skip *genskip.Options
+		if so := r.SkipObserved; so != nil {
+			if mode != v1alpha1.ModeResource {
+				return nil, nil, withReason("InvalidSpec", "%s.skipObserved needs mode Resource: a Reference-mode (metadata) watch carries no status.observedGeneration", field)
+			}
+			skip = &genskip.Options{OnLabelChange: so.Labels, OnAnnotationChange: so.Annotations}
+		}
 		nss := r.Namespaces
 		if len(nss) == 0 || !namespaced {
 			nss = []string{""}
@@ -291,7 +299,10 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 		for _, ns := range nss {
 			k := watchKey{gvr: gvr, ns: ns, selector: sel.String(), full: mode == v1alpha1.ModeResource}
 			a := &attachment{sub: s, key: k, gvk: gvk, mode: mode, owner: r.Owner, namespaced: namespaced,
-				pkey: progressKey(gvk, ns, k.selector)}
+				pkey: progressKey(gvk, ns, k.selector), skip: skip}
+			if skip != nil {
+				a.memo = genskip.NewMemo[string](skipMemo)
+			}
 			if ref != nil {
 				rc := *ref
 				rc.key.ns = ns

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/genskip"
 )
 
 // watchKey is one shared watch: a resource in a namespace ("" all) with a
@@ -52,7 +53,11 @@ type attachment struct {
 	namespaced bool
 	owner      *v1alpha1.OwnerFilter
 	ref        *refFilter
-	pkey       string // its progress key
+	skip       *genskip.Options // SkipObserved; nil: every update is sent
+	pkey       string           // its progress key
+
+	memoMu sync.Mutex
+	memo   *genskip.Memo[string] // last metadata fingerprint per object (skip)
 
 	mu    sync.Mutex
 	seq   []*mark // sends pending, in watch order
@@ -340,7 +345,7 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 		if a.sent(rv) {
 			continue
 		}
-		if !a.wants(ctx, m) {
+		if !a.wants(ctx, m) || a.skips(act, obj, m) {
 			a.sub.h.stats.filtered.Inc()
 			a.pass(rv)
 			continue
@@ -368,6 +373,34 @@ func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
 	}
 	return true
 }
+
+// skips applies the operator's generation-aware rule (genskip) to a
+// change, remembering each object's metadata fingerprint: an update of an
+// already observed generation whose finalizers (and the labels or
+// annotations the Subscription names) did not change since the object's
+// previous change is not sent. A forgotten object (the memo is bounded)
+// is sent.
+func (a *attachment) skips(act string, obj runtime.Object, m metav1.Object) bool {
+	if a.skip == nil {
+		return false
+	}
+	k := m.GetNamespace() + "/" + m.GetName()
+	a.memoMu.Lock()
+	defer a.memoMu.Unlock()
+	if act == "delete" {
+		a.memo.Forget(k)
+		return false
+	}
+	same := a.memo.Swap(k, genskip.FingerprintOf(*a.skip, m))
+	if act != "update" || !same {
+		return false
+	}
+	observed, has := genskip.ObservedGeneration(obj)
+	return genskip.Observed(m.GetGeneration(), observed, has, m.GetDeletionTimestamp() != nil)
+}
+
+// skipMemo bounds the objects an attachment with SkipObserved remembers.
+const skipMemo = 4096
 
 // relist lists what changed since rv after the watch lost it, sends it as
 // updates, and asks each subscriber's operator for a sweep (deletions in

@@ -52,12 +52,13 @@ func (g *gen) hubWiring() []Object {
 // subscription asks the hub for what the Knative wiring gets from its
 // sources: the same kinds in the same modes (owner filter on owned kinds,
 // all namespaces, the kinds' selectors), referencedBy where the operator
-// declared it, the same sweeps under the PingSources' names, and the
+// declared it, skipObserved on the primary as the operator skips (the hub
+// then does not send what the operator would only acknowledge), the same sweeps under the PingSources' names, and the
 // operator's Wakeups when durable time is on.
 func (g *gen) subscription() Object {
 	p := g.op.Primary
 	var resources []any
-	for _, k := range g.sourceKinds() {
+	for i, k := range g.sourceKinds() {
 		r := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind.Kind, "mode": k.mode}
 		if k.Selector != "" {
 			r["labelSelector"] = k.Selector
@@ -67,6 +68,16 @@ func (g *gen) subscription() Object {
 		}
 		if k.mode == "Reference" && k.ReferencedBy != "" {
 			r["referencedBy"] = map[string]any{"apiVersion": p.APIVersion(), "kind": p.Kind, "fieldPath": k.ReferencedBy}
+		}
+		if i == 0 && g.op.Skip != nil { // the primary, in Resource mode
+			so := map[string]any{}
+			if g.op.Skip.OnLabelChange {
+				so["labels"] = true
+			}
+			if g.op.Skip.OnAnnotationChange {
+				so["annotations"] = true
+			}
+			r["skipObserved"] = so
 		}
 		resources = append(resources, r)
 	}

@@ -118,8 +118,9 @@ func skipPredicate(o builder.SkipOptions) predicate.Predicate {
 		}
 		n := e.ObjectNew
 		observed, has := genskip.ObservedGeneration(n)
+		fo := genskip.Options{OnLabelChange: o.OnLabelChange, OnAnnotationChange: o.OnAnnotationChange}
 		skip := genskip.Observed(n.GetGeneration(), observed, has, n.GetDeletionTimestamp() != nil) &&
-			genskip.FingerprintOf(o, e.ObjectOld) == genskip.FingerprintOf(o, n)
+			genskip.FingerprintOf(fo, e.ObjectOld) == genskip.FingerprintOf(fo, n)
 		return !skip
 	}}
 }

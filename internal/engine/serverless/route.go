@@ -173,7 +173,7 @@ func (e *Engine) skip(k reconcile.Request, ev *cloudevent.ObjectEvent) bool {
 		e.memo.Forget(k)
 		return false
 	}
-	same := e.memo.Swap(k, genskip.Fingerprint(e.op.Skip, m.Finalizers, m.Labels, m.Annotations))
+	same := e.memo.Swap(k, genskip.Fingerprint(genskip.Options{OnLabelChange: e.op.Skip.OnLabelChange, OnAnnotationChange: e.op.Skip.OnAnnotationChange}, m.Finalizers, m.Labels, m.Annotations))
 	return !e.op.Skip.Disabled && ev.Action == cloudevent.Update && same &&
 		genskip.Observed(m.Generation, m.ObservedGeneration, m.HasObserved, m.Deleting)
 }
