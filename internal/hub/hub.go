@@ -306,15 +306,21 @@ func (h *Hub) wire(ctx context.Context) {
 			ops = append(ops, s.spec().Operator)
 		}
 	}
+	// A referrer index is fed by the shared watch of the same objects when
+	// there is one (tapOf), else it watches them itself; one whose feed
+	// changes starts again.
+	tapOf := func(k indexKey) watchKey { return watchKey{gvr: k.gvr, ns: k.ns, full: true} }
 	for k, ix := range h.indexes {
-		if !wantIdx[k] {
+		if !wantIdx[k] || (ix.tap != nil) != (want[tapOf(k)] != nil) {
 			ix.stop()
 			delete(h.indexes, k)
 		}
 	}
+	var started []*refIndex
 	for k := range wantIdx {
 		if h.indexes[k] == nil {
-			h.indexes[k] = h.startIndex(ctx, k)
+			h.indexes[k] = h.newIndex(k, nil) // its feed is set once the watches are
+			started = append(started, h.indexes[k])
 		}
 	}
 	for k, w := range h.watches {
@@ -325,8 +331,8 @@ func (h *Hub) wire(ctx context.Context) {
 	}
 	for k, atts := range want {
 		for _, a := range atts {
-			if a.ref != nil && a.ref.index == nil {
-				a.ref.index = h.indexes[a.ref.key] // before the watch sees a (a new attachment)
+			if a.ref != nil {
+				a.ref.index.Store(h.indexes[a.ref.key]) // before the watch sees a (a new attachment)
 			}
 		}
 		if w := h.watches[k]; w != nil {
@@ -335,6 +341,17 @@ func (h *Hub) wire(ctx context.Context) {
 			h.watches[k] = h.startWatch(ctx, k, atts)
 		}
 	}
+	for _, ix := range started {
+		ix.tap = h.watches[tapOf(ix.key)]
+		ix.start(ctx)
+	}
+	own := 0
+	for _, ix := range h.indexes {
+		if ix.tap == nil {
+			own++
+		}
+	}
+	h.stats.indexWatches.Set(float64(own))
 	h.stats.watches.Set(float64(len(h.watches)))
 	h.stats.subscriptions.Set(float64(len(h.subs)))
 	if !h.opts.NoWakeups {

@@ -300,36 +300,69 @@ func TestDeliversInApiServerSourceFormat(t *testing.T) {
 
 // TestReferencedBy: changes of an object no referrer names do not wake
 // the operator; once one names it, they do.
+// TestReferencedBy: a referenced kind's changes are delivered only for the
+// objects some referrer names, and follow the referrers' changes; the
+// referrer index watches the referrers itself, or is fed by the shared
+// watch of the same objects when a Resource-mode subscription has one.
 func TestReferencedBy(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
-	s := newSink(t)
-	h, _ := startHub(t, hub.Options{NoWakeups: true})
-	// Referrers are ConfigMaps labelled role=referrer naming another ConfigMap in data.target.
-	must(t, env.Client.Create(ctx, subscription(ns, "refs", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns},
-		LabelSelector: "role!=referrer", ReferencedBy: &v1alpha1.Referrer{APIVersion: "v1", Kind: "ConfigMap", FieldPath: "data.target"}})))
-	referrer := configMap(ns, "referrer", map[string]string{"target": "named"})
-	referrer.Labels = map[string]string{"role": "referrer"}
-	must(t, env.Client.Create(ctx, referrer))
-	condition(t, ns, "refs", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	for _, tc := range []struct {
+		name         string
+		fed          bool // the referrers are also subscribed in Resource mode
+		indexWatches float64
+	}{{"its own watch", false, 1}, {"fed by the shared watch", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testenv.Get(t)
+			ctx := context.Background()
+			ns := env.Namespace(t)
+			operatorAccount(t, ns, "op", false, readConfigMaps)
+			s := newSink(t)
+			h, _ := startHub(t, hub.Options{NoWakeups: true})
+			// Referrers are ConfigMaps labelled role=referrer naming another ConfigMap in data.target.
+			res := []v1alpha1.SubscribedResource{{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns},
+				LabelSelector: "role!=referrer", ReferencedBy: &v1alpha1.Referrer{APIVersion: "v1", Kind: "ConfigMap", FieldPath: "data.target"}}}
+			if tc.fed {
+				res = append(res, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: v1alpha1.ModeResource, Namespaces: []string{ns}})
+			}
+			sub := subscription(ns, "refs", s.URL, res...)
+			must(t, env.Client.Create(ctx, sub))
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, sub) }) // not served by the next subtest's hub
+			referrer := configMap(ns, "referrer", map[string]string{"target": "named"})
+			referrer.Labels = map[string]string{"role": "referrer"}
+			must(t, env.Client.Create(ctx, referrer))
+			condition(t, ns, "refs", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+			if got := h.Stats().IndexWatches(); got != tc.indexWatches {
+				t.Errorf("referrer indexes with a watch of their own: %v, want %v", got, tc.indexWatches)
+			}
 
-	named, unnamed := configMap(ns, "named", nil), configMap(ns, "unnamed", nil)
-	must(t, env.Client.Create(ctx, unnamed))
-	must(t, env.Client.Create(ctx, named))
-	s.find(t, "the named ConfigMap's add", about("dev.knative.apiserver.ref.add", "named"))
-	testkit.Eventually(t, 10*time.Second, "the unnamed ConfigMap's add filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() >= 1, nil })
-	if n := s.count(about("dev.knative.apiserver.ref.add", "unnamed")); n != 0 {
-		t.Fatalf("the unnamed ConfigMap woke the operator %d times", n)
+			named, unnamed := configMap(ns, "named", nil), configMap(ns, "unnamed", nil)
+			must(t, env.Client.Create(ctx, unnamed))
+			must(t, env.Client.Create(ctx, named))
+			s.find(t, "the named ConfigMap's add", about("dev.knative.apiserver.ref.add", "named"))
+			testkit.Eventually(t, 10*time.Second, "the unnamed ConfigMap's add filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() >= 1, nil })
+			if n := s.count(about("dev.knative.apiserver.ref.add", "unnamed")); n != 0 {
+				t.Fatalf("the unnamed ConfigMap woke the operator %d times", n)
+			}
+			// The referrer now names the other one.
+			referrer.Data["target"] = "unnamed"
+			must(t, env.Client.Update(ctx, referrer))
+			time.Sleep(500 * time.Millisecond) // the index follows its watch
+			unnamed.Data = map[string]string{"x": "1"}
+			must(t, env.Client.Update(ctx, unnamed))
+			s.find(t, "the now named ConfigMap's update", about("dev.knative.apiserver.ref.update", "unnamed"))
+			// A deleted referrer names nothing any more.
+			must(t, env.Client.Delete(ctx, referrer))
+			time.Sleep(500 * time.Millisecond)
+			unnamed.Data = map[string]string{"x": "2"}
+			must(t, env.Client.Update(ctx, unnamed))
+			named.Data = map[string]string{"x": "2"}
+			must(t, env.Client.Update(ctx, named))
+			testkit.Eventually(t, 10*time.Second, "both updates filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() >= 3, nil })
+			time.Sleep(500 * time.Millisecond)
+			if n := s.count(about("dev.knative.apiserver.ref.update", "unnamed")); n != 1 {
+				t.Errorf("ConfigMap unnamed: %d updates delivered, want 1 (none after its referrer was deleted)", n)
+			}
+		})
 	}
-	// The referrer now names the other one.
-	referrer.Data["target"] = "unnamed"
-	must(t, env.Client.Update(ctx, referrer))
-	time.Sleep(500 * time.Millisecond) // the index follows its own watch
-	unnamed.Data = map[string]string{"x": "1"}
-	must(t, env.Client.Update(ctx, unnamed))
-	s.find(t, "the now named ConfigMap's update", about("dev.knative.apiserver.ref.update", "unnamed"))
 }
 
 // TestNoPrivilegeThroughTheHub: a service account that may not read

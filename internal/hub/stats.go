@@ -8,7 +8,7 @@ import (
 // Stats are the hub's counters.
 type Stats struct {
 	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups prometheus.Counter
-	watches, subscriptions                                                              prometheus.Gauge
+	watches, indexWatches, subscriptions                                                prometheus.Gauge
 }
 
 func newStats() *Stats {
@@ -29,13 +29,14 @@ func newStats() *Stats {
 		sweeps:        c("sweeps_total", "Sweep ticks sent"),
 		wakeups:       c("wakeups_total", "Wakeups delivered"),
 		watches:       g("watches", "Shared watches open"),
+		indexWatches:  g("index_watches", "Referrer indexes that watch their referrers themselves (the others are fed by a shared watch of the same objects)"),
 		subscriptions: g("subscriptions", "Subscriptions known"),
 	}
 }
 
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.watches, s.subscriptions}
+	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.watches, s.indexWatches, s.subscriptions}
 }
 
 // Sent is how many events were answered 2xx.
@@ -45,6 +46,14 @@ func (s *Stats) Sent() float64 { return read(s.sent) }
 // relists): it changes whenever the hub worked.
 func (s *Stats) Work() float64 {
 	return read(s.sent) + read(s.filtered) + read(s.sweeps) + read(s.wakeups) + read(s.relists) + read(s.retries)
+}
+
+// IndexWatches is how many referrer indexes watch their referrers
+// themselves.
+func (s *Stats) IndexWatches() float64 {
+	var m dto.Metric
+	_ = s.indexWatches.Write(&m)
+	return m.GetGauge().GetValue()
 }
 
 // Filtered is how many changes the filters dropped.

@@ -304,9 +304,8 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 				a.memo = genskip.NewMemo[string](skipMemo)
 			}
 			if ref != nil {
-				rc := *ref
-				rc.key.ns = ns
-				a.ref = &rc
+				a.ref = &refFilter{gvk: ref.gvk, key: ref.key}
+				a.ref.key.ns = ns
 			}
 			atts = append(atts, a)
 		}

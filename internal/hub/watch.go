@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -151,8 +153,49 @@ type sharedWatch struct {
 
 	mu      sync.Mutex
 	subs    []*attachment
+	taps    []*refIndex   // referrer indexes fed by this watch's changes
 	restart chan struct{} // a subscriber needs changes older than the watch's position
 	rv      string        // where the watch is
+}
+
+func (w *sharedWatch) addTap(ix *refIndex) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.taps = append(w.taps, ix)
+}
+
+func (w *sharedWatch) removeTap(ix *refIndex) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.taps = slices.DeleteFunc(slices.Clone(w.taps), func(t *refIndex) bool { return t == ix })
+}
+
+// resyncTaps has every index fed by this watch list again: the watch
+// missed changes (a 410) or goes back to replay older ones.
+func (w *sharedWatch) resyncTaps() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ix := range w.taps {
+		select {
+		case ix.resync <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// feedTaps gives a change to the indexes fed by this watch.
+func (w *sharedWatch) feedTaps(obj runtime.Object, deleted bool) {
+	w.mu.Lock()
+	taps := w.taps
+	w.mu.Unlock()
+	if len(taps) == 0 {
+		return
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		for _, ix := range taps {
+			ix.tapped(u, deleted)
+		}
+	}
 }
 
 // startWatch starts a watch for its first subscribers, from their oldest
@@ -233,10 +276,12 @@ func (w *sharedWatch) run(ctx context.Context) {
 		if err == errRestart {
 			rv = w.from()
 			fails = 0
+			w.resyncTaps()
 			continue
 		}
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			w.h.stats.relists.Inc()
+			w.resyncTaps()
 			log.Info("the watch's resource version is gone; listing what changed since", "since", rv)
 			if rv, err = w.relist(ctx, rv); err == nil {
 				fails = 0
@@ -313,6 +358,7 @@ func (w *sharedWatch) stream(ctx context.Context, rv string) (string, error) {
 					continue
 				}
 				rv = o.GetResourceVersion()
+				w.feedTaps(ev.Object, ev.Type == watch.Deleted) // first: a referrer's change before what it references
 				w.dispatch(ctx, action(ev.Type), ev.Object, o)
 			}
 			w.setRV(rv)
@@ -368,8 +414,10 @@ func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
 			return false
 		}
 	}
-	if a.ref != nil && a.ref.index != nil {
-		return a.ref.index.has(ctx, m.GetNamespace()+"/"+m.GetName())
+	if a.ref != nil {
+		if ix := a.ref.index.Load(); ix != nil {
+			return ix.has(ctx, m.GetNamespace()+"/"+m.GetName())
+		}
 	}
 	return true
 }
@@ -491,7 +539,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 type refFilter struct {
 	gvk   schema.GroupVersionKind
 	key   indexKey
-	index *refIndex
+	index atomic.Pointer[refIndex] // set by wire before the watch sees the attachment
 }
 
 // indexKey is one index of referrers: a resource in a namespace ("" all)
@@ -503,27 +551,56 @@ type indexKey struct {
 }
 
 // refIndex follows the referrers and counts, per namespace/name, how many
-// name it.
+// name it. It follows them through the shared watch of the same objects
+// when the hub has one (tap: a Resource-mode Subscription of the referrer
+// kind, the common case: the operator's own primary kind), else through a
+// watch of its own.
 type refIndex struct {
 	h      *Hub
 	key    indexKey
+	tap    *sharedWatch // nil: its own watch
 	cancel context.CancelFunc
 	synced chan struct{}
 	once   sync.Once
+	resync chan struct{} // tapped: the shared watch may have missed or replayed changes
 
-	mu    sync.Mutex
-	by    map[string]string // referrer namespace/name -> referenced namespace/name
-	count map[string]int
+	mu      sync.Mutex
+	by      map[string]string // referrer namespace/name -> referenced namespace/name
+	count   map[string]int
+	listRV  string       // tapped: changes up to it are in the last list
+	pending []heldChange // tapped: changes that arrived during a list
+	listing bool
 }
 
-func (h *Hub) startIndex(ctx context.Context, k indexKey) *refIndex {
-	ctx, cancel := context.WithCancel(ctx)
-	ix := &refIndex{h: h, key: k, cancel: cancel, synced: make(chan struct{}), by: map[string]string{}, count: map[string]int{}}
+// heldChange is a referrer's change held while the index lists.
+type heldChange struct {
+	u       *unstructured.Unstructured
+	deleted bool
+}
+
+// newIndex makes an index, not yet started: attachments can point to it
+// before any watch sees them.
+func (h *Hub) newIndex(k indexKey, tap *sharedWatch) *refIndex {
+	return &refIndex{h: h, key: k, tap: tap, synced: make(chan struct{}), resync: make(chan struct{}, 1),
+		by: map[string]string{}, count: map[string]int{}}
+}
+
+func (ix *refIndex) start(ctx context.Context) {
+	ctx, ix.cancel = context.WithCancel(ctx)
+	if ix.tap != nil {
+		ix.tap.addTap(ix)
+		go ix.runTapped(ctx)
+		return
+	}
 	go ix.run(ctx)
-	return ix
 }
 
-func (ix *refIndex) stop() { ix.cancel() }
+func (ix *refIndex) stop() {
+	if ix.tap != nil {
+		ix.tap.removeTap(ix)
+	}
+	ix.cancel()
+}
 
 // has reports whether some referrer names ref; it waits for the first list
 // of the referrers.
@@ -539,10 +616,14 @@ func (ix *refIndex) has(ctx context.Context, ref string) bool {
 }
 
 func (ix *refIndex) set(u *unstructured.Unstructured, deleted bool) {
-	k := u.GetNamespace() + "/" + u.GetName()
-	name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.setLocked(u, deleted)
+}
+
+func (ix *refIndex) setLocked(u *unstructured.Unstructured, deleted bool) {
+	k := u.GetNamespace() + "/" + u.GetName()
+	name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...)
 	if old, ok := ix.by[k]; ok {
 		if ix.count[old]--; ix.count[old] <= 0 {
 			delete(ix.count, old)
@@ -557,12 +638,77 @@ func (ix *refIndex) set(u *unstructured.Unstructured, deleted bool) {
 	ix.count[ref]++
 }
 
+// tapped is a change the shared watch saw: applied if newer than the last
+// list, held while a list is under way.
+func (ix *refIndex) tapped(u *unstructured.Unstructured, deleted bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.listing {
+		ix.pending = append(ix.pending, heldChange{u, deleted})
+		return
+	}
+	if newer(u.GetResourceVersion(), ix.listRV) {
+		ix.setLocked(u, deleted)
+	}
+}
+
+// newer reports whether rv is after since ("" since: everything is).
+func newer(rv, since string) bool {
+	if since == "" {
+		return true
+	}
+	c, err := resourceversion.CompareResourceVersion(rv, since)
+	return err != nil || c > 0
+}
+
+// runTapped lists the referrers (again whenever the shared watch may have
+// missed or replayed changes), holding what the watch sees meanwhile, and
+// applies what is newer than the list.
+func (ix *refIndex) runTapped(ctx context.Context) {
+	log := ix.h.opts.Log.WithValues("index", ix.key.gvr.GroupResource().String()+" "+ix.key.field)
+	for ctx.Err() == nil {
+		ix.mu.Lock()
+		ix.listing, ix.pending = true, nil
+		ix.mu.Unlock()
+		by, count, rv, err := ix.list(ctx)
+		ix.mu.Lock()
+		if err == nil {
+			ix.by, ix.count, ix.listRV = by, count, rv
+			for _, c := range ix.pending {
+				if newer(c.u.GetResourceVersion(), rv) {
+					ix.setLocked(c.u, c.deleted)
+				}
+			}
+		}
+		ix.listing, ix.pending = false, nil
+		ix.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error(err, "listing the referrers failed; listing them again in 1s")
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		ix.once.Do(func() { close(ix.synced) })
+		select {
+		case <-ctx.Done():
+		case <-ix.resync:
+		}
+	}
+}
+
 func (ix *refIndex) run(ctx context.Context) {
 	log := ix.h.opts.Log.WithValues("index", ix.key.gvr.GroupResource().String()+" "+ix.key.field)
 	r := ix.h.dyn.Resource(ix.key.gvr).Namespace(ix.key.ns)
 	for ctx.Err() == nil {
-		rv, err := ix.list(ctx)
+		by, count, rv, err := ix.list(ctx)
 		if err == nil {
+			ix.mu.Lock()
+			ix.by, ix.count = by, count
+			ix.mu.Unlock()
 			ix.once.Do(func() { close(ix.synced) })
 			var wi watch.Interface
 			wi, err = r.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
@@ -583,14 +729,15 @@ func (ix *refIndex) run(ctx context.Context) {
 	}
 }
 
-// list reads every referrer (paged) into a fresh index.
-func (ix *refIndex) list(ctx context.Context) (string, error) {
+// list reads every referrer (paged) into a fresh index, and the list's
+// resource version.
+func (ix *refIndex) list(ctx context.Context) (map[string]string, map[string]int, string, error) {
 	by, count := map[string]string{}, map[string]int{}
 	cont := ""
 	for {
 		l, err := ix.h.dyn.Resource(ix.key.gvr).Namespace(ix.key.ns).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
 		if err != nil {
-			return "", err
+			return nil, nil, "", err
 		}
 		for i := range l.Items {
 			u := &l.Items[i]
@@ -601,10 +748,7 @@ func (ix *refIndex) list(ctx context.Context) (string, error) {
 			}
 		}
 		if cont = l.GetContinue(); cont == "" {
-			ix.mu.Lock()
-			ix.by, ix.count = by, count
-			ix.mu.Unlock()
-			return l.GetResourceVersion(), nil
+			return by, count, l.GetResourceVersion(), nil
 		}
 	}
 }
