@@ -140,13 +140,17 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		return c.Client.Get(ctx, key, obj, opts...)
 	}
 	if key == s.key {
-		if raw := s.take(); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil {
+		// Current again: a deletion may have been seen since the stand-in was chosen.
+		if raw := s.take(); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil && s.versions.Current(key, obj.GetResourceVersion()) {
 			s.sawGeneration(obj.GetGeneration())
 			s.answeredFromMemory()
 			return nil
 		}
 	}
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.versions.Gone(key)
+		}
 		return err
 	}
 	if key == s.key {
@@ -223,8 +227,17 @@ func (c Client) cached(ctx context.Context, obj client.Object) (*State, schema.G
 	return s, gvk
 }
 
-// observe records obj's version after a successful write.
+// observe records obj's version after a successful write, and that it is
+// gone after a write that found it missing.
 func (c Client) observe(ctx context.Context, obj client.Object, err error) error {
+	if apierrors.IsNotFound(err) {
+		if s := c.primary(ctx, obj); s != nil {
+			s.versions.Gone(client.ObjectKeyFromObject(obj))
+		}
+		if s, gvk := c.cached(ctx, obj); s != nil {
+			s.cache.Observed(gvk, client.ObjectKeyFromObject(obj), "")
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -316,6 +329,14 @@ func WriteObservedGeneration(ctx context.Context, c client.Client, gvk schema.Gr
 // before the write (the sender delivers one event at a time, and late), so it
 // is not trusted: the first Get goes to the API server, which tells.
 //
+// A deletion is the end of the order: once this instance has seen the object
+// gone (a delete event, or a read or write that found it missing: Gone), no
+// event's object of that key stands in until the client reads or writes the
+// key again (a new object of that name). An event delivered after the
+// deletion (a late delivery, a redelivery, another source's) can carry a copy
+// from before it, finalizers and all, and its version is one this instance
+// may never have seen, so the rule above alone would trust it.
+//
 // Safe for concurrent use. Memory is bounded: past maxKeys objects an
 // arbitrary one is forgotten, which only costs it a GET.
 type Versions struct {
@@ -335,6 +356,9 @@ type known struct {
 	// early are the unknown versions events carried while unconfirmed: if
 	// the client then reads one of them, the watch had already delivered it.
 	early []string
+	// gone: this instance saw the object deleted, and the client has not
+	// read or written the key since (Gone).
+	gone bool
 }
 
 const (
@@ -356,6 +380,11 @@ func (v *Versions) Event(key types.NamespacedName, rv string) {
 	defer v.mu.Unlock()
 	k := v.get(key)
 	switch {
+	case k.gone:
+		// from before the deletion, or of a new object of that name: the
+		// first Get tells which; if it reads this version, the watch has
+		// delivered it already
+		k.addEarly(rv)
 	case k.newest == "":
 		k.newest = rv
 	case rv == k.newest:
@@ -364,10 +393,7 @@ func (v *Versions) Event(key types.NamespacedName, rv string) {
 		// a late redelivery
 	case k.unconfirmed:
 		// perhaps older than what this instance read or wrote
-		k.early = append(k.early, rv)
-		if len(k.early) > maxOlder {
-			k.early = k.early[1:]
-		}
+		k.addEarly(rv)
 	default:
 		k.push(rv)
 	}
@@ -381,6 +407,9 @@ func (v *Versions) Observed(key types.NamespacedName, rv string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k := v.get(key)
+	if k.gone {
+		*k = known{early: k.early} // a new object of that name
+	}
 	if rv == k.newest || slices.Contains(k.older, rv) {
 		return
 	}
@@ -390,7 +419,8 @@ func (v *Versions) Observed(key types.NamespacedName, rv string) {
 }
 
 // Current reports whether an object of key at version rv is the newest this
-// instance knows of (true when it knows nothing of key).
+// instance knows of (true when it knows nothing of key, false after Gone
+// until the client reads or writes key).
 func (v *Versions) Current(key types.NamespacedName, rv string) bool {
 	if v == nil {
 		return true
@@ -398,10 +428,22 @@ func (v *Versions) Current(key types.NamespacedName, rv string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k, ok := v.keys[key]
-	return !ok || k.newest == "" || k.newest == rv
+	return !ok || !k.gone && (k.newest == "" || k.newest == rv)
 }
 
-// Forget drops key (it was deleted).
+// Gone records that key was seen deleted: a delete event arrived, or a read
+// or write through the client found it missing.
+func (v *Versions) Gone(key types.NamespacedName) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	*v.get(key) = known{gone: true}
+}
+
+// Forget drops what is known of key: its state is unknown (a delete was
+// asked for, which finalizers may hold; an event was refused unread).
 func (v *Versions) Forget(key types.NamespacedName) {
 	if v == nil {
 		return
@@ -424,6 +466,13 @@ func (v *Versions) get(key types.NamespacedName) *known {
 		v.keys[key] = k
 	}
 	return k
+}
+
+func (k *known) addEarly(rv string) {
+	k.early = append(k.early, rv)
+	if len(k.early) > maxOlder {
+		k.early = k.early[1:]
+	}
 }
 
 func (k *known) push(rv string) {
