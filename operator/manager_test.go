@@ -395,7 +395,7 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 		setup func(manager.Manager)
 		want  string
 	}{
-		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate)"},
+		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false"},
 		{"conversion", manager.Options{}, func(m manager.Manager) {
 			_ = m.GetConverterRegistry().RegisterConverter(v1.GroupVersion.WithKind("ConfigWatcher").GroupKind(), nil)
 		}, "conversion webhooks cannot be served serverless"},

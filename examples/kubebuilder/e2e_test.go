@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/opzero/opzero/internal/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -166,12 +168,34 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 		t.Fatalf("the migration diff is %q: want a few lines", numstat)
 	}
 	env := testenv.Get(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "crds"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("flags", func(t *testing.T) { oneFlagPerSetting(t, dir) })
 	t.Run("serverless", func(t *testing.T) { serverless(t, env, dir) })
-	t.Run("classic", func(t *testing.T) { classic(t, env, dir, objs) })
+	t.Run("classic", func(t *testing.T) { classic(t, env, dir) })
+}
+
+// oneFlagPerSetting: the adopted binary's -h lists the project's own
+// metrics, probe and leader-election flags and opzero's --mode, and none of
+// opzero's flags for the same settings.
+func oneFlagPerSetting(t *testing.T, dir string) {
+	bin := filepath.Join(t.TempDir(), "memcached")
+	run(t, dir, "go", "build", "-o", bin, "./cmd")
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // exit 0 or 2, as the flag package has it
+	flags := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f, ok := strings.CutPrefix(line, "  -"); ok {
+			flags[strings.Fields(f)[0]] = true
+		}
+	}
+	for _, want := range []string{"metrics-bind-address", "health-probe-bind-address", "leader-elect", "mode", "audience"} {
+		if !flags[want] {
+			t.Errorf("-h has no -%s:\n%s", want, out)
+		}
+	}
+	for _, dup := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+		if flags[dup] {
+			t.Errorf("-h lists opzero's -%s next to the project's own flag for it", dup)
+		}
+	}
 }
 
 func serverless(t *testing.T, env *testenv.Env, dir string) {
@@ -212,39 +236,16 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 	})
 }
 
-func classic(t *testing.T, env *testenv.Env, dir string, objs []manifests.Object) {
+// classic runs the generated classic manifests through opzero dev: the
+// Deployment passes the project's own --leader-elect and
+// --health-probe-bind-address (opzero dev probes it), and the manager holds
+// its leader-election Lease in the namespace.
+func classic(t *testing.T, env *testenv.Env, dir string) {
 	ns := env.Namespace(t)
-	installCRDs(t, env.Client, objs)
-	bin := filepath.Join(t.TempDir(), "memcached")
-	run(t, dir, "go", "build", "-o", bin, "./cmd")
-	cmd := exec.Command(bin, "--mode=classic", "--health-probe-bind-address=0", "--metrics-bind-address=0")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
-	logPath := filepath.Join(t.TempDir(), "operator.log")
-	lf, err := os.Create(logPath)
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns, Mode: manifests.Classic})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("operator exit after SIGINT: %v (want 0)", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("operator log:\n%s", testkit.Tail(b, 60))
-		}
-	})
-	exercise(t, env.Client, ns, nil)
-}
-
-// installCRDs creates the generated CRDs (opzero dev applied them for the
-// serverless run; a classic run alone needs them too).
-func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
-	t.Helper()
 	stream, err := manifests.Stream(objs)
 	if err != nil {
 		t.Fatal(err)
@@ -253,27 +254,31 @@ func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range us {
-		if u.GetKind() != "CustomResourceDefinition" {
-			continue
-		}
-		if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		testkit.Eventually(t, 30*time.Second, "CRD "+u.GetName()+" established", func(ctx context.Context) (bool, error) {
-			got := &unstructured.Unstructured{}
-			got.SetGroupVersionKind(u.GroupVersionKind())
-			if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
-				return false, err
+	for _, o := range us {
+		if o.GetKind() == "Deployment" {
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+			t.Logf("classic Deployment args: %s", strings.Join(args, " "))
+			if !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--health-probe-bind-address=:8081") {
+				t.Fatalf("classic Deployment args %q: want the project's --leader-elect and --health-probe-bind-address", args)
 			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, x := range conds {
-				if m, _ := x.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		}
+	}
+	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(), BuildDir: dir})
+	exercise(t, env.Client, ns, nil)
+	leases := &coordinationv1.LeaseList{}
+	if err := env.Client.List(context.Background(), leases, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			held = append(held, l.Name+" held by "+*l.Spec.HolderIdentity)
+		}
+	}
+	t.Logf("leader election: %v", held)
+	if len(held) != 1 {
+		t.Fatalf("leases held in %s: %v, want the manager's one", ns, held)
 	}
 }
 

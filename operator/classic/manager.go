@@ -259,7 +259,8 @@ func (m *adopted) refusals() error {
 	errs := append([]error(nil), m.errs...)
 	if p := m.webhooks.paths(); len(p) > 0 {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; run --mode=classic, or serve the webhooks from a separate always-on Deployment", strings.Join(p, ", ")))
+			"cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
+			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false)", strings.Join(p, ", ")))
 	}
 	if m.converters.n > 0 {
 		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
