@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -86,9 +87,30 @@ func tools(t *testing.T) (kubebuilder, controllerGen string) {
 }
 
 // project generates the kubebuilder project, writes the user's API field
-// and reconciler, and applies the migration to cmd/main.go. It returns the
-// project's folder and the migration's diff.
+// and reconciler, and applies the migration to cmd/main.go and go.mod. It
+// returns the project's folder and the migration's diff of cmd/main.go.
 func project(t *testing.T) (dir, diff string) {
+	t.Helper()
+	dir, before := generated(t)
+	mainGo := filepath.Join(dir, "cmd/main.go")
+	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
+		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000", "-require", "sigs.k8s.io/controller-runtime@v0.25.2")
+	run(t, dir, "go", "mod", "tidy")
+	run(t, dir, "go", "build", "./...")
+	orig := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(orig, before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
+	out, _ := cmd.Output() // exit 1: the files differ
+	return dir, strings.TrimSpace(string(out))
+}
+
+// generated generates the kubebuilder project with the user's API field
+// and reconciler, and changes cmd/main.go as docs/migrating.md shows
+// (testdata/main.go.diff). It returns the project's folder and cmd/main.go
+// as kubebuilder wrote it.
+func generated(t *testing.T) (dir string, mainBefore []byte) {
 	t.Helper()
 	kb, cg := tools(t)
 	dir = filepath.Join(t.TempDir(), "memcached")
@@ -110,25 +132,21 @@ func project(t *testing.T) (dir, diff string) {
 		t.Fatal(err)
 	}
 	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./api/...")
+	// and the CRDs and RBAC that its make manifests writes (its envtest suite installs the CRDs)
+	run(t, dir, cg, "rbac:roleName=manager-role", "crd", "webhook", "paths=./...", "output:crd:artifacts:config=config/crd/bases")
+	// Its test gives the reconciler the event recorder it now has.
+	ctest := filepath.Join(dir, "internal/controller/memcached_controller_test.go")
+	replaceIn(t, ctest, "\t\"k8s.io/apimachinery/pkg/types\"\n", "\t\"k8s.io/apimachinery/pkg/types\"\n\t\"k8s.io/client-go/tools/record\"\n")
+	replaceIn(t, ctest, "Scheme: k8sClient.Scheme(),", "Scheme: k8sClient.Scheme(), Recorder: record.NewFakeRecorder(10),")
 
-	// The migration: cmd/main.go (testdata/main.go.diff) and go.mod.
+	// The migration of cmd/main.go (testdata/main.go.diff).
 	mainGo := filepath.Join(dir, "cmd/main.go")
 	before, err := os.ReadFile(mainGo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, dir, "git", "apply", "--unidiff-zero", filepath.Join(wd(t), "testdata/main.go.diff"))
-	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
-		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000", "-require", "sigs.k8s.io/controller-runtime@v0.25.2")
-	run(t, dir, "go", "mod", "tidy")
-	run(t, dir, "go", "build", "./...")
-	orig := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(orig, before, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
-	out, _ := cmd.Output() // exit 1: the files differ
-	return dir, strings.TrimSpace(string(out))
+	return dir, before
 }
 
 func wd(t *testing.T) string {
@@ -381,4 +399,41 @@ func hasEvent(ctx context.Context, t *testing.T, c client.Client, ns, reason str
 		}
 	}
 	return false
+}
+
+// TestReadmeAdoptProject runs the README's commands for adopting a project
+// exactly as written, as a new user would in a folder outside the checkout:
+// install the CLI and opzero's programs, then in a kubebuilder project whose
+// cmd/main.go is changed as docs/migrating.md shows, require opzero, build,
+// run the project's own envtest suite on opzero's pinned binaries, write
+// both modes' manifests and run opzero dev until it is ready, then Ctrl-C.
+func TestReadmeAdoptProject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubebuilder and a project, runs its envtest suite and opzero dev")
+	}
+	root := checkoutRoot(t)
+	readme := filepath.Join(root, "README.md")
+	env := testkit.ReadmeEnv(t, root)
+	dir, _ := generated(t)
+	if strings.HasPrefix(dir, root+string(filepath.Separator)) {
+		t.Fatalf("the project %s is inside the checkout %s", dir, root)
+	}
+	for _, block := range []string{"install", "adopt"} {
+		lines, err := testkit.ReadmeBlock(readme, block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := testkit.RunReadme(t, dir, env, "opzero dev: ready", lines)
+		t.Logf("README %s:\n%s", block, testkit.Tail([]byte(out), 40))
+		if block == "adopt" {
+			if !regexp.MustCompile(`(?m)^ok\s+example.com/memcached/internal/controller\s`).MatchString(out) {
+				t.Errorf("the project's envtest suite did not run:\n%s", out)
+			}
+			for _, f := range []string{"deploy/operator.yaml", "deploy/sources.yaml", "deploy-classic/operator.yaml"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("opzero manifests did not write %s: %v", f, err)
+				}
+			}
+		}
+	}
 }
