@@ -342,6 +342,15 @@ func WriteObservedGeneration(ctx context.Context, c client.Client, gvk schema.Gr
 type Versions struct {
 	mu   sync.Mutex
 	keys map[types.NamespacedName]*known
+	// graves are the keys marked gone, oldest first, with the mark's
+	// number: past maxGone the oldest mark is dropped (if not renewed).
+	graves []grave
+	marks  uint64
+}
+
+type grave struct {
+	key  types.NamespacedName
+	mark uint64
 }
 
 // known is what this instance knows of one object's versions.
@@ -357,13 +366,20 @@ type known struct {
 	// the client then reads one of them, the watch had already delivered it.
 	early []string
 	// gone: this instance saw the object deleted, and the client has not
-	// read or written the key since (Gone).
+	// read or written the key since (Gone); mark numbers the sighting.
 	gone bool
+	mark uint64
 }
 
 const (
 	maxKeys  = 100_000
 	maxOlder = 4
+	// maxGone bounds the deletions remembered: a warm instance of a busy
+	// operator sees many, and a late event is late by the sender's retries
+	// (minutes), not by thousands of deletions. A forgotten one costs at
+	// worst one failed reconcile of a stale stand-in, retried from the API
+	// server.
+	maxGone = 10_000
 )
 
 // NewVersions returns an empty Versions.
@@ -439,7 +455,16 @@ func (v *Versions) Gone(key types.NamespacedName) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	*v.get(key) = known{gone: true}
+	v.marks++
+	*v.get(key) = known{gone: true, mark: v.marks}
+	v.graves = append(v.graves, grave{key, v.marks})
+	if len(v.graves) > maxGone {
+		old := v.graves[0]
+		v.graves = v.graves[1:]
+		if k, ok := v.keys[old.key]; ok && k.gone && k.mark == old.mark {
+			delete(v.keys, old.key)
+		}
+	}
 }
 
 // Forget drops what is known of key: its state is unknown (a delete was

@@ -1,6 +1,7 @@
 package standin
 
 import (
+	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -98,5 +99,33 @@ func TestCacheAfterADeletion(t *testing.T) {
 		if got := string(c.Get(gvk, key)); got != `{"v":14}` {
 			t.Errorf("%s: served %q, want the newest event's object", how, got)
 		}
+	}
+}
+
+// TestVersionsRememberABoundedNumberOfDeletions: past maxGone deletions
+// the oldest is forgotten (its key then knows nothing: any event stands
+// in), the newest are kept, and a key deleted again keeps its newer mark.
+func TestVersionsRememberABoundedNumberOfDeletions(t *testing.T) {
+	v := NewVersions()
+	key := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)} }
+	v.Gone(key(0))
+	v.Gone(key(1))
+	v.Gone(key(0)) // again: its first mark is the oldest, this one is not
+	for i := 2; i < maxGone; i++ {
+		v.Gone(key(i))
+	}
+	// maxGone+1 marks so far: the first (key 0's first) is dropped, key 0 stays gone
+	if v.Current(key(0), "9") || v.Current(key(1), "9") {
+		t.Fatal("a deletion within the newest maxGone was forgotten")
+	}
+	v.Gone(key(maxGone)) // drops key 1's mark
+	if !v.Current(key(1), "9") {
+		t.Error("the oldest deletion past maxGone is still remembered")
+	}
+	if v.Current(key(0), "9") || v.Current(key(maxGone), "9") {
+		t.Error("a newer deletion was forgotten")
+	}
+	if len(v.graves) > maxGone {
+		t.Errorf("%d marks held, want at most %d", len(v.graves), maxGone)
 	}
 }
