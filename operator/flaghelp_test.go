@@ -35,3 +35,54 @@ func TestFlagHelpReadsRight(t *testing.T) {
 		t.Fatalf("checked %d flags", n)
 	}
 }
+
+// TestBindFlagsLeavesTheProjectsOwn: in a kubebuilder project's main,
+// BindFlags (called after the project's flags) adds only what the project
+// does not have, so -h shows one flag per setting: the project's
+// --metrics-bind-address, --health-probe-bind-address and --leader-elect,
+// no opzero --metrics-addr, --health-probe-addr, --disable-leader-election
+// or --leader-election-namespace; a flag of the same name stays the
+// project's (no panic).
+func TestBindFlagsLeavesTheProjectsOwn(t *testing.T) {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	// kubebuilder v4's cmd/main.go, and a project flag of the same name as one of opzero's
+	var metricsAddr, probeAddr, certPath, backoff string
+	var leaderElect, secure, http2 bool
+	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election for controller manager.")
+	fs.BoolVar(&secure, "metrics-secure", true, "serve metrics over HTTPS")
+	fs.StringVar(&certPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
+	fs.BoolVar(&http2, "enable-http2", false, "enable HTTP/2")
+	fs.StringVar(&backoff, "backoff-base", "project's", "the project's own flag of that name")
+
+	var o operator.Options
+	o.BindFlags(fs)
+	for _, gone := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+		if fs.Lookup(gone) != nil {
+			t.Errorf("-%s is bound next to the project's own flag for it", gone)
+		}
+	}
+	for _, kept := range []string{"mode", "audience", "wakeup-sink", "max-concurrent-reconciles", "events-addr"} {
+		if fs.Lookup(kept) == nil {
+			t.Errorf("-%s is missing: the project has no flag for it", kept)
+		}
+	}
+	if err := fs.Parse([]string{"--mode=classic", "--leader-elect", "--backoff-base=x", "--health-probe-bind-address=:9"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Mode != operator.Classic || !leaderElect || backoff != "x" || probeAddr != ":9" || o.BackoffBase != 0 {
+		t.Errorf("parsed mode %q, leader-elect %v, the project's backoff-base %q, probe %q, opzero's backoff %v",
+			o.Mode, leaderElect, backoff, probeAddr, o.BackoffBase)
+	}
+
+	// Without the project's flags (an opzero main), every flag is bound.
+	all := flag.NewFlagSet("operator", flag.ContinueOnError)
+	var o2 operator.Options
+	o2.BindFlags(all)
+	for _, f := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace", "backoff-base"} {
+		if all.Lookup(f) == nil {
+			t.Errorf("an opzero main: -%s is missing", f)
+		}
+	}
+}

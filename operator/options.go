@@ -145,8 +145,39 @@ func (o *Options) withTimeout(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-// BindFlags registers the options users set at run time.
+// projectFlags names, for an opzero flag, the flags a controller-runtime
+// project (kubebuilder, operator-sdk) already has for the same thing. Its
+// flags fill its ctrl.Options, which classic.NewManager runs in both modes,
+// so in an adopted binary they are the ones that count.
+var projectFlags = map[string][]string{
+	"metrics-addr":              {"metrics-bind-address"},
+	"health-probe-addr":         {"health-probe-bind-address"},
+	"disable-leader-election":   {"leader-elect"},
+	"leader-election-namespace": {"leader-elect"}, // controller-runtime's default: the pod's namespace
+}
+
+// BindFlags registers the options users set at run time on fs, except
+// those fs already has: a flag of the same name, or the project's own flag
+// for the same thing (kubebuilder's --metrics-bind-address,
+// --health-probe-bind-address, --leader-elect), so that -h lists one flag
+// per setting. Call it after the project's own flags are defined.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
+	ours := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	o.bindFlags(ours)
+	ours.VisitAll(func(f *flag.Flag) {
+		if fs.Lookup(f.Name) != nil {
+			return
+		}
+		for _, theirs := range projectFlags[f.Name] {
+			if fs.Lookup(theirs) != nil {
+				return
+			}
+		}
+		fs.Var(f.Value, f.Name, f.Usage)
+	})
+}
+
+func (o *Options) bindFlags(fs *flag.FlagSet) {
 	if o.Mode == "" {
 		o.Mode = Mode(envOr("OPZERO_MODE", string(Serverless)))
 	}

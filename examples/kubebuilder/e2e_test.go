@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/opzero/opzero/internal/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -84,9 +87,30 @@ func tools(t *testing.T) (kubebuilder, controllerGen string) {
 }
 
 // project generates the kubebuilder project, writes the user's API field
-// and reconciler, and applies the migration to cmd/main.go. It returns the
-// project's folder and the migration's diff.
+// and reconciler, and applies the migration to cmd/main.go and go.mod. It
+// returns the project's folder and the migration's diff of cmd/main.go.
 func project(t *testing.T) (dir, diff string) {
+	t.Helper()
+	dir, before := generated(t)
+	mainGo := filepath.Join(dir, "cmd/main.go")
+	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
+		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000", "-require", "sigs.k8s.io/controller-runtime@v0.25.2")
+	run(t, dir, "go", "mod", "tidy")
+	run(t, dir, "go", "build", "./...")
+	orig := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(orig, before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
+	out, _ := cmd.Output() // exit 1: the files differ
+	return dir, strings.TrimSpace(string(out))
+}
+
+// generated generates the kubebuilder project with the user's API field
+// and reconciler, and changes cmd/main.go as docs/migrating.md shows
+// (testdata/main.go.diff). It returns the project's folder and cmd/main.go
+// as kubebuilder wrote it.
+func generated(t *testing.T) (dir string, mainBefore []byte) {
 	t.Helper()
 	kb, cg := tools(t)
 	dir = filepath.Join(t.TempDir(), "memcached")
@@ -108,25 +132,21 @@ func project(t *testing.T) (dir, diff string) {
 		t.Fatal(err)
 	}
 	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./api/...")
+	// and the CRDs and RBAC that its make manifests writes (its envtest suite installs the CRDs)
+	run(t, dir, cg, "rbac:roleName=manager-role", "crd", "webhook", "paths=./...", "output:crd:artifacts:config=config/crd/bases")
+	// Its test gives the reconciler the event recorder it now has.
+	ctest := filepath.Join(dir, "internal/controller/memcached_controller_test.go")
+	replaceIn(t, ctest, "\t\"k8s.io/apimachinery/pkg/types\"\n", "\t\"k8s.io/apimachinery/pkg/types\"\n\t\"k8s.io/client-go/tools/record\"\n")
+	replaceIn(t, ctest, "Scheme: k8sClient.Scheme(),", "Scheme: k8sClient.Scheme(), Recorder: record.NewFakeRecorder(10),")
 
-	// The migration: cmd/main.go (testdata/main.go.diff) and go.mod.
+	// The migration of cmd/main.go (testdata/main.go.diff).
 	mainGo := filepath.Join(dir, "cmd/main.go")
 	before, err := os.ReadFile(mainGo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, dir, "git", "apply", "--unidiff-zero", filepath.Join(wd(t), "testdata/main.go.diff"))
-	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
-		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000", "-require", "sigs.k8s.io/controller-runtime@v0.25.2")
-	run(t, dir, "go", "mod", "tidy")
-	run(t, dir, "go", "build", "./...")
-	orig := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(orig, before, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
-	out, _ := cmd.Output() // exit 1: the files differ
-	return dir, strings.TrimSpace(string(out))
+	return dir, before
 }
 
 func wd(t *testing.T) string {
@@ -166,12 +186,34 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 		t.Fatalf("the migration diff is %q: want a few lines", numstat)
 	}
 	env := testenv.Get(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "crds"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("flags", func(t *testing.T) { oneFlagPerSetting(t, dir) })
 	t.Run("serverless", func(t *testing.T) { serverless(t, env, dir) })
-	t.Run("classic", func(t *testing.T) { classic(t, env, dir, objs) })
+	t.Run("classic", func(t *testing.T) { classic(t, env, dir) })
+}
+
+// oneFlagPerSetting: the adopted binary's -h lists the project's own
+// metrics, probe and leader-election flags and opzero's --mode, and none of
+// opzero's flags for the same settings.
+func oneFlagPerSetting(t *testing.T, dir string) {
+	bin := filepath.Join(t.TempDir(), "memcached")
+	run(t, dir, "go", "build", "-o", bin, "./cmd")
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // exit 0 or 2, as the flag package has it
+	flags := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f, ok := strings.CutPrefix(line, "  -"); ok {
+			flags[strings.Fields(f)[0]] = true
+		}
+	}
+	for _, want := range []string{"metrics-bind-address", "health-probe-bind-address", "leader-elect", "mode", "audience"} {
+		if !flags[want] {
+			t.Errorf("-h has no -%s:\n%s", want, out)
+		}
+	}
+	for _, dup := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+		if flags[dup] {
+			t.Errorf("-h lists opzero's -%s next to the project's own flag for it", dup)
+		}
+	}
 }
 
 func serverless(t *testing.T, env *testenv.Env, dir string) {
@@ -212,39 +254,16 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 	})
 }
 
-func classic(t *testing.T, env *testenv.Env, dir string, objs []manifests.Object) {
+// classic runs the generated classic manifests through opzero dev: the
+// Deployment passes the project's own --leader-elect and
+// --health-probe-bind-address (opzero dev probes it), and the manager holds
+// its leader-election Lease in the namespace.
+func classic(t *testing.T, env *testenv.Env, dir string) {
 	ns := env.Namespace(t)
-	installCRDs(t, env.Client, objs)
-	bin := filepath.Join(t.TempDir(), "memcached")
-	run(t, dir, "go", "build", "-o", bin, "./cmd")
-	cmd := exec.Command(bin, "--mode=classic", "--health-probe-bind-address=0", "--metrics-bind-address=0")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
-	logPath := filepath.Join(t.TempDir(), "operator.log")
-	lf, err := os.Create(logPath)
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns, Mode: manifests.Classic})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("operator exit after SIGINT: %v (want 0)", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("operator log:\n%s", testkit.Tail(b, 60))
-		}
-	})
-	exercise(t, env.Client, ns, nil)
-}
-
-// installCRDs creates the generated CRDs (opzero dev applied them for the
-// serverless run; a classic run alone needs them too).
-func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
-	t.Helper()
 	stream, err := manifests.Stream(objs)
 	if err != nil {
 		t.Fatal(err)
@@ -253,27 +272,31 @@ func installCRDs(t *testing.T, c client.Client, objs []manifests.Object) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range us {
-		if u.GetKind() != "CustomResourceDefinition" {
-			continue
-		}
-		if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		testkit.Eventually(t, 30*time.Second, "CRD "+u.GetName()+" established", func(ctx context.Context) (bool, error) {
-			got := &unstructured.Unstructured{}
-			got.SetGroupVersionKind(u.GroupVersionKind())
-			if err := c.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
-				return false, err
+	for _, o := range us {
+		if o.GetKind() == "Deployment" {
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+			t.Logf("classic Deployment args: %s", strings.Join(args, " "))
+			if !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--health-probe-bind-address=:8081") {
+				t.Fatalf("classic Deployment args %q: want the project's --leader-elect and --health-probe-bind-address", args)
 			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, x := range conds {
-				if m, _ := x.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		}
+	}
+	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(), BuildDir: dir})
+	exercise(t, env.Client, ns, nil)
+	leases := &coordinationv1.LeaseList{}
+	if err := env.Client.List(context.Background(), leases, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, l := range leases.Items {
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			held = append(held, l.Name+" held by "+*l.Spec.HolderIdentity)
+		}
+	}
+	t.Logf("leader election: %v", held)
+	if len(held) != 1 {
+		t.Fatalf("leases held in %s: %v, want the manager's one", ns, held)
 	}
 }
 
@@ -376,4 +399,41 @@ func hasEvent(ctx context.Context, t *testing.T, c client.Client, ns, reason str
 		}
 	}
 	return false
+}
+
+// TestReadmeAdoptProject runs the README's commands for adopting a project
+// exactly as written, as a new user would in a folder outside the checkout:
+// install the CLI and opzero's programs, then in a kubebuilder project whose
+// cmd/main.go is changed as docs/migrating.md shows, require opzero, build,
+// run the project's own envtest suite on opzero's pinned binaries, write
+// both modes' manifests and run opzero dev until it is ready, then Ctrl-C.
+func TestReadmeAdoptProject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubebuilder and a project, runs its envtest suite and opzero dev")
+	}
+	root := checkoutRoot(t)
+	readme := filepath.Join(root, "README.md")
+	env := testkit.ReadmeEnv(t, root)
+	dir, _ := generated(t)
+	if strings.HasPrefix(dir, root+string(filepath.Separator)) {
+		t.Fatalf("the project %s is inside the checkout %s", dir, root)
+	}
+	for _, block := range []string{"install", "adopt"} {
+		lines, err := testkit.ReadmeBlock(readme, block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := testkit.RunReadme(t, dir, env, "opzero dev: ready", lines)
+		t.Logf("README %s:\n%s", block, testkit.Tail([]byte(out), 40))
+		if block == "adopt" {
+			if !regexp.MustCompile(`(?m)^ok\s+example.com/memcached/internal/controller\s`).MatchString(out) {
+				t.Errorf("the project's envtest suite did not run:\n%s", out)
+			}
+			for _, f := range []string{"deploy/operator.yaml", "deploy/sources.yaml", "deploy-classic/operator.yaml"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("opzero manifests did not write %s: %v", f, err)
+				}
+			}
+		}
+	}
 }

@@ -23,6 +23,7 @@ func TestBadInputSaysWhatToDo(t *testing.T) {
 		{"unknown package", "./examples/nosuchoperator", []string{"./examples/nosuchoperator", "Go package path of the operator's main"}},
 		{"not a command", "./builder", []string{"package builder, not a command"}},
 		{"not an opzero binary", "./internal/manifests/testdata/notdescribing", []string{"exited without describing itself", "operator.New"}},
+		{"refuses with its own reason", "./internal/manifests/testdata/refusing", []string{"exited with exit status 1 before describing itself; its output ends:\nproblem running manager: serverless mode: webhooks (/validate-x) cannot be served serverless\n(if its main"}},
 		{"serves instead", "./internal/manifests/testdata/serving", []string{"did not describe itself within 5s", "kept running"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

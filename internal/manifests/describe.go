@@ -83,15 +83,21 @@ func runDescribe(ctx context.Context, bin, out string) (description.Description,
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	runErr := cmd.Run()
-	hint := "does its main build the operator with operator.New, register it with builder...Complete and call rt.Start? " +
+	hint := "does its main build the operator with operator.New (or classic.NewManager in an adopted project), register it with builder...Complete and call rt.Start? " +
 		"(a binary describes itself when " + description.Env + " is set; an opzero older than the CLI does not)"
 	if ctx.Err() != nil {
 		return description.Description{}, fmt.Errorf("did not describe itself within %s: it kept running (serving?); %s", describeTimeout, hint)
 	}
 	f, err := os.Open(out)
 	if err != nil {
+		if runErr != nil && strings.TrimSpace(stderr.String()) != "" {
+			// Its own error first: an adopted manager refuses at Start what
+			// cannot run serverless, and says what to do.
+			return description.Description{}, fmt.Errorf("exited with %v before describing itself; its output ends:\n%s\n(if its main does not start an opzero operator: %s)",
+				runErr, tail(stderr.String()), hint)
+		}
 		if runErr != nil {
-			return description.Description{}, fmt.Errorf("exited with %v before describing itself: %s\n%s", runErr, hint, tail(stderr.String()))
+			return description.Description{}, fmt.Errorf("exited with %v before describing itself, with no output: %s", runErr, hint)
 		}
 		return description.Description{}, fmt.Errorf("exited without describing itself: %s", hint)
 	}

@@ -3,6 +3,7 @@ package manifests
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -152,6 +153,11 @@ func (g *gen) service() Object {
 	args := []any{"--mode=serverless", "--audience=" + g.o.Audience, "--allowed-senders=" + strings.Join(g.senders(), ",")}
 	if g.o.durable() {
 		args = append(args, "--wakeup-sink="+g.serviceURL())
+	}
+	if g.hasFlag(projectProbeFlag) {
+		// Knative probes the serving port, which has the checks; instances
+		// side by side (opzero dev) must not all bind the project's port.
+		args = append(args, "--"+projectProbeFlag+"=0")
 	}
 	container := g.container(map[string]any{
 		"name":  "operator",
@@ -424,6 +430,19 @@ func httpProbe(path string, port any, failures int64) map[string]any {
 	return map[string]any{"httpGet": get, "periodSeconds": int64(10), "timeoutSeconds": int64(1), "failureThreshold": failures}
 }
 
+// The flags of a kubebuilder project for what opzero's --disable-leader-election
+// and --health-probe-addr set: an adopted binary has these instead
+// (operator.Options.BindFlags leaves its own out).
+const (
+	projectLeaderFlag = "leader-elect"
+	projectProbeFlag  = "health-probe-bind-address"
+)
+
+// hasFlag reports whether the operator binary has flag name.
+func (g *gen) hasFlag(name string) bool {
+	return slices.Contains(g.in.Flags, name)
+}
+
 // classicEventsPort is where a classic operator takes its Broker's events
 // (--events-addr; its Service's port 80 forwards to it).
 const classicEventsPort = 8082
@@ -445,7 +464,19 @@ func (g *gen) eventsService() Object {
 // with leader election (its Lease Role comes with operatorRBAC).
 func (g *gen) deployment() Object {
 	ports := []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}}
-	args := []any{"--mode=classic", "--leader-election-namespace=" + g.o.Namespace, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort)}
+	args := []any{"--mode=classic"}
+	if g.hasFlag(projectLeaderFlag) {
+		// an adopted project: its own flags fill the ctrl.Options classic
+		// mode runs (the Lease's namespace: the pod's, or $POD_NAMESPACE)
+		args = append(args, "--"+projectLeaderFlag)
+	} else {
+		args = append(args, "--leader-election-namespace="+g.o.Namespace)
+	}
+	if g.hasFlag(projectProbeFlag) {
+		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
+	} else {
+		args = append(args, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort))
+	}
 	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
 		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})
 		args = append(args, fmt.Sprintf("--events-addr=:%d", classicEventsPort), "--audience="+g.o.Audience,

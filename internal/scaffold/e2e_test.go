@@ -354,3 +354,37 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestReadmeNewProject runs the README's commands for a new project
+// exactly as written, as a new user would in a folder outside the
+// checkout: install the CLI and opzero's programs, opzero init, opzero
+// create api, make test, and make dev until it is ready, then Ctrl-C.
+func TestReadmeNewProject(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs the CLI, builds a project, runs its tests and opzero dev")
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if strings.HasPrefix(dir, root+string(filepath.Separator)) {
+		t.Fatalf("temporary folder %s is inside the checkout %s", dir, root)
+	}
+	env := testkit.ReadmeEnv(t, root)
+	var out string
+	for _, block := range []string{"install", "new"} {
+		lines, err := testkit.ReadmeBlock(filepath.Join(root, "README.md"), block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = testkit.RunReadme(t, dir, env, "opzero dev: ready", lines)
+		t.Logf("README %s:\n%s", block, testkit.Tail([]byte(out), 40))
+	}
+	if !regexp.MustCompile(`(?m)^ok\s+example.com/memcached-operator/internal/controller\s`).MatchString(out) {
+		t.Errorf("make test did not run the controller test:\n%s", out)
+	}
+	if !strings.Contains(out, "opzero dev: stopping") {
+		t.Errorf("make dev did not stop on Ctrl-C:\n%s", out)
+	}
+}

@@ -133,8 +133,23 @@ func (c *Cache) Event(gvk schema.GroupVersionKind, key types.NamespacedName, rv 
 	}
 }
 
+// Gone records that an event said the object key of kind gvk was deleted:
+// what is held of it is dropped, and no event's object of key is served
+// until the client reads or writes key (Versions.Gone).
+func (c *Cache) Gone(gvk schema.GroupVersionKind, key types.NamespacedName) {
+	kc := c.kind(gvk)
+	if kc == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kc.versions.Gone(key)
+	c.drop(kc, key)
+}
+
 // Observed records version rv of key as read or written through the
-// client; rv "" (not found, deleted) drops what is held of key.
+// client; rv "" (not found, deleted) drops what is held of key and counts
+// as Gone.
 func (c *Cache) Observed(gvk schema.GroupVersionKind, key types.NamespacedName, rv string) {
 	kc := c.kind(gvk)
 	if kc == nil {
@@ -143,7 +158,7 @@ func (c *Cache) Observed(gvk schema.GroupVersionKind, key types.NamespacedName, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rv == "" {
-		kc.versions.Forget(key)
+		kc.versions.Gone(key)
 		c.drop(kc, key)
 		return
 	}

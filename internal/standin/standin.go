@@ -144,13 +144,17 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 		return c.Client.Get(ctx, key, obj, opts...)
 	}
 	if key == s.key {
-		if raw := s.take(); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil {
+		// Current again: a deletion may have been seen since the stand-in was chosen.
+		if raw := s.take(); raw != nil && len(opts) == 0 && DecodeInto(raw, obj) == nil && s.versions.Current(key, obj.GetResourceVersion()) {
 			s.sawGeneration(obj.GetGeneration())
 			s.answeredFromMemory()
 			return nil
 		}
 	}
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.versions.Gone(key)
+		}
 		return err
 	}
 	if key == s.key {
@@ -227,8 +231,17 @@ func (c Client) cached(ctx context.Context, obj client.Object) (*State, schema.G
 	return s, gvk
 }
 
-// observe records obj's version after a successful write.
+// observe records obj's version after a successful write, and that it is
+// gone after a write that found it missing.
 func (c Client) observe(ctx context.Context, obj client.Object, err error) error {
+	if apierrors.IsNotFound(err) {
+		if s := c.primary(ctx, obj); s != nil {
+			s.versions.Gone(client.ObjectKeyFromObject(obj))
+		}
+		if s, gvk := c.cached(ctx, obj); s != nil {
+			s.cache.Observed(gvk, client.ObjectKeyFromObject(obj), "")
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -320,11 +333,28 @@ func WriteObservedGeneration(ctx context.Context, c client.Client, gvk schema.Gr
 // before the write (the sender delivers one event at a time, and late), so it
 // is not trusted: the first Get goes to the API server, which tells.
 //
+// A deletion is the end of the order: once this instance has seen the object
+// gone (a delete event, or a read or write that found it missing: Gone), no
+// event's object of that key stands in until the client reads or writes the
+// key again (a new object of that name). An event delivered after the
+// deletion (a late delivery, a redelivery, another source's) can carry a copy
+// from before it, finalizers and all, and its version is one this instance
+// may never have seen, so the rule above alone would trust it.
+//
 // Safe for concurrent use. Memory is bounded: past maxKeys objects an
 // arbitrary one is forgotten, which only costs it a GET.
 type Versions struct {
 	mu   sync.Mutex
 	keys map[types.NamespacedName]*known
+	// graves are the keys marked gone, oldest first, with the mark's
+	// number: past maxGone the oldest mark is dropped (if not renewed).
+	graves []grave
+	marks  uint64
+}
+
+type grave struct {
+	key  types.NamespacedName
+	mark uint64
 }
 
 // known is what this instance knows of one object's versions.
@@ -339,11 +369,21 @@ type known struct {
 	// early are the unknown versions events carried while unconfirmed: if
 	// the client then reads one of them, the watch had already delivered it.
 	early []string
+	// gone: this instance saw the object deleted, and the client has not
+	// read or written the key since (Gone); mark numbers the sighting.
+	gone bool
+	mark uint64
 }
 
 const (
 	maxKeys  = 100_000
 	maxOlder = 4
+	// maxGone bounds the deletions remembered: a warm instance of a busy
+	// operator sees many, and a late event is late by the sender's retries
+	// (minutes), not by thousands of deletions. A forgotten one costs at
+	// worst one failed reconcile of a stale stand-in, retried from the API
+	// server.
+	maxGone = 10_000
 )
 
 // NewVersions returns an empty Versions.
@@ -360,6 +400,11 @@ func (v *Versions) Event(key types.NamespacedName, rv string) {
 	defer v.mu.Unlock()
 	k := v.get(key)
 	switch {
+	case k.gone:
+		// from before the deletion, or of a new object of that name: the
+		// first Get tells which; if it reads this version, the watch has
+		// delivered it already
+		k.addEarly(rv)
 	case k.newest == "":
 		k.newest = rv
 	case rv == k.newest:
@@ -368,10 +413,7 @@ func (v *Versions) Event(key types.NamespacedName, rv string) {
 		// a late redelivery
 	case k.unconfirmed:
 		// perhaps older than what this instance read or wrote
-		k.early = append(k.early, rv)
-		if len(k.early) > maxOlder {
-			k.early = k.early[1:]
-		}
+		k.addEarly(rv)
 	default:
 		k.push(rv)
 	}
@@ -385,6 +427,9 @@ func (v *Versions) Observed(key types.NamespacedName, rv string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k := v.get(key)
+	if k.gone {
+		*k = known{early: k.early} // a new object of that name
+	}
 	if rv == k.newest || slices.Contains(k.older, rv) {
 		return
 	}
@@ -394,7 +439,8 @@ func (v *Versions) Observed(key types.NamespacedName, rv string) {
 }
 
 // Current reports whether an object of key at version rv is the newest this
-// instance knows of (true when it knows nothing of key).
+// instance knows of (true when it knows nothing of key, false after Gone
+// until the client reads or writes key).
 func (v *Versions) Current(key types.NamespacedName, rv string) bool {
 	if v == nil {
 		return true
@@ -402,10 +448,31 @@ func (v *Versions) Current(key types.NamespacedName, rv string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	k, ok := v.keys[key]
-	return !ok || k.newest == "" || k.newest == rv
+	return !ok || !k.gone && (k.newest == "" || k.newest == rv)
 }
 
-// Forget drops key (it was deleted).
+// Gone records that key was seen deleted: a delete event arrived, or a read
+// or write through the client found it missing.
+func (v *Versions) Gone(key types.NamespacedName) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.marks++
+	*v.get(key) = known{gone: true, mark: v.marks}
+	v.graves = append(v.graves, grave{key, v.marks})
+	if len(v.graves) > maxGone {
+		old := v.graves[0]
+		v.graves = v.graves[1:]
+		if k, ok := v.keys[old.key]; ok && k.gone && k.mark == old.mark {
+			delete(v.keys, old.key)
+		}
+	}
+}
+
+// Forget drops what is known of key: its state is unknown (a delete was
+// asked for, which finalizers may hold; an event was refused unread).
 func (v *Versions) Forget(key types.NamespacedName) {
 	if v == nil {
 		return
@@ -428,6 +495,13 @@ func (v *Versions) get(key types.NamespacedName) *known {
 		v.keys[key] = k
 	}
 	return k
+}
+
+func (k *known) addEarly(rv string) {
+	k.early = append(k.early, rv)
+	if len(k.early) > maxOlder {
+		k.early = k.early[1:]
+	}
 }
 
 func (k *known) push(rv string) {

@@ -10,6 +10,9 @@
 //   - Listen hands over a bound listener (no window in which another process
 //     can take the port); OnFreePort retries with another port when the
 //     server under test reports the port taken.
+//   - RunReadme runs a README's shell block exactly as written (ReadmeBlock
+//     finds it by its <!-- readme-test: name --> marker), in ReadmeEnv: a
+//     new user's HOME with the checkout at ~/src/opzero.
 //   - Background cancels its goroutine's context when the test ends and waits
 //     for it, so nothing it started outlives the test.
 //

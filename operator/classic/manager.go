@@ -60,10 +60,16 @@ import (
 //   - The metrics server is controller-runtime's, built from mo.Metrics, on
 //     its own BindAddress (never the serverless port); "" or "0" turns it
 //     off (there is no :8080 default: that is the serverless port).
+//   - The health checks are also served on mo.HealthProbeBindAddress when
+//     it is set (not "" or "0"), as controller-runtime serves them.
+//   - Leader election (mo.LeaderElection, kubebuilder's --leader-elect) is
+//     not needed: what it guarantees, one reconcile of a key at a time, opzero
+//     gives per key (across instances with Leases when --max-scale > 1), so
+//     instances that start and stop with the events never wait for a lease.
+//     Start logs that it is not used.
 //   - What cannot work fails at Start with the reason: more than one
-//     controller (one Knative Service per controller), leader election,
-//     webhooks and conversion (a service scaled to zero cannot answer the
-//     API server).
+//     controller (one Knative Service per controller), webhooks and
+//     conversion (a service scaled to zero cannot answer the API server).
 //   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
 //     List: it lists without the indexed requirement and keeps the objects
 //     whose index function yields the wanted value.
@@ -73,6 +79,12 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 	}
 	describing := os.Getenv(description.Env) != ""
 	if o.Mode == operator.Classic && !describing {
+		if mo.LeaderElection && mo.LeaderElectionNamespace == "" {
+			// In a pod controller-runtime reads its namespace from the service
+			// account; outside one (opzero dev runs Deployments as processes)
+			// the generated manifests' $POD_NAMESPACE says it.
+			mo.LeaderElectionNamespace = os.Getenv("POD_NAMESPACE")
+		}
 		return manager.New(cfg, mo)
 	}
 	if mo.Scheme != nil {
@@ -245,13 +257,10 @@ func (m *adopted) refusals() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	errs := append([]error(nil), m.errs...)
-	if m.mo.LeaderElection {
-		errs = append(errs, errors.New("leader election cannot work serverless: instances start and stop with the events and may run side by side "+
-			"(opzero serializes each key instead, across instances with Leases when --max-scale > 1); run without --leader-elect in serverless mode"))
-	}
 	if p := m.webhooks.paths(); len(p) > 0 {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; run --mode=classic, or serve the webhooks from a separate always-on Deployment", strings.Join(p, ", ")))
+			"cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
+			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false)", strings.Join(p, ", ")))
 	}
 	if m.converters.n > 0 {
 		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
@@ -337,6 +346,14 @@ func (m *adopted) Start(ctx context.Context) error {
 	}
 	for _, r := range m.runnables {
 		run(fmt.Sprintf("runnable %T", r), r)
+	}
+	if m.mo.LeaderElection {
+		m.log.Info("leader election is not used serverless: opzero serializes each key instead (across instances with Leases when --max-scale > 1)")
+	}
+	if ps, err := m.probeServer(); err != nil {
+		return err
+	} else if ps != nil {
+		run("health probe server", ps)
 	}
 	if ms, err := m.metricsServer(); err != nil {
 		return err

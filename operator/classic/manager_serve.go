@@ -1,11 +1,17 @@
 package classic
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
@@ -22,6 +28,43 @@ func (m *adopted) serveChecks(next http.Handler) http.Handler {
 	mux.Handle("/readyz", http.StripPrefix("/readyz", &healthz.Handler{Checks: m.readyz}))
 	mux.Handle("/readyz/", http.StripPrefix("/readyz", &healthz.Handler{Checks: m.readyz}))
 	return mux
+}
+
+// probeServer serves the health and ready checks on
+// mo.HealthProbeBindAddress (nil when it is "" or "0"), as
+// controller-runtime's manager does: /healthz and /readyz with their
+// /<name> forms. It listens at once, so a taken address fails Start.
+func (m *adopted) probeServer() (manager.Runnable, error) {
+	addr := m.mo.HealthProbeBindAddress
+	if addr == "" || addr == "0" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving health probes on %s (ctrl.Options.HealthProbeBindAddress, kubebuilder's --health-probe-bind-address; 0 turns it off): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	for _, c := range []struct {
+		path   string
+		checks map[string]healthz.Checker
+	}{{"/healthz", m.healthz}, {"/readyz", m.readyz}} {
+		h := http.StripPrefix(c.path, &healthz.Handler{Checks: c.checks})
+		mux.Handle(c.path, h)
+		mux.Handle(c.path+"/", h)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}), nil
 }
 
 func (m *adopted) metricsServer() (metricsserver.Server, error) {

@@ -118,8 +118,13 @@
 //     written a version that no event has carried back yet: the event may
 //     then predate that write (Knative's adapter delivers one event at a
 //     time, late), so the first Get goes to the API server. A version seen
-//     before and since replaced (a redelivery) never stands in either. Every
-//     later read goes to the API server.
+//     before and since replaced (a redelivery) never stands in either, nor,
+//     once this instance has seen the key deleted (a delete event, or a
+//     read or write that found it missing), any event's object of the key
+//     until the client reads it again: an event delivered after the
+//     deletion may carry a copy from before it (finalizers still on). The
+//     same holds for the event cache. Every later read goes to the API
+//     server.
 //   - A write that conflicts (409) after a Get answered from memory (the
 //     event's object or the event cache) has the key reconciled once more
 //     at once, every read going to the API server: with more than one

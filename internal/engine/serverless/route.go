@@ -90,9 +90,12 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 	gvk := gv.WithKind(ev.Kind)
 	if e.cache.Holds(gvk) {
 		k := types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}
-		if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete {
+		switch {
+		case ev.Action == cloudevent.Delete:
+			e.cache.Gone(gvk, k)
+		case ev.Mode == cloudevent.Resource:
 			e.cache.Event(gvk, k, ev.Meta.ResourceVersion, ev.Object)
-		} else {
+		default:
 			e.cache.Event(gvk, k, "", nil)
 		}
 	}
@@ -128,10 +131,11 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 
 func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 	k := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}}
+	if ev.Action == cloudevent.Delete {
+		e.versions.Gone(k.NamespacedName) // no stand-in from before it from now on
+	}
 	if ev.Mode == cloudevent.Resource {
-		if ev.Action == cloudevent.Delete {
-			e.versions.Forget(k.NamespacedName)
-		} else {
+		if ev.Action != cloudevent.Delete {
 			e.versions.Event(k.NamespacedName, ev.Meta.ResourceVersion)
 		}
 		m := ev.Meta
