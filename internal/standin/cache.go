@@ -143,6 +143,7 @@ func (c *Cache) Gone(gvk schema.GroupVersionKind, key types.NamespacedName) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	kc.events++ // a Get under way may have read it before the deletion
 	kc.versions.Gone(key)
 	c.drop(kc, key)
 }

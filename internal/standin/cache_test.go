@@ -93,6 +93,12 @@ func TestCacheReads(t *testing.T) {
 			c.Forget()
 		}, ""},
 		{"a Forget during the Get", func(c *Cache) { read(c, "5", c.Forget) }, ""},
+		{"a deletion event during the Get", func(c *Cache) {
+			tok := c.ReadStart(cmKind)
+			c.Gone(cmKind, key)
+			c.Observed(cmKind, key, "5") // read before the deletion, answered after it
+			c.Read(cmKind, tok, obj("5"))
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
