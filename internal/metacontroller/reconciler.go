@@ -51,10 +51,13 @@ type Reconciler struct {
 	OnChange func(reason string)
 	// FieldManager owns what server-side apply writes (default "opzero-metacontroller").
 	FieldManager string
+
+	learning learning
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	defer r.restartIfLearned()
 	n := req.Name
 	switch {
 	case strings.HasPrefix(n, compositePrefix):
