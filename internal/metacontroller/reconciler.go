@@ -53,6 +53,7 @@ type Reconciler struct {
 	FieldManager string
 
 	learning learning
+	fields   statusFields
 }
 
 // Reconcile implements reconcile.Reconciler.

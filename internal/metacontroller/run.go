@@ -234,6 +234,8 @@ func completeDescription(d *description.Controller, cfg *Config) {
 		}
 	}
 	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		// the parents' schemas: no status field is written that they lack
+		description.Rule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get"}},
 		description.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"compositecontrollers/status", "decoratorcontrollers/status"},
 			Verbs: []string{"get", "update", "patch"}})
 	d.Warnings = append(cfg.Warnings(), d.Warnings...)
