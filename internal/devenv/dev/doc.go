@@ -159,8 +159,10 @@
 //   - mtping is multi-tenant: a second opzero dev on the same cluster also
 //     pings the first one's PingSources (their sends fail and are logged).
 //     Use one opzero dev per control plane.
-//   - Readiness is the operator's GET /healthz answering 200 (not the
-//     container's probe). The Service's timeoutSeconds (default 300) bounds
+//   - Readiness is the container's readinessProbe.httpGet.path answering
+//     200 (`opzero manifests` names /healthz for operators); a container
+//     without an HTTP readinessProbe is ready once its port takes a TCP
+//     connection, as Knative probes it. Other probe fields are not played. The Service's timeoutSeconds (default 300) bounds
 //     each request once it reaches an instance: past it the answer is 504,
 //     as from Knative.
 //   - Reconciles are known from the operator's answers (Opzero-Result of a

@@ -242,7 +242,8 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
-		OnProcess: s.onProcess(p.opts.Events),
+		ReadinessPath: s.Spec.ReadinessPath,
+		OnProcess:     s.onProcess(p.opts.Events),
 		// each instance's own URL, recorded on the Leases it holds: the
 		// other instances forward it the events of its keys
 		AddressEnv: "OPZERO_ADVERTISE_ADDRESS",
