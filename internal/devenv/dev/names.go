@@ -139,7 +139,10 @@ func (p *Platform) nameCommandServices() error {
 			ports, _, _ := unstructured.NestedSlice(u.Object, "spec", "ports")
 			for _, x := range ports {
 				m, _ := x.(map[string]any)
-				port, _, _ := unstructured.NestedInt64(m, "port")
+				port, ok := number(m["port"])
+				if !ok {
+					return fmt.Errorf("Service %s: port %v is not a number", key(u), m["port"])
+				}
 				target, err := targetPort(m["targetPort"], d.c, port)
 				if err != nil {
 					return fmt.Errorf("Service %s: %w", key(u), err)
@@ -154,13 +157,12 @@ func (p *Platform) nameCommandServices() error {
 // targetPort is a Service port's targetPort: a number, a container port's
 // name, or (unset) the port itself.
 func targetPort(v any, c map[string]any, port int64) (int, error) {
+	if n, ok := number(v); ok {
+		return int(n), nil
+	}
 	switch t := v.(type) {
 	case nil:
 		return int(port), nil
-	case int64:
-		return int(t), nil
-	case float64:
-		return int(t), nil
 	case string:
 		if n, err := strconv.Atoi(t); err == nil {
 			return n, nil
@@ -168,12 +170,25 @@ func targetPort(v any, c map[string]any, port int64) (int, error) {
 		ports, _, _ := unstructured.NestedSlice(c, "ports")
 		for _, x := range ports {
 			m, _ := x.(map[string]any)
-			if m["name"] == t {
-				n, _, _ := unstructured.NestedInt64(m, "containerPort")
+			if n, ok := number(m["containerPort"]); ok && m["name"] == t {
 				return int(n), nil
 			}
 		}
 		return 0, fmt.Errorf("targetPort %q names no port of the container", t)
 	}
 	return 0, fmt.Errorf("targetPort %v: want a number or a port name", v)
+}
+
+// number reads a JSON or YAML number (int64, float64 or int, as decoders
+// give them).
+func number(v any) (int64, bool) {
+	switch t := v.(type) {
+	case int64:
+		return t, true
+	case int:
+		return int64(t), true
+	case float64:
+		return int64(t), t == float64(int64(t))
+	}
+	return 0, false
 }

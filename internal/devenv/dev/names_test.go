@@ -57,11 +57,11 @@ func TestClusterNamesProxy(t *testing.T) {
 }
 
 func TestTargetPort(t *testing.T) {
-	c := map[string]any{"ports": []any{map[string]any{"name": "http", "containerPort": int64(8081)}}}
+	c := map[string]any{"ports": []any{map[string]any{"name": "http", "containerPort": float64(8081)}}} // as JSON decodes it
 	for _, x := range []struct {
 		v    any
 		want int
-	}{{nil, 80}, {int64(9000), 9000}, {"9001", 9001}, {"http", 8081}} {
+	}{{nil, 80}, {int64(9000), 9000}, {float64(9002), 9002}, {"9001", 9001}, {"http", 8081}} {
 		got, err := targetPort(x.v, c, 80)
 		if err != nil || got != x.want {
 			t.Errorf("targetPort(%v) = %d, %v; want %d", x.v, got, err, x.want)
@@ -69,5 +69,62 @@ func TestTargetPort(t *testing.T) {
 	}
 	if _, err := targetPort("nope", c, 80); err == nil {
 		t.Error("a targetPort naming no container port was accepted")
+	}
+}
+
+// TestCommandDeploymentServiceNames: a core Service that selects the pods
+// of a Deployment run by its local command answers its ports at the
+// targetPort on 127.0.0.1 (Metacontroller's hook manifests, as published).
+func TestCommandDeploymentServiceNames(t *testing.T) {
+	objs, err := ReadManifests("-", strings.NewReader(`
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: hook
+  namespace: metacontroller
+  annotations:
+    dev.opzero.dev/command: '["python3", "sync.py"]'
+spec:
+  selector: {matchLabels: {app: hook}}
+  template:
+    metadata: {labels: {app: hook}}
+    spec:
+      containers:
+      - name: controller
+        image: python:3.9
+        ports: [{name: web, containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: hook
+  namespace: metacontroller
+spec:
+  selector: {app: hook}
+  ports: [{port: 80}, {port: 81, targetPort: web}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: unrelated
+  namespace: metacontroller
+spec:
+  selector: {app: other}
+  ports: [{port: 80}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Platform{opts: Options{Objects: objs, Namespace: "default"}}
+	if err := p.nameCommandServices(); err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"hook.metacontroller": "127.0.0.1:80", "hook.metacontroller.svc:81": "127.0.0.1:8080"} {
+		if got, ok := p.names.lookup(host); !ok || got != want {
+			t.Errorf("%s -> %q (%v), want %s", host, got, ok, want)
+		}
+	}
+	if got, ok := p.names.lookup("unrelated.metacontroller"); ok {
+		t.Errorf("a Service in front of no local process answers: %s", got)
 	}
 }
