@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +101,16 @@ func (r *Reconciler) learn(ctx context.Context, c *Controller, res Resource) err
 		r.learning.reason = fmt.Sprintf("the customize hook of %s %s named %s, which is not watched yet", c.Kind, c.Name, res.GVR.GroupResource())
 	}
 	return nil
+}
+
+// learnedResync is when a sync that learned a resource is done again.
+const learnedResync = 5 * time.Second
+
+// restarting: this process learned something and restarts after its sync.
+func (r *Reconciler) restarting() bool {
+	r.learning.mu.Lock()
+	defer r.learning.mu.Unlock()
+	return r.learning.reason != ""
 }
 
 // restartIfLearned calls OnChange once something was learned.

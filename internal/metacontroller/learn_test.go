@@ -173,8 +173,12 @@ func TestCustomizeNamedResourcesAreWatched(t *testing.T) {
 			var restarts []string
 			r := &Reconciler{Client: env.Client, Config: &Config{Controllers: []*Controller{c}}, Hooks: &HookClient{},
 				OnChange: func(why string) { restarts = append(restarts, why) }}
-			if _, err := r.Reconcile(ctx, CompositeKey(name, ns, "p1")); err != nil {
+			res, err := r.Reconcile(ctx, CompositeKey(name, ns, "p1"))
+			if err != nil {
 				t.Fatal(err)
+			}
+			if res.RequeueAfter == 0 {
+				t.Fatal("the sync that learned a resource is not done again: a change of it before the restart would be lost")
 			}
 			if len(restarts) != 1 || !strings.Contains(restarts[0], "namespaces") && !strings.Contains(restarts[0], "configmaps") {
 				t.Fatalf("after the customize hook named new resources, restarts %q, want one naming them", restarts)

@@ -101,7 +101,15 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if finalizing && resp.finalized {
 		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
 	}
-	return r.resync(c, resp.resyncAfter), nil
+	res := r.resync(c, resp.resyncAfter)
+	if r.restarting() && (res.RequeueAfter == 0 || res.RequeueAfter > learnedResync) {
+		// The process restarts to watch what it learned: a change of it
+		// that reaches this one before it exits is not mapped, so the sync
+		// is done again once the next process watches it (serverless: a
+		// durable Wakeup; classic: the restart lists every parent anyway).
+		res.RequeueAfter = learnedResync
+	}
+	return res, nil
 }
 
 // childID identifies a child.
