@@ -92,6 +92,12 @@ type Controller struct {
 	// resources its controllers name), where +kubebuilder:rbac markers
 	// cannot say them.
 	Rules []Rule `json:"rules,omitempty"`
+	// SourceRules are what the operator's event sources must read beyond
+	// its kinds, for kinds it learns to watch at run time
+	// (opzero-metacontroller: what customize hooks name). The hub's
+	// aggregated ClusterRole gets them; Knative's ApiServerSources made at
+	// run time use the operator's own service account, which has Rules.
+	SourceRules []Rule `json:"sourceRules,omitempty"`
 	// Warnings are what the operator found wrong in its input but can run
 	// with (opzero-metacontroller: fields of its controllers it does not
 	// implement); `opzero manifests` prints them.

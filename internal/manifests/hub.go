@@ -115,6 +115,7 @@ func (g *gen) hubReadRole() Object {
 	for _, k := range g.sourceKinds() {
 		r.add(k.Group, g.resource(k.Kind), readVerbs...)
 	}
+	r.addRules(describedRules(g.op.SourceRules))
 	l := g.labels("hub")
 	l[HubAggregateLabel] = "true"
 	role := object("rbac.authorization.k8s.io/v1", "ClusterRole", "", g.hubRoleName(), l)

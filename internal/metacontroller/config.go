@@ -68,6 +68,13 @@ type Controller struct {
 	// Related are the resources named by the annotation RelatedAnnotation:
 	// their changes sync every parent of the controller.
 	Related []Resource
+	// Hinted: the controller carries RelatedAnnotation, so Related is all
+	// its customize hook names (RBAC is limited to them).
+	Hinted bool
+	// Learned are the resources its customize hook named at run time
+	// (status.relatedResources, written by the operator), beyond Related:
+	// watched as Related are.
+	Learned []Resource
 	// ResyncPeriodSeconds, 0 if unset.
 	ResyncPeriodSeconds int32
 	// Hash identifies the spec the operator started with.
@@ -86,6 +93,9 @@ func (c *Controller) Finalizer() string {
 // Config is every controller the operator serves.
 type Config struct {
 	Controllers []*Controller
+	// answers are the parents' last customize answers, shared by the
+	// reconciler (which writes them) and the map functions (which read them).
+	answers answers
 }
 
 // Mapper resolves a resource to its kind (a RESTMapper).
@@ -178,6 +188,8 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 	if c.Related, err = relatedResources(cc.Annotations, m); err != nil {
 		return nil, err
 	}
+	_, c.Hinted = cc.Annotations[RelatedAnnotation]
+	c.Learned = learnedResources(c, cc.Status.RelatedResources, m)
 	if cc.Spec.ResyncPeriodSeconds != nil {
 		c.ResyncPeriodSeconds = *cc.Spec.ResyncPeriodSeconds
 	}
@@ -236,6 +248,8 @@ func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, 
 	if c.Related, err = relatedResources(dc.Annotations, m); err != nil {
 		return nil, err
 	}
+	_, c.Hinted = dc.Annotations[RelatedAnnotation]
+	c.Learned = learnedResources(c, dc.Status.RelatedResources, m)
 	if dc.Spec.ResyncPeriodSeconds != nil {
 		c.ResyncPeriodSeconds = *dc.Spec.ResyncPeriodSeconds
 	}

@@ -51,10 +51,14 @@ type Reconciler struct {
 	OnChange func(reason string)
 	// FieldManager owns what server-side apply writes (default "opzero-metacontroller").
 	FieldManager string
+
+	learning learning
+	fields   statusFields
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	defer r.restartIfLearned()
 	n := req.Name
 	switch {
 	case strings.HasPrefix(n, compositePrefix):

@@ -2,6 +2,7 @@ package metacontroller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // CustomizeRequest is what a customize hook receives.
@@ -51,14 +53,26 @@ func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstruc
 	if err := r.Hooks.Call(ctx, url, timeout, CustomizeRequest{Controller: c.Object, Parent: parent}, &resp); err != nil {
 		return nil, err
 	}
+	sels := make([]selection, 0, len(resp.RelatedResources))
 	for i, rule := range resp.RelatedResources {
-		if err := r.fetchRelated(ctx, parent, rule, out); err != nil {
+		res, sel, err := r.resolveRule(parent, rule)
+		if err == nil && !c.watchesRelated(res.GVK) {
+			if lerr := r.learn(ctx, c, res); lerr != nil { // the sync goes on: this parent is served, its related changes not yet watched
+				log.FromContext(ctx).Error(lerr, "learning a related resource")
+			}
+		}
+		if err == nil {
+			sels = append(sels, sel)
+			err = r.fetchRelated(ctx, parent, res, sel, out)
+		}
+		if err != nil {
 			if bad, ok := err.(badRule); ok {
 				return nil, &BadAnswer{URL: url, Reason: fmt.Sprintf("relatedResources[%d]: %s", i, string(bad))}
 			}
 			return nil, readError{fmt.Errorf("reading relatedResources[%d] (%s %s) of %s %s: %w", i, rule.APIVersion, rule.Resource, parent.GetKind(), parent.GetName(), err)}
 		}
 	}
+	r.Config.answers.put(answerKey(c, parent.GetNamespace(), parent.GetName()), sels)
 	return out, nil
 }
 
@@ -75,9 +89,28 @@ func (r *Reconciler) relatedFor(ctx context.Context, c *Controller, parent *unst
 		return m, nil
 	}
 	if _, ok := err.(readError); ok {
-		return nil, err
+		return nil, r.relatedUnreadable(ctx, c, parent, err)
 	}
 	return nil, r.hookFailed(ctx, c, parent, fmt.Errorf("customize hook: %w", err))
+}
+
+// relatedUnreadable reports on the parent that what its customize hook
+// named could not be read (Forbidden: the operator's RBAC; or the API
+// server failed): a Warning Event RelatedUnreadable and the condition
+// Synced=False of that reason. The sync is retried with backoff.
+func (r *Reconciler) relatedUnreadable(ctx context.Context, c *Controller, parent *unstructured.Unstructured, err error) error {
+	msg := fmt.Sprintf("%s %s: %v", c.Kind, c.Name, err)
+	if apierrors.IsForbidden(err) {
+		msg += "; the operator's service account may not read it: grant it get, list and watch on that resource " +
+			"(opzero manifests grants them on every resource to a controller with a customize hook, unless its annotation " + RelatedAnnotation + " narrows them)"
+	}
+	if r.Recorder != nil {
+		r.Recorder.Event(parent, "Warning", "RelatedUnreadable", msg)
+	}
+	if werr := r.setCondition(ctx, parent, "False", "RelatedUnreadable", msg); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
 }
 
 // badRule is a rule the hook should not have answered.
@@ -85,45 +118,72 @@ type badRule string
 
 func (b badRule) Error() string { return string(b) }
 
-// fetchRelated adds the objects rule selects to out, keyed as children
-// are: "Kind.apiVersion" -> name, "<namespace>/<name>" outside the parent's
-// namespace.
-func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unstructured, rule RelatedRule, out ChildMap) error {
+// resolveRule checks a rule and resolves what it selects: a namespaced
+// parent's related objects come from its namespace; a cluster-scoped
+// parent's from the rule's namespace, or every namespace.
+func (r *Reconciler) resolveRule(parent *unstructured.Unstructured, rule RelatedRule) (Resource, selection, error) {
 	gv, err := schema.ParseGroupVersion(rule.APIVersion)
 	if err != nil || rule.APIVersion == "" || rule.Resource == "" {
-		return badRule(fmt.Sprintf("apiVersion %q, resource %q: want e.g. v1 and configmaps", rule.APIVersion, rule.Resource))
+		return Resource{}, selection{}, badRule(fmt.Sprintf("apiVersion %q, resource %q: want e.g. v1 and configmaps", rule.APIVersion, rule.Resource))
+	}
+	if ls := rule.LabelSelector; ls != nil && len(ls.MatchLabels) == 0 && len(ls.MatchExpressions) == 0 && len(rule.Names) > 0 {
+		rule.LabelSelector = nil // "labelSelector: {}" beside names, as Metacontroller's own examples answer: the names select
 	}
 	if rule.LabelSelector != nil && len(rule.Names) > 0 {
-		return badRule("labelSelector and names are both set; Metacontroller allows one or the other")
+		return Resource{}, selection{}, badRule("labelSelector and names are both set; Metacontroller allows one or the other")
 	}
 	mapper := r.Client.RESTMapper()
-	gvk, err := mapper.KindFor(gv.WithResource(rule.Resource))
+	gvr := gv.WithResource(rule.Resource)
+	gvk, err := mapper.KindFor(gvr)
 	if err != nil {
 		if meta.IsNoMatchError(err) {
-			return badRule(fmt.Sprintf("the API server serves no resource %s in %s", rule.Resource, rule.APIVersion))
+			return Resource{}, selection{}, badRule(fmt.Sprintf("the API server serves no resource %s in %s", rule.Resource, rule.APIVersion))
 		}
-		return err
+		return Resource{}, selection{}, err
 	}
 	namespaced, err := r.Client.IsObjectNamespaced(objectOf(gvk))
 	if err != nil {
-		return err
+		return Resource{}, selection{}, err
 	}
-	ns := rule.Namespace
+	res := Resource{GVR: gvr, GVK: gvk, Namespaced: namespaced}
+	sel := selection{gk: gvk.GroupKind(), namespace: rule.Namespace, names: append([]string(nil), rule.Names...)}
 	switch {
 	case !namespaced:
-		if ns != "" {
-			return badRule(fmt.Sprintf("namespace %q is set but %s is cluster-scoped", ns, rule.Resource))
+		if rule.Namespace != "" {
+			return res, sel, badRule(fmt.Sprintf("namespace %q is set but %s is cluster-scoped", rule.Namespace, rule.Resource))
 		}
 	case parent.GetNamespace() != "":
-		if ns != "" && ns != parent.GetNamespace() {
-			return badRule(fmt.Sprintf("namespace %q: the parent is in namespace %s, and related objects of a namespaced parent come from its namespace", ns, parent.GetNamespace()))
+		if rule.Namespace != "" && rule.Namespace != parent.GetNamespace() {
+			return res, sel, badRule(fmt.Sprintf("namespace %q: the parent is in namespace %s, and related objects of a namespaced parent come from its namespace", rule.Namespace, parent.GetNamespace()))
 		}
-		ns = parent.GetNamespace()
+		sel.namespace = parent.GetNamespace()
 	}
-	m := out[ChildKey(gvk.GroupVersion().String(), gvk.Kind)]
+	if len(sel.names) > 0 {
+		if namespaced && sel.namespace == "" {
+			return res, sel, badRule("names are set without a namespace; a cluster-scoped parent must name the namespace of namespaced related objects")
+		}
+		sort.Strings(sel.names)
+		return res, sel, nil
+	}
+	sel.sel = labels.Everything()
+	if rule.LabelSelector != nil {
+		if sel.sel, err = metav1.LabelSelectorAsSelector(rule.LabelSelector); err != nil {
+			return res, sel, badRule("labelSelector: " + err.Error())
+		}
+	}
+	return res, sel, nil
+}
+
+// fetchRelated adds the objects sel selects to out, keyed as children
+// are: "Kind.apiVersion" -> name, "<namespace>/<name>" outside the parent's
+// namespace.
+func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unstructured, res Resource, sel selection, out ChildMap) error {
+	gvk := res.GVK
+	key := ChildKey(gvk.GroupVersion().String(), gvk.Kind)
+	m := out[key]
 	if m == nil {
 		m = map[string]*unstructured.Unstructured{}
-		out[ChildKey(gvk.GroupVersion().String(), gvk.Kind)] = m
+		out[key] = m
 	}
 	add := func(o *unstructured.Unstructured) {
 		o.SetGroupVersionKind(gvk)
@@ -133,36 +193,25 @@ func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unst
 		}
 		m[n] = o
 	}
-	if len(rule.Names) > 0 {
-		if namespaced && ns == "" {
-			return badRule("names are set without a namespace; a cluster-scoped parent must name the namespace of namespaced related objects")
+	for _, name := range sel.names {
+		o := objectOf(gvk)
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: sel.namespace, Name: name}, o)
+		if apierrors.IsNotFound(err) {
+			continue // not (yet) there: the hook sees it missing
 		}
-		names := append([]string(nil), rule.Names...)
-		sort.Strings(names)
-		for _, name := range names {
-			o := objectOf(gvk)
-			err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, o)
-			if apierrors.IsNotFound(err) {
-				continue // not (yet) there: the hook sees it missing
-			}
-			if err != nil {
-				return err
-			}
-			add(o)
+		if err != nil {
+			return err
 		}
-		return nil
+		add(o)
 	}
-	sel := labels.Everything()
-	if rule.LabelSelector != nil {
-		if sel, err = metav1.LabelSelectorAsSelector(rule.LabelSelector); err != nil {
-			return badRule("labelSelector: " + err.Error())
-		}
+	if len(sel.names) > 0 {
+		return nil
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}}
-	if namespaced && ns != "" {
-		opts = append(opts, client.InNamespace(ns))
+	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel.sel}}
+	if res.Namespaced && sel.namespace != "" {
+		opts = append(opts, client.InNamespace(sel.namespace))
 	}
 	if err := r.Client.List(ctx, list, opts...); err != nil {
 		return err

@@ -30,8 +30,8 @@ func TestMain(m *testing.M) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = apiextv1.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true, Scheme: scheme,
-		CRDDirs: []string{"../../examples/metacontroller/helloworld/crd.yaml", "../../config/metacontroller"}}))
+	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true, Scheme: scheme, KnativeCRDs: true,
+		CRDDirs: []string{"../../examples/metacontroller/helloworld/crd.yaml", "../../config/metacontroller", "../../config/crd"}}))
 }
 
 var helloGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "HelloWorld"}
@@ -238,7 +238,7 @@ func TestCustomizeGarbageMarksTheParentAndTouchesNoChild(t *testing.T) {
 	for name, body := range map[string]string{
 		"not JSON":           `<html>`,
 		"rules not a list":   `{"relatedResources":{"a":1}}`,
-		"selector and names": `{"relatedResources":[{"apiVersion":"v1","resource":"configmaps","names":["a"],"labelSelector":{}}]}`,
+		"selector and names": `{"relatedResources":[{"apiVersion":"v1","resource":"configmaps","names":["a"],"labelSelector":{"matchLabels":{"a":"b"}}}]}`,
 		"unknown resource":   `{"relatedResources":[{"apiVersion":"v1","resource":"nosuchthings","names":["a"]}]}`,
 		"other namespace":    `{"relatedResources":[{"apiVersion":"v1","resource":"configmaps","namespace":"kube-system","names":["a"]}]}`,
 		"bad selector":       `{"relatedResources":[{"apiVersion":"v1","resource":"configmaps","labelSelector":{"matchExpressions":[{"key":"a","operator":"Bogus"}]}}]}`,

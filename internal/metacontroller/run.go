@@ -83,6 +83,15 @@ func Run(ctx context.Context, args []string) error {
 	if err := Describe(builder.ControllerManagedBy(rt), cfg).Complete(r); err != nil {
 		return err
 	}
+	if opts.Mode == operator.Serverless {
+		did, err := EnsureRelatedSources(ctx, rt.GetClient(), cfg, namespace())
+		for _, s := range did {
+			log.Info("related resources", "source", s)
+		}
+		if err != nil { // the parents are served; their related changes are not delivered
+			log.Error(err, "making event sources for the related resources the customize hooks named")
+		}
+	}
 	log.Info("serving", "controllers", len(cfg.Controllers), "mode", string(opts.Mode))
 	if err := rt.Start(ctx); err != nil {
 		return err
@@ -208,10 +217,28 @@ func completeDescription(d *description.Controller, cfg *Config) {
 				Verbs: []string{"get", "list", "watch"}})
 		}
 	}
+	if learns := cfg.learnsRelated(); len(learns) > 0 {
+		// As Metacontroller's own ClusterRole, which may do everything to
+		// every resource: what a customize hook names is known only at run
+		// time. Reading is all a related resource needs.
+		all := description.Rule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}
+		rules = append(rules, all,
+			description.Rule{APIGroups: []string{"sources.knative.dev"}, Resources: []string{"apiserversources"}, Verbs: []string{"get", "create"}},
+			description.Rule{APIGroups: []string{"opzero.dev"}, Resources: []string{"subscriptions"}, Verbs: []string{"get", "update"}},
+			description.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"compositecontrollers", "decoratorcontrollers"}, Verbs: []string{"get"}})
+		d.SourceRules = []description.Rule{all}
+		for _, c := range learns {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s %s has a customize hook and no annotation %s: the operator (and, with --source=hub, the hub) may get, list and watch every resource, "+
+				"because what the hook names is learned at run time (Metacontroller's own ClusterRole grants every verb on every resource); "+
+				"list the resources in the annotation (e.g. %s: \"v1/configmaps, v1/namespaces\") to limit the grant to them", c.Kind, c.Name, RelatedAnnotation, RelatedAnnotation))
+		}
+	}
 	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}},
+		// the parents' schemas: no status field is written that they lack
+		description.Rule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get"}},
 		description.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"compositecontrollers/status", "decoratorcontrollers/status"},
 			Verbs: []string{"get", "update", "patch"}})
-	d.Warnings = cfg.Warnings()
+	d.Warnings = append(cfg.Warnings(), d.Warnings...)
 	sel := map[[2]string]string{}
 	for _, k := range cfg.kinds() {
 		sel[[2]string{k.gvk.Group, k.gvk.Kind}] = k.sourceSelector()
@@ -223,4 +250,24 @@ func completeDescription(d *description.Controller, cfg *Config) {
 		d.Watched[i].Selector = sel[[2]string{k.Group, k.Kind}]
 	}
 	d.Rules = rules
+}
+
+// namespace is the operator's own ($POD_NAMESPACE, else default).
+func namespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// learnsRelated are the controllers whose related resources are learned
+// at run time: a customize hook without RelatedAnnotation.
+func (cfg *Config) learnsRelated() []*Controller {
+	var out []*Controller
+	for _, c := range cfg.Controllers {
+		if c.Customize != nil && !c.Hinted {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -101,7 +101,15 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if finalizing && resp.finalized {
 		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
 	}
-	return r.resync(c, resp.resyncAfter), nil
+	res := r.resync(c, resp.resyncAfter)
+	if r.restarting() && (res.RequeueAfter == 0 || res.RequeueAfter > learnedResync) {
+		// The process restarts to watch what it learned: a change of it
+		// that reaches this one before it exits is not mapped, so the sync
+		// is done again once the next process watches it (serverless: a
+		// durable Wakeup; classic: the restart lists every parent anyway).
+		res.RequeueAfter = learnedResync
+	}
+	return res, nil
 }
 
 // childID identifies a child.
@@ -309,14 +317,17 @@ func sameObject(a, b *unstructured.Unstructured) bool {
 }
 
 // writeStatus replaces the parent's status with the hook's, plus
-// observedGeneration (as Metacontroller does), through the status
-// subresource (the main resource if the kind has none).
+// observedGeneration (as Metacontroller does) when the parent's schema has
+// it, through the status subresource (the main resource if the kind has
+// none).
 func (r *Reconciler) writeStatus(ctx context.Context, parent *unstructured.Unstructured, status map[string]any) error {
 	st, err := normalize(status)
 	if err != nil {
 		return err
 	}
-	st["observedGeneration"] = parent.GetGeneration()
+	if r.statusHas(ctx, parent, "observedGeneration") {
+		st["observedGeneration"] = parent.GetGeneration()
+	}
 	cur, _, _ := unstructured.NestedMap(parent.Object, "status")
 	if cur != nil {
 		if curN, err := normalize(cur); err == nil && reflect.DeepEqual(curN, mustNormalize(st)) {
@@ -350,8 +361,13 @@ func mustNormalize(m map[string]any) map[string]any {
 	return out
 }
 
-// setCondition sets the condition Synced in the parent's status, keeping the rest.
+// setCondition sets the condition Synced in the parent's status, keeping
+// the rest; nothing when the parent's schema has no status.conditions (the
+// Warning Event beside it says the same).
 func (r *Reconciler) setCondition(ctx context.Context, parent *unstructured.Unstructured, status, reason, msg string) error {
+	if !r.statusHas(ctx, parent, "conditions") {
+		return nil
+	}
 	p := parent.DeepCopy()
 	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
 	cond := map[string]any{"type": "Synced", "status": status, "reason": reason, "message": msg,

@@ -3,6 +3,7 @@ package metacontroller
 import (
 	"context"
 	"sort"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,8 +43,11 @@ type kindRoles struct {
 	gvk     schema.GroupVersionKind
 	parents []parentRole // controllers whose parent (decorated) resource it is
 	childOf []*Controller
-	// relatedOf are controllers whose RelatedAnnotation names the kind.
+	// relatedOf are controllers whose RelatedAnnotation names the kind,
+	// or whose customize hook has named it (Learned).
 	relatedOf []*Controller
+	// memo holds the parents' last customize answers.
+	memo *answers
 }
 
 type parentRole struct {
@@ -55,7 +59,7 @@ func (cfg *Config) kinds() []*kindRoles {
 	by := map[schema.GroupVersionKind]*kindRoles{}
 	get := func(g schema.GroupVersionKind) *kindRoles {
 		if by[g] == nil {
-			by[g] = &kindRoles{gvk: g}
+			by[g] = &kindRoles{gvk: g, memo: &cfg.answers}
 		}
 		return by[g]
 	}
@@ -68,7 +72,7 @@ func (cfg *Config) kinds() []*kindRoles {
 			k := get(ch.GVK)
 			k.childOf = append(k.childOf, c)
 		}
-		for _, rel := range c.Related {
+		for _, rel := range append(append([]Resource(nil), c.Related...), c.Learned...) {
 			k := get(rel.GVK)
 			k.relatedOf = append(k.relatedOf, c)
 		}
@@ -128,8 +132,10 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 		}
 		out = append(out, r)
 	}
-	// A related object may be related to any parent: every parent in its
-	// namespace (all, if it or they are cluster-scoped) is synced.
+	// A related object syncs the parents whose last customize answer
+	// selects it, and those whose answer this process has not seen (every
+	// parent in its namespace; all, if it or they are cluster-scoped).
+	lbls := objectLabels(ctx, c, k.gvk, obj)
 	for _, ctl := range k.relatedOf {
 		for _, d := range ctl.Parents {
 			keys, err := listParents(ctx, c, parentRole{ctl, d}, obj.GetNamespace())
@@ -137,7 +143,9 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 				return nil, err
 			}
 			for _, r := range keys {
-				add(r)
+				if k.selectedBy(ctl, r, obj, lbls) {
+					add(r)
+				}
 			}
 		}
 	}
@@ -213,4 +221,20 @@ func listParents(ctx context.Context, c client.Reader, p parentRole, ns string) 
 		}
 	}
 	return out, nil
+}
+
+// selectedBy: the parent of request r may have obj among its related
+// objects (its last customize answer selects it, or is not known here).
+func (k *kindRoles) selectedBy(ctl *Controller, r reconcile.Request, obj client.Object, lbls func() (map[string]string, bool)) bool {
+	name := r.Name[strings.LastIndex(r.Name, "/")+1:]
+	sels, ok := k.memo.get(answerKey(ctl, r.Namespace, name))
+	if !ok {
+		return true
+	}
+	for _, s := range sels {
+		if s.selects(k.gvk.GroupKind(), obj.GetNamespace(), obj.GetName(), lbls) {
+			return true
+		}
+	}
+	return false
 }

@@ -56,6 +56,11 @@ type Options struct {
 	Idle time.Duration
 	// StartTimeout bounds a cold start (30 s).
 	StartTimeout time.Duration
+	// ReadinessPath, if set, is the path an instance is ready once a GET
+	// of answers 200 (the container's readinessProbe.httpGet.path); else
+	// it is ready once its port accepts a TCP connection, as Knative and
+	// Kubernetes probe a container that declares no readinessProbe.
+	ReadinessPath string
 	// Timeout bounds one request once it reaches an instance (Knative's
 	// revision timeoutSeconds); past it the answer is 504. 0: no bound.
 	Timeout time.Duration
@@ -367,7 +372,7 @@ func (a *Activator) startLocked() (*instance, string, error) {
 		a.forget(inst)
 	}()
 	go func() {
-		err := waitHealthy(u.String()+"/healthz", a.opts.StartTimeout, inst.exited)
+		err := waitReady(u, a.opts.ReadinessPath, a.opts.StartTimeout, inst.exited)
 		if err != nil {
 			inst.err = err
 			a.forget(inst)
@@ -394,15 +399,27 @@ func (a *Activator) forget(inst *instance) {
 	}
 }
 
-func waitHealthy(u string, timeout time.Duration, exited <-chan struct{}) error {
+func waitReady(base *url.URL, path string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		if resp, err := c.Get(u); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
+	ready := func() bool {
+		if path == "" {
+			conn, err := net.DialTimeout("tcp", base.Host, time.Second)
+			if err == nil {
+				conn.Close()
 			}
+			return err == nil
+		}
+		resp, err := c.Get(base.String() + path)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	for time.Now().Before(deadline) {
+		if ready() {
+			return nil
 		}
 		select {
 		case <-exited:

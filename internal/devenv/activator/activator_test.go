@@ -35,6 +35,13 @@ func TestMain(m *testing.M) {
 		_ = http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux)
 		os.Exit(0)
 	}
+	if os.Getenv("ACTIVATOR_BACKEND") == "plain" { // a hook: no /healthz, its own readiness path
+		mux := http.NewServeMux()
+		mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+		mux.HandleFunc("/sync", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "synced") })
+		_ = http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux)
+		os.Exit(0)
+	}
 	if os.Getenv("ACTIVATOR_BACKEND") == "crash" {
 		os.Exit(3)
 	}
@@ -296,5 +303,43 @@ func TestNoStartAfterShutdown(t *testing.T) {
 	}
 	if n, s := a.Instances(), a.Starts.Load(); n != 0 || s != 1 {
 		t.Errorf("after a request past the shutdown: %d instances, %d starts; want 0 and 1", n, s)
+	}
+}
+
+// TestReadinessAsKnative: with no readinessProbe path an instance is ready
+// once its port takes a TCP connection (Knative's default), so a process
+// that does not answer /healthz serves; with a path, only a 200 there makes
+// it ready.
+func TestReadinessAsKnative(t *testing.T) {
+	a := New(Options{Idle: time.Minute, Command: backend("plain")})
+	u := serve(t, a)
+	resp, err := http.Get(u + "/sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "synced" {
+		t.Fatalf("with no readiness path: %d %q, want 200 synced", resp.StatusCode, body)
+	}
+
+	var failed sync.Map
+	b := New(Options{Idle: time.Minute, Command: backend("plain"), ReadinessPath: "/ready", StartTimeout: 2 * time.Second,
+		OnProcess: func(e ProcessEvent) {
+			if e.What == ProcessFailed {
+				failed.Store("failed", e.Reason)
+			}
+		}})
+	u = serve(t, b)
+	resp, err = http.Get(u + "/sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == 200 {
+		t.Fatal("an instance whose readiness path answers 503 served a request")
+	}
+	if _, ok := failed.Load("failed"); !ok {
+		t.Fatal("the instance that never became ready was not reported failed")
 	}
 }

@@ -14,8 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// startDeployments runs each Deployment with a ko:// image as one local
-// process (the wakeup source is one), always on.
+// startDeployments runs each Deployment with a ko:// image (the wakeup
+// source is one), or with a local command (annCommand: a hook behind a
+// Service), as one local process, always on.
 func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error {
 	objs, err := p.readBack(ctx, "apps", "Deployment")
 	if err != nil {
@@ -26,16 +27,25 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		exe, err := p.build.build(ctx, pkg)
+		command, err := localCommand(u, "Deployment "+key(u))
 		if err != nil {
 			return err
 		}
+		if !ok && command == nil {
+			continue
+		}
 		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		c, _ := cs[0].(map[string]any)
-		argv, _, _ := unstructured.NestedStringSlice(c, "args")
+		var exe, argv []string
+		what := "ko://" + pkg
+		if command != nil { // the annotation is the whole command line
+			exe, what = command, "local command"
+		} else {
+			if exe, err = p.build.build(ctx, pkg); err != nil {
+				return err
+			}
+			argv, _, _ = unstructured.NestedStringSlice(c, "args")
+		}
 		for i := range argv {
 			argv[i] = rewrite(argv[i], p.localURLs)
 		}
@@ -44,7 +54,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			return err
 		}
 		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
-			append([]string{"KUBECONFIG=" + kc}, p.opts.Env...)...)
+			append([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL}, p.opts.Env...)...)
 		if err != nil {
 			return err
 		}
@@ -61,10 +71,13 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		start := func(context.Context) (running, error) {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+			if command != nil {
+				cmd.Dir = p.build.buildDir // relative paths, as a Knative Service's command
+			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			pr, err := startProc(cmd)
 			if err != nil {
-				return nil, fmt.Errorf("Deployment %s: starting ko://%s: %w", key(u), pkg, err)
+				return nil, fmt.Errorf("Deployment %s: starting %s: %w", key(u), what, err)
 			}
 			pr.probe = probe
 			return pr, nil
@@ -76,9 +89,9 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		s := &supervised{what: "Deployment " + key(u), start: start, cur: r}
 		p.supervise(s)
 		p.procs = append(p.procs, s)
-		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (ko://%s %s)", key(u), pkg, strings.Join(argv, " ")))
-		p.say("Deployment %s: ko://%s running as pid %d (one replica, always on, restarted if it exits%s; runs as %s; log %s)",
-			key(u), pkg, r.PID(), probeNote(u, c), as, p.LogPath(name))
+		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (%s %s)", key(u), what, strings.Join(slices.Concat(command, argv), " ")))
+		p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; runs as %s; log %s)",
+			key(u), what, r.PID(), probeNote(u, c), as, p.LogPath(name))
 		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
 	}
 	return nil

@@ -16,7 +16,9 @@
 //   - Knative Service (serving.knative.dev/v1): an activator (package
 //     activator) at a local URL. The first request starts the operator
 //     process (the built binary with the container's args and env, see
-//     Environment) and is buffered until /healthz answers;
+//     Environment) and is buffered until it is ready (its container's
+//     readinessProbe.httpGet.path answers 200; without one, its port takes
+//     a TCP connection, as Knative probes it);
 //     more instances start while every one is busy at containerConcurrency
 //     (or the autoscaling target, 100 by default), up to max-scale (0: 10
 //     locally); min-scale instances are kept running. A Service annotated
@@ -35,7 +37,10 @@
 //     sink.audience it creates the source's OIDC ServiceAccount (Knative's
 //     name, <name>-oidc-sources.knative.dev-apiserversource) and the adapter
 //     sends its TokenRequest tokens. Status: every condition True, sinkUri,
-//     sinkAudience, auth.serviceAccountName.
+//     sinkAudience, auth.serviceAccountName. An ApiServerSource made after
+//     Start (polled every second) whose sink is a Knative Service dev runs
+//     gets its adapter too: an operator may make sources at run time
+//     (opzero-metacontroller, for what its customize hooks name).
 //   - PingSource: the statuses mtping needs (Ready=True, sinkUri, OIDC
 //     identity) are written first, then one real mtping runs for all of them
 //     (SYSTEM_NAMESPACE knative-eventing, --disable-ha).
@@ -54,7 +59,19 @@
 //   - Deployment whose one container has a ko:// image (the wakeup source,
 //     the opzero hub of `opzero manifests --source=hub`, which then reads the
 //     Subscriptions dev applied and the Knative Services' addresses dev wrote):
-//     one always-on process. Other Deployments are only applied.
+//     one always-on process. So is a Deployment annotated
+//     dev.opzero.dev/command (as a Knative Service; the container's image,
+//     command and args are not used): a hook hosted as a Deployment and a
+//     Service runs locally, and binds its container's port itself. Other
+//     Deployments are only applied.
+//
+// In-cluster names: every process dev starts gets HTTP_PROXY, a local proxy
+// that answers http://<name>.<namespace>[.svc[.cluster.local]][:port] for
+// each Knative Service dev runs (port 80) and each core Service that
+// selects a Deployment run by its command (its ports, to the targetPort on
+// 127.0.0.1), so a URL written for the cluster (a Metacontroller hook's
+// url) works as written; other names are answered 502. Loopback addresses
+// bypass it (Go's and Python's clients), HTTPS is not played.
 //
 // Like kubelet, dev restarts these processes (adapters, mtping, ko://
 // Deployments) when they exit or their liveness probe fails 3 times in a
@@ -109,7 +126,9 @@
 //     client-go finds the API server from KUBERNETES_SERVICE_HOST/PORT and
 //     the token kubelet mounts; a local process has neither, so dev gives it
 //     the same identity through KUBECONFIG (it overrides a KUBECONFIG of the
-//     template, which would name a path inside the container).
+//     template, which would name a path inside the container);
+//   - HTTP_PROXY, the proxy of the in-cluster names (above): in a pod the
+//     cluster's DNS answers them.
 //
 // The only other variable is BaseEnv: PATH, as container images set it. A
 // Go program needs nothing else (HOME, TMPDIR and the rest are not passed:
@@ -159,8 +178,10 @@
 //   - mtping is multi-tenant: a second opzero dev on the same cluster also
 //     pings the first one's PingSources (their sends fail and are logged).
 //     Use one opzero dev per control plane.
-//   - Readiness is the operator's GET /healthz answering 200 (not the
-//     container's probe). The Service's timeoutSeconds (default 300) bounds
+//   - Readiness is the container's readinessProbe.httpGet.path answering
+//     200 (`opzero manifests` names /healthz for operators); a container
+//     without an HTTP readinessProbe is ready once its port takes a TCP
+//     connection, as Knative probes it. Other probe fields are not played. The Service's timeoutSeconds (default 300) bounds
 //     each request once it reaches an instance: past it the answer is 504,
 //     as from Knative.
 //   - Reconciles are known from the operator's answers (Opzero-Result of a

@@ -115,7 +115,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 	mustCreate(t, env, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "envop-settings", Namespace: ns},
 		Data: map[string]string{"COLOR": "blue", "1NOT_A_NAME": "skipped, as kubelet does"}})
 	settings := []manifests.EnvFrom{{Kind: "ConfigMap", Name: "envop-settings"}}
-	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "PORT": "*", "OPZERO_ADVERTISE_ADDRESS": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
+	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "PORT": "*", "OPZERO_ADVERTISE_ADDRESS": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
 		"K_REVISION": "envop-00001", "OPZERO_MAX_SCALE": "3", "POD_NAMESPACE": ns, "API_TOKEN": "s3cret", "COLOR": "blue"}
 
 	for _, tc := range []struct {
@@ -153,7 +153,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 			b, err = os.ReadFile(report)
 			return err == nil, nil
 		})
-		checkEnv(t, envMap(t, b), map[string]string{"PATH": "*", "KUBECONFIG": "*", "POD_NAMESPACE": ns, // fieldRef metadata.namespace
+		checkEnv(t, envMap(t, b), map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "POD_NAMESPACE": ns, // fieldRef metadata.namespace
 			"API_TOKEN": "s3cret", "COLOR": "blue", "GREETING": "hi", "REPORT_DIR": reportDir})
 	})
 

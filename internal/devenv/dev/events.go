@@ -83,7 +83,7 @@ type ServiceEvent struct {
 const (
 	EventReady          = "ready"           // Start has applied the manifests and started everything
 	EventProcessStarted = "process-started" // an operator instance or a ko:// Deployment was exec'd
-	EventProcessReady   = "process-ready"   // an operator instance answered /healthz
+	EventProcessReady   = "process-ready"   // an operator instance became ready (its readiness path, else its port)
 	EventProcessStopped = "process-stopped" // an instance exited (scaled down, shut down, or on its own)
 	EventDelivery       = "delivery"        // a request to a Service was answered
 	EventReconciled     = "reconciled"      // a 2xx answer that reports keys reconciled

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,21 +72,26 @@ type Platform struct {
 	apply      *applier
 	build      *builder
 	localURLs  map[string]string // in-cluster URL -> local URL
+	names      clusterNames      // in-cluster Service names -> local addresses
+	namesURL   string            // the proxy that answers them: processes' HTTP_PROXY
 
 	Services []*Service
 	Sources  []string // "ApiServerSource ns/name -> sink", ...
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	adapters []*supervised // Knative's adapters
-	procs    []*supervised // ko:// Deployments
-	pingMu   sync.Mutex
-	pings    []ping // PingSources, for a sweep after an adapter's gap
-	servers  []*http.Server
-	stopOnce sync.Once
-	readyMu  sync.Mutex
-	ready    []made // statuses written Ready=True, undone by Stop
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	adaptersMu sync.Mutex      // adapters, adapterOf, stopping and Sources, once Start has returned
+	adapters   []*supervised   // Knative's adapters
+	adapterOf  map[string]bool // ApiServerSources (ns/name) whose adapter runs
+	stopping   bool
+	procs      []*supervised // ko:// Deployments
+	pingMu     sync.Mutex
+	pings      []ping // PingSources, for a sweep after an adapter's gap
+	servers    []*http.Server
+	stopOnce   sync.Once
+	readyMu    sync.Mutex
+	ready      []made // statuses written Ready=True, undone by Stop
 }
 
 func (p *Platform) say(format string, args ...any) {
@@ -138,6 +142,10 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.serveNames(); err != nil {
+		closeAll(listeners)
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			closeAll(listeners) // some may not be served yet
@@ -171,6 +179,10 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		}
 	}()
 	p.emitReady()
+	if len(p.Services) > 0 {
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.watchApiServerSources() }()
+	}
 	return p, nil
 }
 
@@ -208,6 +220,7 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 			for _, c := range s.clusterURLs() {
 				p.localURLs[c] = local
 			}
+			p.names.add(s.Name, s.NS, 80, l.Addr().String())
 			if s.Pkg != "" {
 				pkgs = append(pkgs, s.Pkg)
 			}
@@ -218,7 +231,15 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 			} else if ok {
 				pkgs = append(pkgs, pkg)
 			}
+			if _, err := localCommand(u, "Deployment "+key(u)); err != nil {
+				closeAll(listeners)
+				return nil, err
+			}
 		}
+	}
+	if err := p.nameCommandServices(); err != nil {
+		closeAll(listeners)
+		return nil, err
 	}
 	for _, pkg := range pkgs {
 		t := time.Now()
@@ -271,7 +292,10 @@ func deploymentImage(u *unstructured.Unstructured) (string, bool, error) {
 // removes the local URLs from the statuses.
 func (p *Platform) Stop() {
 	p.stopOnce.Do(func() {
-		for _, a := range p.adapters {
+		p.adaptersMu.Lock()
+		p.stopping = true
+		p.adaptersMu.Unlock()
+		for _, a := range p.adapterList() {
 			a.stop()
 		}
 		p.cancel() // activators stop their instances
@@ -303,7 +327,7 @@ func (p *Platform) LogPath(name string) string { return filepath.Join(p.opts.Dir
 // processes and operator instances.
 func (p *Platform) PIDs() []int {
 	var out []int
-	for _, s := range append(slices.Clone(p.adapters), p.procs...) {
+	for _, s := range append(p.adapterList(), p.procs...) {
 		out = append(out, s.current().PID())
 	}
 	for _, s := range p.Services {

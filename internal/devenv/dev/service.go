@@ -51,6 +51,10 @@ type serviceSpec struct {
 	MaxScale    int
 	Concurrency int           // requests one instance takes before another starts
 	Timeout     time.Duration // timeoutSeconds: a request's bound (DefaultTimeout)
+	// ReadinessPath is the container's readinessProbe.httpGet.path; ""
+	// (no probe, or not an HTTP one): ready when its port takes a TCP
+	// connection, as Knative probes a container without a readinessProbe.
+	ReadinessPath string
 }
 
 // parseService reads a serving.knative.dev/v1 Service. Only what a local
@@ -82,6 +86,9 @@ func parseService(u *unstructured.Unstructured) (*serviceSpec, error) {
 		return nil, err
 	}
 	s.Container = c
+	if path, ok, _ := unstructured.NestedString(c, "readinessProbe", "httpGet", "path"); ok {
+		s.ReadinessPath = "/" + strings.TrimPrefix(path, "/")
+	}
 	ann, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "annotations")
 	if s.Idle, err = idleFrom(ann); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)

@@ -234,7 +234,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	// PORT is added by the activator, per instance.
 	env, err := p.containerEnv(p.ctx, "Knative Service "+s.Namespace+"/"+s.Name,
 		pod{u: s.Spec.obj, namespace: s.Namespace, name: s.Name + "-00001-local"}, s.Spec.Container,
-		append([]string{"KUBECONFIG=" + kubeconfig, "K_SERVICE=" + s.Name, "K_CONFIGURATION=" + s.Name, "K_REVISION=" + s.Name + "-00001"}, p.opts.Env...)...)
+		append([]string{"KUBECONFIG=" + kubeconfig, "HTTP_PROXY=" + p.namesURL, "K_SERVICE=" + s.Name, "K_CONFIGURATION=" + s.Name, "K_REVISION=" + s.Name + "-00001"}, p.opts.Env...)...)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,8 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
-		OnProcess: s.onProcess(p.opts.Events),
+		ReadinessPath: s.Spec.ReadinessPath,
+		OnProcess:     s.onProcess(p.opts.Events),
 		// each instance's own URL, recorded on the Leases it holds: the
 		// other instances forward it the events of its keys
 		AddressEnv: "OPZERO_ADVERTISE_ADDRESS",

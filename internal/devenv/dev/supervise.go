@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -243,7 +242,7 @@ func (pr *proc) Stop() {
 // "mtping", "Deployment ns/name") to its current pid.
 func (p *Platform) SourcePIDs() map[string]int {
 	out := map[string]int{}
-	for _, s := range append(slices.Clone(p.adapters), p.procs...) {
+	for _, s := range append(p.adapterList(), p.procs...) {
 		out[s.what] = s.current().PID()
 	}
 	return out

@@ -285,6 +285,16 @@ type CompositeControllerStatus struct {
 	// controller sets fields opzero does not implement (written when the
 	// operator starts).
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// RelatedResources are the resources the customize hook has named so
+	// far (opzero's record of what it learned): the operator watches them,
+	// as Metacontroller watches what customize answers.
+	RelatedResources []RelatedResource `json:"relatedResources,omitempty"`
+}
+
+// RelatedResource is one resource a customize hook named.
+type RelatedResource struct {
+	APIVersion string `json:"apiVersion"`
+	Resource   string `json:"resource"`
 }
 
 // CompositeControllerList is a list of CompositeControllers.
@@ -361,7 +371,8 @@ type DecoratorControllerHooks struct {
 
 // DecoratorControllerStatus is opzero's, as CompositeControllerStatus.
 type DecoratorControllerStatus struct {
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions       []metav1.Condition `json:"conditions,omitempty"`
+	RelatedResources []RelatedResource  `json:"relatedResources,omitempty"`
 }
 
 // DecoratorControllerList is a list of DecoratorControllers.

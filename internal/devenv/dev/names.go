@@ -1,0 +1,194 @@
+package dev
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// clusterNames answers the in-cluster names of the Services opzero dev
+// runs, as the cluster's DNS and Service proxy would: http://<name>.<ns>
+// (also .svc and .svc.cluster.local) and a port (80 if none) go to the
+// local address of what serves them (a Knative Service's activator, a
+// Deployment run by its local command). Processes opzero dev starts get
+// it as their HTTP_PROXY, so a URL written for the cluster (a
+// Metacontroller hook's `url: http://hook.ns/sync`) works as written.
+// HTTPS (CONNECT) is not played.
+type clusterNames struct {
+	mu    sync.RWMutex
+	addrs map[string]string // "<name>.<ns>:<port>" -> "127.0.0.1:<port>"
+}
+
+// add makes name.ns:port reach addr.
+func (n *clusterNames) add(name, ns string, port int, addr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.addrs == nil {
+		n.addrs = map[string]string{}
+	}
+	n.addrs[name+"."+ns+":"+strconv.Itoa(port)] = addr
+}
+
+// lookup is the local address of host ("name.ns[.svc[.cluster.local]][:port]").
+func (n *clusterNames) lookup(host string) (string, bool) {
+	h, port, err := net.SplitHostPort(host)
+	if err != nil {
+		h, port = host, "80"
+	}
+	h = strings.TrimSuffix(strings.TrimSuffix(h, "."), ".cluster.local")
+	h = strings.TrimSuffix(h, ".svc")
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	a, ok := n.addrs[h+":"+port]
+	return a, ok
+}
+
+func (n *clusterNames) known() []string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]string, 0, len(n.addrs))
+	for k := range n.addrs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ServeHTTP is the forward proxy: a request for a known name is sent to
+// its local address; another one is answered 502, naming what is known.
+func (n *clusterNames) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect || r.URL.Host == "" {
+		http.Error(w, "opzero dev's cluster-name proxy plays plain HTTP requests to in-cluster Service names only", http.StatusMethodNotAllowed)
+		return
+	}
+	addr, ok := n.lookup(r.URL.Host)
+	if !ok {
+		http.Error(w, fmt.Sprintf("opzero dev runs no Service %s (it answers %s); outside the cluster no other name resolves",
+			r.URL.Host, strings.Join(n.known(), ", ")), http.StatusBadGateway)
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: addr}
+	(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Host = pr.In.Host
+	}}).ServeHTTP(w, r)
+}
+
+// serveNames starts the proxy of clusterNames.
+func (p *Platform) serveNames() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("a local port for the in-cluster names proxy: %w", err)
+	}
+	srv := &http.Server{Handler: &p.names, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	p.servers = append(p.servers, srv)
+	p.namesURL = "http://" + l.Addr().String()
+	return nil
+}
+
+// nameCommandServices makes the in-cluster names of each core Service that
+// selects the pods of a Deployment run by its local command (annCommand)
+// reach that process: port -> 127.0.0.1:<targetPort> (the process binds
+// the container's port itself, as in its pod).
+func (p *Platform) nameCommandServices() error {
+	type deployment struct {
+		ns     string
+		labels map[string]string
+		c      map[string]any
+	}
+	var deps []deployment
+	for _, u := range p.opts.Objects {
+		if !isKind(u, "apps", "Deployment") || u.GetAnnotations()[annCommand] == "" {
+			continue
+		}
+		if u.GetNamespace() == "" {
+			u.SetNamespace(p.opts.Namespace)
+		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		if len(cs) != 1 {
+			return fmt.Errorf("Deployment %s: %d containers; opzero dev runs a Deployment by its local command (%s) with exactly one", key(u), len(cs), annCommand)
+		}
+		l, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
+		c, _ := cs[0].(map[string]any)
+		deps = append(deps, deployment{u.GetNamespace(), l, c})
+	}
+	for _, u := range p.opts.Objects {
+		if !isKind(u, "", "Service") || len(deps) == 0 {
+			continue
+		}
+		ns := u.GetNamespace()
+		if ns == "" {
+			ns = p.opts.Namespace
+		}
+		sel, _, _ := unstructured.NestedStringMap(u.Object, "spec", "selector")
+		for _, d := range deps {
+			if d.ns != ns || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(d.labels)) {
+				continue
+			}
+			ports, _, _ := unstructured.NestedSlice(u.Object, "spec", "ports")
+			for _, x := range ports {
+				m, _ := x.(map[string]any)
+				port, ok := number(m["port"])
+				if !ok {
+					return fmt.Errorf("Service %s: port %v is not a number", key(u), m["port"])
+				}
+				target, err := targetPort(m["targetPort"], d.c, port)
+				if err != nil {
+					return fmt.Errorf("Service %s: %w", key(u), err)
+				}
+				p.names.add(u.GetName(), ns, int(port), "127.0.0.1:"+strconv.Itoa(target))
+			}
+		}
+	}
+	return nil
+}
+
+// targetPort is a Service port's targetPort: a number, a container port's
+// name, or (unset) the port itself.
+func targetPort(v any, c map[string]any, port int64) (int, error) {
+	if n, ok := number(v); ok {
+		return int(n), nil
+	}
+	switch t := v.(type) {
+	case nil:
+		return int(port), nil
+	case string:
+		if n, err := strconv.Atoi(t); err == nil {
+			return n, nil
+		}
+		ports, _, _ := unstructured.NestedSlice(c, "ports")
+		for _, x := range ports {
+			m, _ := x.(map[string]any)
+			if n, ok := number(m["containerPort"]); ok && m["name"] == t {
+				return int(n), nil
+			}
+		}
+		return 0, fmt.Errorf("targetPort %q names no port of the container", t)
+	}
+	return 0, fmt.Errorf("targetPort %v: want a number or a port name", v)
+}
+
+// number reads a JSON or YAML number (int64, float64 or int, as decoders
+// give them).
+func number(v any) (int64, bool) {
+	switch t := v.(type) {
+	case int64:
+		return t, true
+	case int:
+		return int64(t), true
+	case float64:
+		return int64(t), t == float64(int64(t))
+	}
+	return 0, false
+}

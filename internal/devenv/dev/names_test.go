@@ -1,0 +1,130 @@
+package dev
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestClusterNamesProxy: through the proxy opzero dev gives its processes
+// as HTTP_PROXY, http://<name>.<ns>/... (and .svc, .svc.cluster.local,
+// an explicit port) reaches the local address of what serves the Service;
+// another name is answered 502, saying what is known.
+func TestClusterNamesProxy(t *testing.T) {
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s host=%s", r.Method, r.URL.Path, r.Host)
+	}))
+	defer hook.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "other port") }))
+	defer other.Close()
+	n := &clusterNames{}
+	n.add("hook", "metacontroller", 80, strings.TrimPrefix(hook.URL, "http://"))
+	n.add("hook", "metacontroller", 8080, strings.TrimPrefix(other.URL, "http://"))
+	proxy := httptest.NewServer(n)
+	defer proxy.Close()
+	pu, _ := url.Parse(proxy.URL)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	for in, want := range map[string]string{
+		"http://hook.metacontroller/sync":                        "POST /sync host=hook.metacontroller",
+		"http://hook.metacontroller.svc/customize":               "POST /customize host=hook.metacontroller.svc",
+		"http://hook.metacontroller.svc.cluster.local:80/sync":   "POST /sync host=hook.metacontroller.svc.cluster.local:80",
+		"http://hook.metacontroller:8080/sync":                   "other port",
+		"http://hook.metacontroller.svc.cluster.local:8080/sync": "other port",
+	} {
+		resp, err := c.Post(in, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("%s: %d %q, want 200 %q", in, resp.StatusCode, b, want)
+		}
+	}
+	resp, err := c.Get("http://nothing.metacontroller/sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "hook.metacontroller:80") {
+		t.Fatalf("an unknown name: %d %q, want 502 naming what is known", resp.StatusCode, b)
+	}
+}
+
+func TestTargetPort(t *testing.T) {
+	c := map[string]any{"ports": []any{map[string]any{"name": "http", "containerPort": float64(8081)}}} // as JSON decodes it
+	for _, x := range []struct {
+		v    any
+		want int
+	}{{nil, 80}, {int64(9000), 9000}, {float64(9002), 9002}, {"9001", 9001}, {"http", 8081}} {
+		got, err := targetPort(x.v, c, 80)
+		if err != nil || got != x.want {
+			t.Errorf("targetPort(%v) = %d, %v; want %d", x.v, got, err, x.want)
+		}
+	}
+	if _, err := targetPort("nope", c, 80); err == nil {
+		t.Error("a targetPort naming no container port was accepted")
+	}
+}
+
+// TestCommandDeploymentServiceNames: a core Service that selects the pods
+// of a Deployment run by its local command answers its ports at the
+// targetPort on 127.0.0.1 (Metacontroller's hook manifests, as published).
+func TestCommandDeploymentServiceNames(t *testing.T) {
+	objs, err := ReadManifests("-", strings.NewReader(`
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: hook
+  namespace: metacontroller
+  annotations:
+    dev.opzero.dev/command: '["python3", "sync.py"]'
+spec:
+  selector: {matchLabels: {app: hook}}
+  template:
+    metadata: {labels: {app: hook}}
+    spec:
+      containers:
+      - name: controller
+        image: python:3.9
+        ports: [{name: web, containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: hook
+  namespace: metacontroller
+spec:
+  selector: {app: hook}
+  ports: [{port: 80}, {port: 81, targetPort: web}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: unrelated
+  namespace: metacontroller
+spec:
+  selector: {app: other}
+  ports: [{port: 80}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Platform{opts: Options{Objects: objs, Namespace: "default"}}
+	if err := p.nameCommandServices(); err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"hook.metacontroller": "127.0.0.1:80", "hook.metacontroller.svc:81": "127.0.0.1:8080"} {
+		if got, ok := p.names.lookup(host); !ok || got != want {
+			t.Errorf("%s -> %q (%v), want %s", host, got, ok, want)
+		}
+	}
+	if got, ok := p.names.lookup("unrelated.metacontroller"); ok {
+		t.Errorf("a Service in front of no local process answers: %s", got)
+	}
+}
