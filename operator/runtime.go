@@ -123,6 +123,9 @@ func New(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		r.mgr, r.client = mgr, standin.NewClient(mgr.GetClient())
+	case Webhooks:
+		return nil, errors.New("--mode=webhooks serves an adopted controller-runtime project's webhooks (built with classic.NewManager); " +
+			"an operator built with operator.New has none: run it serverless or classic")
 	default:
 		return nil, fmt.Errorf("unknown mode %q: want serverless or classic", opts.Mode)
 	}

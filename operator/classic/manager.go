@@ -47,7 +47,10 @@ import (
 //	mgr, err := classic.NewManager(serverless, cfg, ctrl.Options{...})
 //
 // Classic mode returns controller-runtime's own manager, built from mo as
-// ctrl.NewManager would. Serverless mode returns a manager.Manager with no
+// ctrl.NewManager would. Webhooks mode (--mode=webhooks) returns it too,
+// without leader election and without the controllers: it serves the
+// project's webhooks (and probes, metrics) always on, beside its
+// controllers running serverless. Serverless mode returns a manager.Manager with no
 // cache: the controllers added by ctrl.NewControllerManagedBy(mgr)...Complete
 // keep their For, Owns, Watches (controller-runtime's handlers and the
 // user's predicates), and run as opzero's serverless engine; reads go to
@@ -86,6 +89,9 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 			mo.LeaderElectionNamespace = os.Getenv("POD_NAMESPACE")
 		}
 		return manager.New(cfg, mo)
+	}
+	if o.Mode == operator.Webhooks && !describing {
+		return newWebhooksOnly(cfg, mo)
 	}
 	if mo.Scheme != nil {
 		o.Scheme = mo.Scheme
@@ -259,8 +265,8 @@ func (m *adopted) refusals() error {
 	errs := append([]error(nil), m.errs...)
 	if p := m.webhooks.paths(); len(p) > 0 {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
-			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false)", strings.Join(p, ", ")))
+			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
+			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false); or run --mode=classic", strings.Join(p, ", ")))
 	}
 	if m.converters.n > 0 {
 		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
