@@ -8,11 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,86 +22,52 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/proc"
 	"github.com/opzero/opzero/internal/testkit"
-	"github.com/opzero/opzero/operator"
-	"github.com/opzero/opzero/operator/classic"
 	"github.com/opzero/opzero/testenv"
 )
 
-// configWatcherWebhook is a project's webhook for ConfigWatchers, as a
-// kubebuilder project writes one: a defaulter (a pod selector by name when
-// none is given) and a validator (the ConfigMap "forbidden" is refused).
-type configWatcherWebhook struct{}
-
-func (configWatcherWebhook) Default(_ context.Context, cw *v1.ConfigWatcher) error {
-	if len(cw.Spec.PodSelector) == 0 {
-		cw.Spec.PodSelector = map[string]string{"app": cw.Name}
-	}
-	return nil
-}
-
-func (configWatcherWebhook) ValidateCreate(_ context.Context, cw *v1.ConfigWatcher) (admission.Warnings, error) {
-	if cw.Spec.ConfigMap == "forbidden" {
-		return nil, errors.New("configMap forbidden is not allowed")
-	}
-	return nil, nil
-}
-
-func (w configWatcherWebhook) ValidateUpdate(ctx context.Context, _, cw *v1.ConfigWatcher) (admission.Warnings, error) {
-	return w.ValidateCreate(ctx, cw)
-}
-
-func (configWatcherWebhook) ValidateDelete(context.Context, *v1.ConfigWatcher) (admission.Warnings, error) {
-	return nil, nil
-}
-
-// TestAdoptedWebhooksMode: the same project runs its controller serverless
-// (its webhooks left out, as ENABLE_WEBHOOKS=false does in a kubebuilder
-// main) and its webhooks with --mode=webhooks, always on: the API server
-// calls the defaulting and validating webhooks, the serverless controller
-// reconciles, and the webhooks process runs no controller. The project
-// asks for leader election with no namespace, which fails outside a
-// cluster: the webhooks process starts because it does not use it.
+// TestAdoptedWebhooksMode: one binary of a kubebuilder-style project
+// (testdata/webhooksop) runs twice, as opzero deploys it: serverless with
+// its webhooks left out (ENABLE_WEBHOOKS=false), and --mode=webhooks,
+// always on. The API server calls the defaulting and validating webhooks
+// of the second, the first reconciles. The project asks for leader
+// election (--leader-elect) with no namespace, which fails outside a
+// cluster: the webhooks process starts because it does not use it. Both
+// processes' memory is logged.
 func TestAdoptedWebhooksMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary and runs it twice against a control plane")
+	}
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "webhooksop")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/webhooksop").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	kubeconfig := append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
 
 	certDir, caPEM := servingCert(t)
-	port := testkit.FreePort(t)
-	ws := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-	wh, err := classic.NewManager(operator.Options{Mode: operator.Webhooks}, env.Config,
-		manager.Options{Scheme: scheme, WebhookServer: ws, Metrics: metricsOff, LeaderElection: true, LeaderElectionID: "webhooks-test"})
+	port, probe := testkit.FreePort(t), testkit.FreePort(t)
+	wh := exec.Command(bin, "--mode=webhooks", "--leader-elect", "--webhook-cert-path="+certDir, fmt.Sprint("--webhook-port=", port),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probe))
+	wh.Env = kubeconfig
+	webhooks, err := testkit.StartChild(t, wh, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inWebhooks := &kubebuilderStyle{Client: wh.GetClient(), count: map[string]int{}}
-	if err := inWebhooks.SetupWithManager(wh); err != nil {
-		t.Fatal(err)
-	}
-	if err := ctrl.NewWebhookManagedBy(wh, &v1.ConfigWatcher{}).WithDefaulter(configWatcherWebhook{}).WithValidator(configWatcherWebhook{}).Complete(); err != nil {
-		t.Fatal(err)
-	}
-	startManager(t, wh)
-
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	sl, err := classic.NewManager(operator.Options{Addr: addr, InsecureNoAuth: true}, env.Config, manager.Options{Scheme: scheme, Metrics: metricsOff})
+	sl := exec.Command(bin, "--insecure-no-auth", "--addr="+addr, "--health-probe-bind-address=0")
+	sl.Env = append(kubeconfig, "ENABLE_WEBHOOKS=false")
+	serverless, err := testkit.StartChild(t, sl, "http://"+addr+"/healthz", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &kubebuilderStyle{Client: sl.GetClient(), count: map[string]int{}}
-	if err := r.SetupWithManager(sl); err != nil {
-		t.Fatal(err)
-	}
-	startManager(t, sl)
 
 	registerWebhooks(t, env.Client, ns, port, caPEM)
 	// The API server loads webhook configurations shortly after they are
@@ -145,23 +111,13 @@ func TestAdoptedWebhooksMode(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a-owned"}, &corev1.ConfigMap{}); err != nil {
 		t.Fatalf("the serverless controller did not reconcile the ConfigWatcher: %v", err)
 	}
-	if n := inWebhooks.reconciles("a"); n != 0 {
-		t.Errorf("the webhooks process reconciled %d times, want 0: it runs no controller", n)
+	for _, c := range []struct {
+		what string
+		c    *testkit.Child
+	}{{"--mode=webhooks (always on)", webhooks}, {"serverless (scales to zero)", serverless}} {
+		rss, hwm := proc.Mem(c.c.Cmd.Process.Pid)
+		t.Logf("%s: RSS %.1f MiB (peak %.1f MiB)", c.what, rss, hwm)
 	}
-}
-
-// startManager starts m until the test ends.
-func startManager(t *testing.T, m manager.Manager) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start returned %v after cancel, want nil", err)
-		}
-	})
 }
 
 // registerWebhooks points the API server at the webhooks for ConfigWatchers
