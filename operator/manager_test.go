@@ -402,9 +402,9 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 		{"failing runnable", manager.Options{}, func(m manager.Manager) {
 			_ = m.Add(manager.RunnableFunc(func(context.Context) error { return errors.New("boom") }))
 		}, "boom"},
-		{"two controllers", manager.Options{}, func(m manager.Manager) {
+		{"two controllers of one name", manager.Options{}, func(m manager.Manager) {
 			_ = (&kubebuilderStyle{count: map[string]int{}}).SetupWithManager(m)
-		}, "one controller per binary"},
+		}, "two operators named kubebuilder-style"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.mo.Scheme = scheme
