@@ -96,14 +96,14 @@ func (g *Group) targets(r *http.Request, body []byte) ([]*Engine, error) {
 	}
 	ev, err := cloudevent.DecodeRequest(r.Context(), withBody(r, body))
 	if err != nil {
-		return g.engines[:1], nil // it answers the bad event
+		return g.engines, nil // each answers the bad event (and forgets its event cache: it may have been any object's)
 	}
 	var out []*Engine
 	switch ev := ev.(type) {
 	case *cloudevent.ObjectEvent:
 		gv, err := schema.ParseGroupVersion(ev.APIVersion)
 		if err != nil {
-			return g.engines[:1], nil
+			return g.engines, nil // each answers the bad event
 		}
 		for _, e := range g.engines {
 			if e.handles(gv.WithKind(ev.Kind)) {
@@ -154,6 +154,9 @@ func (g *Group) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err != nil {
+		for _, e := range g.engines {
+			e.cache.Forget() // an event refused unread may have been any object's
+		}
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			http.Error(w, fmt.Sprintf("event larger than %d bytes", g.maxBody), http.StatusRequestEntityTooLarge)

@@ -105,6 +105,12 @@ func TestGroupRoutesEachEventToItsControllers(t *testing.T) {
 		t.Errorf("the refusal %q does not name the controllers", a.body)
 	}
 
+	bad, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("not a CloudEvent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("a request that is no CloudEvent", func() answer { return h.do(bad) }, http.StatusBadRequest, 0, 0)
+
 	if _, err := serverless.NewGroup(h.engine, mustEngine(t, h, serverless.Options{})); err == nil || !strings.Contains(err.Error(), "two controllers named widgets") {
 		t.Errorf("a group of two engines of one name: %v", err)
 	}
