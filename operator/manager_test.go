@@ -395,16 +395,16 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 		setup func(manager.Manager)
 		want  string
 	}{
-		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false"},
+		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false"},
 		{"conversion", manager.Options{}, func(m manager.Manager) {
 			_ = m.GetConverterRegistry().RegisterConverter(v1.GroupVersion.WithKind("ConfigWatcher").GroupKind(), nil)
 		}, "conversion webhooks cannot be served serverless"},
 		{"failing runnable", manager.Options{}, func(m manager.Manager) {
 			_ = m.Add(manager.RunnableFunc(func(context.Context) error { return errors.New("boom") }))
 		}, "boom"},
-		{"two controllers", manager.Options{}, func(m manager.Manager) {
+		{"two controllers of one name", manager.Options{}, func(m manager.Manager) {
 			_ = (&kubebuilderStyle{count: map[string]int{}}).SetupWithManager(m)
-		}, "one controller per binary"},
+		}, "two operators named kubebuilder-style"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.mo.Scheme = scheme

@@ -16,10 +16,13 @@ import (
 // Mode is how the operator runs.
 type Mode string
 
-// The two modes.
+// The modes. Webhooks is for adopted projects only (classic.NewManager):
+// the project's admission and conversion webhooks, served always on, while
+// its controllers run serverless elsewhere.
 const (
 	Serverless Mode = "serverless"
 	Classic    Mode = "classic"
+	Webhooks   Mode = "webhooks"
 )
 
 // Options configures a Runtime.
@@ -181,14 +184,14 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 	if o.Mode == "" {
 		o.Mode = Mode(envOr("OPZERO_MODE", string(Serverless)))
 	}
-	fs.Func("mode", "how to run: serverless (HTTP CloudEvents receiver, e.g. a Knative Service) or classic (controller-runtime manager); env OPZERO_MODE (default "+string(o.Mode)+")",
+	fs.Func("mode", "how to run: serverless (HTTP CloudEvents receiver, e.g. a Knative Service), classic (controller-runtime manager), or webhooks (an adopted project's webhooks only, always on, for controllers that run serverless); env OPZERO_MODE (default "+string(o.Mode)+")",
 		func(s string) error {
 			switch Mode(s) {
-			case Serverless, Classic:
+			case Serverless, Classic, Webhooks:
 				o.Mode = Mode(s)
 				return nil
 			}
-			return fmt.Errorf("unknown mode %q: want serverless or classic", s)
+			return fmt.Errorf("unknown mode %q: want serverless, classic or webhooks", s)
 		})
 	fs.StringVar(&o.Addr, "addr", o.Addr, "serverless: listen address (default :$PORT as Knative sets it, else :8080)")
 	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound on each call to the API server, so one that accepts connections but does not answer cannot hold a reconcile (default 30s; a negative duration such as -1ns: no bound)")

@@ -37,7 +37,8 @@ type Runtime struct {
 	client client.Client // wrapped by recstate in both modes
 	mgr    seam.Manager  // nil in serverless mode
 	ops    []*builder.Controller
-	engine *serverless.Engine
+	// engines are the serverless engines, one per registered operator.
+	engines []*serverless.Engine
 	// describeTo is set from OPZERO_DESCRIBE: describe, do not serve (describe.go).
 	describeTo string
 	// routes, if set, wraps the serverless handler outside authentication
@@ -54,9 +55,11 @@ var ErrClassicNotLinked = errors.New(`--mode=classic: classic mode is not linked
 	`(it links controller-runtime's manager: about 3 MiB more RSS per instance, in either mode)`)
 
 func init() {
-	seam.Engine = func(rt any) http.Handler {
-		if e := rt.(*Runtime).engine; e != nil {
-			return e
+	seam.Engine = func(rt any, name string) http.Handler {
+		for _, e := range rt.(*Runtime).engines {
+			if e.Operator() == name {
+				return e
+			}
 		}
 		return nil
 	}
@@ -123,6 +126,9 @@ func New(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		r.mgr, r.client = mgr, standin.NewClient(mgr.GetClient())
+	case Webhooks:
+		return nil, errors.New("--mode=webhooks serves an adopted controller-runtime project's webhooks (built with classic.NewManager); " +
+			"an operator built with operator.New has none: run it serverless or classic")
 	default:
 		return nil, fmt.Errorf("unknown mode %q: want serverless or classic", opts.Mode)
 	}
@@ -179,8 +185,10 @@ func (r *Runtime) Register(op *builder.Controller) error {
 			return err
 		}
 	default:
-		if r.engine != nil {
-			return errors.New("serverless: one operator per runtime (one HTTP endpoint); run another binary for " + op.Name)
+		for _, e := range r.engines {
+			if e.Operator() == op.Name {
+				return fmt.Errorf("serverless: two operators named %s: name them apart (builder Named)", op.Name)
+			}
 		}
 		so := serverless.Options{ReconcileTimeout: r.opts.ReconcileTimeout, MaxWait: r.opts.MaxWait,
 			FollowUpSettle: r.opts.FollowUpSettle, MaxInFlight: r.opts.MaxInFlight, Logger: r.opts.Logger,
@@ -227,7 +235,7 @@ func (r *Runtime) Register(op *builder.Controller) error {
 		if err != nil {
 			return err
 		}
-		r.engine = e
+		r.engines = append(r.engines, e)
 	}
 	r.ops = append(r.ops, op)
 	return nil
@@ -275,7 +283,14 @@ func (r *Runtime) Start(ctx context.Context) error {
 	} else {
 		so.Wrap = trim.Handler
 	}
-	return r.engine.Serve(ctx, so)
+	if len(r.engines) == 1 {
+		return r.engines[0].Serve(ctx, so)
+	}
+	g, err := serverless.NewGroup(r.engines...)
+	if err != nil {
+		return err
+	}
+	return g.Serve(ctx, so)
 }
 
 // advertiseAddress is Options.AdvertiseAddress, or its default.

@@ -22,6 +22,9 @@ type Cache struct {
 	client.Reader
 	scheme *runtime.Scheme
 
+	// root, for a Fork, holds the field indexes.
+	root *Cache
+
 	mu        sync.Mutex
 	informers map[schema.GroupVersionKind]*Informer
 	indexes   map[schema.GroupVersionKind]map[string]client.IndexerFunc // IndexField, applied by Indexed
@@ -34,6 +37,18 @@ var _ cache.Cache = (*Cache)(nil)
 func NewCache(r client.Reader, scheme *runtime.Scheme) *Cache {
 	return &Cache{Reader: r, scheme: scheme, informers: map[schema.GroupVersionKind]*Informer{}, owned: map[schema.GroupVersionKind]bool{},
 		indexes: map[schema.GroupVersionKind]map[string]client.IndexerFunc{}}
+}
+
+// Fork returns a Cache for one more controller: informer shims of its own,
+// so that each controller's handlers see the events of its own sources
+// only, and c's reader and field indexes.
+func (c *Cache) Fork() *Cache {
+	f := NewCache(c.Reader, c.scheme)
+	f.root = c
+	if c.root != nil {
+		f.root = c.root
+	}
+	return f
 }
 
 // GetInformer returns the kind's Informer shim, creating it.

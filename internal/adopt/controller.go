@@ -117,6 +117,9 @@ func shapeError(r any, what string) error {
 // it: its package holds the +kubebuilder:rbac markers. nil if not found.
 func (c *Controller) Do() reconcile.Reconciler { return c.do }
 
+// Cache is the Cache the controller was adopted with (its sources' shims).
+func (c *Controller) Cache() *Cache { return c.cache }
+
 // Name is the controller's name.
 func (c *Controller) Name() string { return c.name }
 

@@ -33,6 +33,10 @@
 //     cold instance may reconcile once more than a warm informer would,
 //     never less.
 //
+// Each controller is adopted with a Cache of its own (Fork of the
+// manager's: the same reader and field indexes), so that Deliver runs its
+// sources' handlers only, however many controllers watch the kind.
+//
 // # Caveats
 //
 // The shape of controller-runtime's internal controller (the exported

@@ -19,7 +19,10 @@ import (
 // informer store to index, a List that selects on an indexed field lists
 // without that requirement and keeps the objects whose index values hold
 // the wanted one (what the cache's index would have returned).
-func (c *Cache) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+func (c *Cache) IndexField(ctx context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	if c.root != nil {
+		return c.root.IndexField(ctx, obj, field, fn)
+	}
 	gvk, err := apiutil.GVKForObject(obj, c.scheme)
 	if err != nil {
 		return err
@@ -40,6 +43,9 @@ func (c *Cache) IndexField(_ context.Context, obj client.Object, field string, f
 }
 
 func (c *Cache) index(gvk schema.GroupVersionKind, field string) client.IndexerFunc {
+	if c.root != nil {
+		return c.root.index(gvk, field)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.indexes[gvk][field]

@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
@@ -19,7 +20,12 @@ const WakeupPackage = "github.com/opzero/opzero/api/v1alpha1"
 type Input struct {
 	// ImportPath of the operator's main package (the default ko:// image).
 	ImportPath string
-	Operator   description.Controller
+	// Operator is the operator deployed: with several controllers in the
+	// binary, one that stands for them all (Combine).
+	Operator description.Controller
+	// Operators are the binary's controllers when there are several: one
+	// Service runs them all, with the sources of all their kinds.
+	Operators []description.Controller
 	// CRDs of kinds in the description (and the Wakeup CRD for durable time).
 	CRDs []GeneratedCRD
 	// MarkerRules are the reconciler package's +kubebuilder:rbac rules.
@@ -56,25 +62,27 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 
 // Prepare runs controller-tools for a description: CRDs and marker rules.
 func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
-	if n := len(t.Desc.Operators); n != 1 {
-		return Input{}, fmt.Errorf("%s registers %d operators; opzero manifests deploys one operator per binary (one Service, one endpoint)", t.ImportPath, n)
-	}
 	if o.Mode == Classic && t.Desc.ServerlessOnly {
 		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+
 			"so the Deployment would fail to start; add  import _ \"github.com/opzero/opzero/operator/classic\"  to its package main, or generate serverless manifests", t.ImportPath)
 	}
-	op := t.Desc.Operators[0]
 	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
 	if err != nil {
 		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)
 	}
 	mod = strings.TrimSpace(mod)
+	op, err := Combine(path.Base(mod), t.Desc.Operators)
+	if err != nil {
+		return Input{}, fmt.Errorf("%s: %w", t.ImportPath, err)
+	}
 	want := map[[2]string]bool{} // group, kind
 	pkgs := map[string]bool{}
-	for _, k := range allKinds(op) {
-		if k.GoPackage == mod || strings.HasPrefix(k.GoPackage, mod+"/") {
-			pkgs[k.GoPackage] = true
-			want[[2]string{k.Group, k.Kind}] = true
+	for _, c := range t.Desc.Operators {
+		for _, k := range allKinds(c) {
+			if k.GoPackage == mod || strings.HasPrefix(k.GoPackage, mod+"/") {
+				pkgs[k.GoPackage] = true
+				want[[2]string{k.Group, k.Kind}] = true
+			}
 		}
 	}
 	if o.Mode != Classic && !o.NoDurableTime {
@@ -90,14 +98,23 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, err
 	}
 	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags}
+	if len(t.Desc.Operators) > 1 {
+		in.Operators = t.Desc.Operators
+	}
 	for _, c := range crds {
 		if want[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] {
 			in.CRDs = append(in.CRDs, c)
 		}
 	}
-	if op.ReconcilerPackage != "" && op.ReconcilerPackage != "main" {
-		if in.MarkerRules, err = MarkerRules(t.Dir, op.ReconcilerPackage); err != nil {
-			return Input{}, err
+	done := map[string]bool{}
+	for _, c := range t.Desc.Operators {
+		if p := c.ReconcilerPackage; p != "" && p != "main" && !done[p] {
+			done[p] = true
+			rules, err := MarkerRules(t.Dir, p)
+			if err != nil {
+				return Input{}, err
+			}
+			in.MarkerRules = append(in.MarkerRules, rules...)
 		}
 	}
 	return in, nil
@@ -117,7 +134,13 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err := checkArgs(o.Args, in.Flags); err != nil {
 		return nil, err
 	}
-	g := &gen{in: in, o: o, op: op, env: env, plural: map[[2]string]string{}}
+	g := &gen{in: in, o: o, op: op, ops: in.Operators, env: env, plural: map[[2]string]string{}}
+	if len(g.ops) == 0 {
+		g.ops = []description.Controller{op}
+	}
+	if len(g.ops) > 1 && o.hub() {
+		return nil, fmt.Errorf("--source=hub: the binary runs %d controllers (%s), and a Subscription describes one; use --source=knative", len(g.ops), controllerNames(g.ops))
+	}
 	for _, c := range in.CRDs {
 		g.plural[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = c.CRD.Spec.Names.Plural
 	}
@@ -164,6 +187,8 @@ type gen struct {
 	in Input
 	o  Options
 	op description.Controller
+	// ops are the controllers the Service runs: op alone, or several.
+	ops []description.Controller
 	// env is the operator's own env: declared, then from the command line.
 	env    []description.EnvVar
 	plural map[[2]string]string
@@ -196,7 +221,8 @@ func (g *gen) sourceName(k description.Kind) string { return g.op.Name + "-" + s
 // checkNames rejects two kinds that would get the same source name.
 func (g *gen) checkNames() error {
 	seen := map[string]description.Kind{}
-	for _, k := range allKinds(g.op) {
+	for _, sk := range g.sourceKinds() {
+		k := sk.Kind
 		n := g.sourceName(k)
 		if prev, ok := seen[n]; ok {
 			return fmt.Errorf("kinds %s/%s and %s/%s would both be watched by a source named %s; opzero manifests needs distinct kind names",
@@ -216,13 +242,15 @@ func allKinds(op description.Controller) []description.Kind {
 // events, wakeups, tokenreviews, markers) and Role (leases).
 func (g *gen) operatorRBAC() []Object {
 	var r rules
-	p := g.op.Primary
-	res := g.resource(p)
-	r.add(p.Group, res, primaryVerbs...)
-	r.add(p.Group, res+"/status", statusVerbs...)
-	r.add(p.Group, res+"/finalizers", finalizerVerbs...)
-	for _, k := range append(append([]description.Kind(nil), g.op.Owned...), g.op.Watched...) {
-		r.add(k.Group, g.resource(k), readVerbs...)
+	for _, op := range g.ops {
+		p := op.Primary
+		res := g.resource(p)
+		r.add(p.Group, res, primaryVerbs...)
+		r.add(p.Group, res+"/status", statusVerbs...)
+		r.add(p.Group, res+"/finalizers", finalizerVerbs...)
+		for _, k := range append(append([]description.Kind(nil), op.Owned...), op.Watched...) {
+			r.add(k.Group, g.resource(k), readVerbs...)
+		}
 	}
 	r.add("", "events", eventVerbs...)
 	r.add("events.k8s.io", "events", eventVerbs...)

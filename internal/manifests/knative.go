@@ -69,18 +69,49 @@ type sourceKind struct {
 	description.Kind
 	mode  string
 	owned bool
+	owner description.Kind // with owned: the owner's kind, the source's owner filter
 }
 
 // sourceKinds lists the ApiServerSources: Resource mode for the primary and
 // owned kinds (the engine needs the object, and the owner), Reference mode
-// for watched kinds (map functions take name and namespace).
+// for watched kinds (map functions take name and namespace). With several
+// controllers, one source per kind serves them all: Resource mode if any
+// needs the object, an owner filter only if every one that uses the kind
+// owns it under one owner kind, a label selector only if every one has it.
 func (g *gen) sourceKinds() []sourceKind {
-	out := []sourceKind{{g.op.Primary, "Resource", false}}
-	for _, k := range g.op.Owned {
-		out = append(out, sourceKind{k, "Resource", true})
+	var out []sourceKind
+	at := map[[3]string]int{}
+	use := func(k description.Kind, mode string, owner *description.Kind) {
+		id := [3]string{k.Group, k.Version, k.Kind}
+		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil}
+		if owner != nil {
+			sk.owner = *owner
+		}
+		i, seen := at[id]
+		if !seen {
+			at[id] = len(out)
+			out = append(out, sk)
+			return
+		}
+		have := &out[i]
+		if mode == "Resource" {
+			have.mode = "Resource"
+		}
+		if have.owned && (owner == nil || have.owner.APIVersion() != owner.APIVersion() || have.owner.Kind != owner.Kind) {
+			have.owned, have.owner = false, description.Kind{}
+		}
+		if have.Selector != k.Selector {
+			have.Selector = ""
+		}
 	}
-	for _, k := range g.op.Watched {
-		out = append(out, sourceKind{k, "Reference", false})
+	for _, op := range g.ops {
+		use(op.Primary, "Resource", nil)
+		for _, k := range op.Owned {
+			use(k, "Resource", &op.Primary)
+		}
+		for _, k := range op.Watched {
+			use(k, "Reference", nil)
+		}
 	}
 	return out
 }
@@ -210,7 +241,7 @@ func (g *gen) apiServerSources() []Object {
 			"sink":               g.sink(),
 		}
 		if k.owned {
-			spec["owner"] = map[string]any{"apiVersion": g.op.Primary.APIVersion(), "kind": g.op.Primary.Kind}
+			spec["owner"] = map[string]any{"apiVersion": k.owner.APIVersion(), "kind": k.owner.Kind}
 		}
 		l := g.labels("source")
 		src := object("sources.knative.dev/v1", "ApiServerSource", g.o.Namespace, name, l)
@@ -385,7 +416,7 @@ func (g *gen) wakeupSource() []Object {
 				"containers": []any{map[string]any{
 					"name":  "wakeup-source",
 					"image": g.o.WakeupImage,
-					"args": []any{"--operator=" + g.op.Name, "--audience=" + g.o.Audience,
+					"args": []any{"--operator=" + strings.ReplaceAll(controllerNames(g.ops), ", ", ","), "--audience=" + g.o.Audience,
 						"--service-account=" + g.o.Namespace + "/" + name, fmt.Sprintf("--health-addr=:%d", wakeupHealthPort)},
 					"ports": []any{map[string]any{"name": "health", "containerPort": int64(wakeupHealthPort)}},
 					// /healthz fails once its watch of Wakeups has been down

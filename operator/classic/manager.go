@@ -47,7 +47,10 @@ import (
 //	mgr, err := classic.NewManager(serverless, cfg, ctrl.Options{...})
 //
 // Classic mode returns controller-runtime's own manager, built from mo as
-// ctrl.NewManager would. Serverless mode returns a manager.Manager with no
+// ctrl.NewManager would. Webhooks mode (--mode=webhooks) returns it too,
+// without leader election and without the controllers: it serves the
+// project's webhooks (and probes, metrics) always on, beside its
+// controllers running serverless. Serverless mode returns a manager.Manager with no
 // cache: the controllers added by ctrl.NewControllerManagedBy(mgr)...Complete
 // keep their For, Owns, Watches (controller-runtime's handlers and the
 // user's predicates), and run as opzero's serverless engine; reads go to
@@ -67,9 +70,12 @@ import (
 //     gives per key (across instances with Leases when --max-scale > 1), so
 //     instances that start and stop with the events never wait for a lease.
 //     Start logs that it is not used.
-//   - What cannot work fails at Start with the reason: more than one
-//     controller (one Knative Service per controller), webhooks and
-//     conversion (a service scaled to zero cannot answer the API server).
+//   - Every controller added runs in the one process, each as its own
+//     engine behind one endpoint (serverless.Group): an event goes to the
+//     controllers whose sources watch its kind.
+//   - What cannot work fails at Start with the reason: webhooks and
+//     conversion (a service scaled to zero cannot answer the API server;
+//     --mode=webhooks serves them).
 //   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
 //     List: it lists without the indexed requirement and keeps the objects
 //     whose index function yields the wanted value.
@@ -86,6 +92,9 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 			mo.LeaderElectionNamespace = os.Getenv("POD_NAMESPACE")
 		}
 		return manager.New(cfg, mo)
+	}
+	if o.Mode == operator.Webhooks && !describing {
+		return newWebhooksOnly(cfg, mo)
 	}
 	if mo.Scheme != nil {
 		o.Scheme = mo.Scheme
@@ -147,13 +156,16 @@ type adopted struct {
 
 	mu          sync.Mutex
 	controllers []*adopt.Controller
-	runnables   []manager.Runnable
-	errs        []error
-	healthz     map[string]healthz.Checker
-	readyz      map[string]healthz.Checker
-	extra       map[string]http.Handler
-	// pending: requests made before the engine existed (see later).
-	pending []reconcile.Request
+	// current is the cache of the controller added last: the one whose
+	// builder asks for caches now (each controller has its own shims).
+	current   *adopt.Cache
+	runnables []manager.Runnable
+	errs      []error
+	healthz   map[string]healthz.Checker
+	readyz    map[string]healthz.Checker
+	extra     map[string]http.Handler
+	// pending: requests made before their engine existed (see later).
+	pending []pendingRequest
 	// mapperAsked: GetRESTMapper was the last call before GetCache (see GetCache).
 	mapperAsked bool
 	webhooks    *webhooks
@@ -166,15 +178,29 @@ type adopted struct {
 
 var _ manager.Manager = (*adopted)(nil)
 
+type pendingRequest struct {
+	controller string
+	req        reconcile.Request
+}
+
 func (m *adopted) Add(r manager.Runnable) error {
-	a, isCtrl, err := adopt.Adopt(r, m.cache, m.later)
+	var name string // the controller's, once adopted
+	fork := m.cache.Fork()
+	a, isCtrl, err := adopt.Adopt(r, fork, func(req reconcile.Request, after time.Duration) {
+		m.mu.Lock()
+		n := name
+		m.mu.Unlock()
+		m.later(n, req, after)
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case err != nil:
 		m.errs = append(m.errs, err)
 	case isCtrl:
+		name = a.Name()
 		m.controllers = append(m.controllers, a)
+		m.current = fork
 		m.mapperAsked = false
 	default:
 		m.runnables = append(m.runnables, r)
@@ -239,10 +265,13 @@ func (m *adopted) GetCache() cache.Cache {
 	defer m.mu.Unlock()
 	owned := m.mapperAsked
 	m.mapperAsked = false
-	if owned && len(m.controllers) > 0 {
-		return m.cache.OwnedView()
+	switch {
+	case m.current == nil:
+		return m.cache
+	case owned:
+		return m.current.OwnedView()
 	}
-	return m.cache
+	return m.current
 }
 
 func (m *adopted) GetRESTMapper() meta.RESTMapper {
@@ -259,22 +288,14 @@ func (m *adopted) refusals() error {
 	errs := append([]error(nil), m.errs...)
 	if p := m.webhooks.paths(); len(p) > 0 {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; run --mode=classic, or leave the webhooks out of the serverless binary (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
-			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false)", strings.Join(p, ", ")))
+			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
+			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false); or run --mode=classic", strings.Join(p, ", ")))
 	}
 	if m.converters.n > 0 {
 		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
 	}
-	switch n := len(m.controllers); {
-	case n == 0:
+	if len(m.controllers) == 0 {
 		errs = append(errs, errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start"))
-	case n > 1:
-		var names []string
-		for _, c := range m.controllers {
-			names = append(names, c.Name())
-		}
-		errs = append(errs, fmt.Errorf("serverless runs one controller per binary (one endpoint, one Knative Service), and %d were added (%s): "+
-			"build a binary per controller, or run --mode=classic", n, strings.Join(names, ", ")))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("serverless mode: %w", err)
@@ -304,7 +325,7 @@ func (m *adopted) Start(ctx context.Context) error {
 			<-s
 		}
 	}()
-	for _, a := range m.controllers { // one, unless describing for classic
+	for _, a := range m.controllers { // each its own engine, on one endpoint
 		stopped, err := a.Start(ctx)
 		if err != nil {
 			return err
@@ -328,8 +349,8 @@ func (m *adopted) Start(ctx context.Context) error {
 	pending := m.pending
 	m.pending = nil
 	m.mu.Unlock()
-	for _, r := range pending {
-		m.later(r, 0)
+	for _, p := range pending {
+		m.later(p.controller, p.req, 0)
 	}
 	seam.SetRoutes(m.Runtime, m.serveChecks)
 	errc := make(chan error, len(m.runnables)+1)
@@ -384,7 +405,8 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 		return nil, fmt.Errorf("controller %s: serverless needs the kind it reconciles; build it with ctrl.NewControllerManagedBy(mgr).For(...)", a.Name())
 	}
 	var primary *adopt.Informer
-	for _, inf := range m.cache.Informers() {
+	c := a.Cache()
+	for _, inf := range c.Informers() {
 		if inf.GVK().GroupKind() == gk {
 			primary = inf
 		}
@@ -393,10 +415,10 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 		return nil, fmt.Errorf("controller %s: no source watches its For kind %s", a.Name(), gk)
 	}
 	b := builder.New(m.GetScheme()).Named(a.Name()).For(primary.Prototype()).WithSkipOptions(builder.SkipOptions{Disabled: true})
-	for _, inf := range m.cache.Informers() {
+	for _, inf := range c.Informers() {
 		switch {
 		case inf == primary:
-		case m.describing && m.cache.Owned(inf.GVK()):
+		case m.describing && c.Owned(inf.GVK()):
 			b.Owns(inf.Prototype())
 		default:
 			b.Watches(inf.Prototype(), m.mapStashed)
@@ -433,7 +455,7 @@ func (m *adopted) filter(a *adopt.Controller, primary schema.GroupVersionKind) b
 			if r == own {
 				keep = true
 			} else {
-				m.later(r, 0)
+				m.later(a.Name(), r, 0)
 			}
 		}
 		return keep
@@ -471,13 +493,14 @@ func (m *adopted) whole(ev builder.Event) client.Object {
 // later submits a request the handlers made for a key the event was not
 // routed to (or one added outside an event) as an in-process ping for that
 // key: it is reconciled like any other, but the event's answer does not
-// wait for it. Requests made before the engine exists (a source that
-// emits while the controller starts) wait for it.
-func (m *adopted) later(r reconcile.Request, after time.Duration) {
+// wait for it. It goes to the engine of the controller whose handlers made
+// it. Requests made before that engine exists (a source that emits while
+// the controller starts) wait for it.
+func (m *adopted) later(controller string, r reconcile.Request, after time.Duration) {
 	m.mu.Lock()
-	e := seam.Engine(m.Runtime)
+	e := seam.Engine(m.Runtime, controller)
 	if e == nil {
-		m.pending = append(m.pending, r)
+		m.pending = append(m.pending, pendingRequest{controller, r})
 		m.mu.Unlock()
 		return
 	}

@@ -229,6 +229,16 @@
 //	     requeue or Lease could not be recorded: every sender retries
 //	     (Retry-After is set)
 //
+// # Several controllers on one endpoint (Group)
+//
+// A binary with several controllers runs one Engine per controller behind
+// a Group: each event goes to the engines it concerns (an object event to
+// those that watch its kind, a wakeup to the one it names, a forwarded
+// request to the one that forwarded it, a PingSource tick to all), each
+// with the guarantees above, and the answer is the worst of theirs, so a
+// sender retries when any of them must. Two engines may not reconcile the
+// same kind (wakeups and sweeps are routed by it).
+//
 // # Caveats
 //
 // Forwarding trusts the address on a Lease as much as the Lease itself:

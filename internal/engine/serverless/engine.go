@@ -319,3 +319,6 @@ func (e *Engine) Draining() bool { return e.draining.Load() }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Operator is the name of the operator the engine runs.
+func (e *Engine) Operator() string { return e.op.Name }

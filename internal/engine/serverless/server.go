@@ -48,31 +48,12 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set $PORT to another port)", o.Addr, err)
 	}
-	mux := http.NewServeMux()
-	var h http.Handler = e
-	if o.Wrap != nil {
-		h = o.Wrap(h)
-	}
-	mux.Handle("/", h)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      e.opts.MaxWait + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	srv := newServer(e, o, e.opts.MaxWait)
 	if o.Ready != nil {
 		o.Ready(l.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() {
-		if o.CertFile != "" && o.KeyFile != "" {
-			errc <- srv.ServeTLS(l, o.CertFile, o.KeyFile)
-			return
-		}
-		errc <- srv.Serve(l)
-	}()
+	go func() { errc <- serveOn(srv, l, o) }()
 	select {
 	case err := <-errc:
 		return err
@@ -81,12 +62,46 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 	return e.shutdown(srv, o.ShutdownTimeout)
 }
 
+// newServer is the HTTP server of h: events on /, wrapped by o.Wrap, and
+// /healthz open for probes.
+func newServer(h http.Handler, o ServeOptions, maxWait time.Duration) *http.Server {
+	mux := http.NewServeMux()
+	if o.Wrap != nil {
+		h = o.Wrap(h)
+	}
+	mux.Handle("/", h)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      maxWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+}
+
+func serveOn(srv *http.Server, l net.Listener, o ServeOptions) error {
+	if o.CertFile != "" && o.KeyFile != "" {
+		return srv.ServeTLS(l, o.CertFile, o.KeyFile)
+	}
+	return srv.Serve(l)
+}
+
 func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	e.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
 	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
+	if err := errors.Join(errHTTP, e.finish(ctx)); err != nil {
+		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
+	}
+	return nil
+}
+
+// finish ends what the engine runs once no request is served any more:
+// the kept Leases' releases, the admitted reconciles, the timers.
+func (e *Engine) finish(ctx context.Context) error {
 	var errQ error
 	if e.opts.Locker != nil {
 		for key, seq := range e.keeper.close() { // the kept Leases: released by their key's run
@@ -101,8 +116,5 @@ func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
 	e.retry.stop()
 	e.checks.Stop()
 	e.readmit.Stop()
-	if err := errors.Join(errHTTP, errQ); err != nil {
-		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
-	}
-	return nil
+	return errQ
 }

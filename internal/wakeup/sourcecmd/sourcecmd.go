@@ -65,7 +65,7 @@ type Flags struct {
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Namespace, "namespace", "", "Watch only this namespace (default: all namespaces).")
-	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name (label opzero.dev/operator; default: every operator's, for one source per cluster).")
+	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name, or of these comma-separated ones (the controllers of one binary) (label opzero.dev/operator; default: every operator's, for one source per cluster).")
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
@@ -101,6 +101,9 @@ func (f Flags) Run(ctx context.Context) error {
 	}
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
 	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, PageSize: int64(f.PageSize), PagedStart: f.PagedStart, Log: log}
+	if strings.Contains(f.Operator, ",") { // the controllers of one binary
+		o.Operator, o.Operators = "", strings.Split(f.Operator, ",")
+	}
 	if f.Audience != "" {
 		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
 	}

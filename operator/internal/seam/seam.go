@@ -43,8 +43,9 @@ var Classic any
 
 // Set by package operator's init; rt is an *operator.Runtime.
 var (
-	// Engine is the serverless engine's handler, nil before Register.
-	Engine func(rt any) http.Handler
+	// Engine is the handler of the serverless engine of the operator
+	// named name, nil before its Register.
+	Engine func(rt any, name string) http.Handler
 	// SetRoutes makes Start serve routes(handler) instead of the handler:
 	// routes sees every request before authentication.
 	SetRoutes func(rt any, routes func(http.Handler) http.Handler)
