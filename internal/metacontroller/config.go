@@ -96,6 +96,8 @@ type Config struct {
 	// answers are the parents' last customize answers, shared by the
 	// reconciler (which writes them) and the map functions (which read them).
 	answers answers
+	// echoes are where the last syncs left their objects (echo.go).
+	echoes echoes
 }
 
 // Mapper resolves a resource to its kind (a RESTMapper).

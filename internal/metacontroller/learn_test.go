@@ -238,9 +238,6 @@ func TestCustomizeNamedResourcesAreWatched(t *testing.T) {
 			if nss == nil {
 				t.Fatal("Namespaces, which customize named, are not watched")
 			}
-			ref := func(ns, name string) client.Object {
-				return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			}
 			if got := mapped(t, cms, env.Client, ref(ns, "source-a")); !equal(got, []string{"p1"}) {
 				t.Fatalf("a change of source-a syncs %v, want p1 (whose customize answer names it)", got)
 			}

@@ -101,6 +101,7 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if finalizing && resp.finalized {
 		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
 	}
+	r.Config.echoes.left(c.Kind+"/"+c.Name, obj)
 	res := r.resync(c, resp.resyncAfter)
 	if r.restarting() && (res.RequeueAfter == 0 || res.RequeueAfter > learnedResync) {
 		// The process restarts to watch what it learned: a change of it
@@ -232,11 +233,13 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *Controller, parent *u
 		if o != nil && o.GetDeletionTimestamp() != nil {
 			continue // being deleted (Recreate): created again once gone
 		}
+		owner := string(parent.GetUID())
 		switch m := method[id.GK]; {
 		case o == nil, m == "InPlace", m == "RollingInPlace":
 			if err := r.apply(ctx, d, false); err != nil {
 				return err
 			}
+			r.Config.echoes.left(owner, d) // the server's answer
 		case m == "Recreate", m == "RollingRecreate":
 			dry := d.DeepCopy()
 			err := r.apply(ctx, dry, true)
@@ -247,7 +250,11 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *Controller, parent *u
 				if err := r.delete(ctx, o); err != nil {
 					return err
 				}
+				continue
 			}
+			r.Config.echoes.left(owner, o)
+		default: // OnDelete: left as it is
+			r.Config.echoes.left(owner, o)
 		}
 	}
 	for _, id := range sortedIDs(observed) {
