@@ -35,6 +35,13 @@ import (
 type propagation struct {
 	mu    sync.Mutex
 	syncs map[string]int // parent -> sync calls
+	calls int            // every hook call
+}
+
+func (p *propagation) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
 }
 
 func (p *propagation) serve(t *testing.T) string {
@@ -45,6 +52,9 @@ func (p *propagation) serve(t *testing.T) string {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
+		p.mu.Lock()
+		p.calls++
+		p.mu.Unlock()
 		switch r.URL.Path {
 		case "/customize":
 			_ = json.NewEncoder(w).Encode(map[string]any{"relatedResources": []any{
