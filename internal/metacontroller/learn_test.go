@@ -366,6 +366,11 @@ func TestEnsureRelatedSources(t *testing.T) {
 	if _, err := EnsureRelatedSources(ctx, env.Client, cfg, knNS); err != nil {
 		t.Fatal(err)
 	}
+	// The identity Knative (and opzero dev) gives the source's OIDC
+	// tokens, as a session's 403 named it: the operator must allow it.
+	if got, want := cfg.relatedSenders(knNS), "system:serviceaccount:"+knNS+":metacontroller-related-namespac8034feba790a587bc076063300737860"; len(got) != 1 || got[0] != want {
+		t.Fatalf("the related sources' senders: %q, want [%s]", got, want)
+	}
 	list := &unstructured.UnstructuredList{}
 	list.SetAPIVersion("sources.knative.dev/v1")
 	list.SetKind("ApiServerSourceList")
