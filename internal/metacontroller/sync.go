@@ -59,6 +59,7 @@ type hookAnswer struct {
 // labels and annotations and the status what it answered.
 func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.Unstructured,
 	call func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
+	defer r.Config.echoes.begin(string(obj.GetUID()))()
 	finalizing, done, err := r.finalizer(ctx, c, obj)
 	if err != nil || done {
 		return reconcile.Result{}, err

@@ -168,6 +168,9 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 		}
 		meta = pom
 	}
+	if !gone && len(k.parents) > 0 {
+		k.echoes.settle(ctx, string(meta.GetUID()))
+	}
 	for _, p := range k.parents {
 		if !gone && p.d.matches(meta) && !k.echoes.is(p.c.Kind+"/"+p.c.Name, k.gvk.GroupKind(), meta) {
 			add(p.key(obj.GetNamespace(), obj.GetName()))
@@ -194,6 +197,7 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 	if ref == nil {
 		return out, nil
 	}
+	k.echoes.settle(ctx, string(ref.UID))
 	if k.echoes.is(string(ref.UID), k.gvk.GroupKind(), meta) && (!full || k.exists(ctx, c, meta)) {
 		return out, nil // as its parent's last sync left it (a deletion, in classic, carries that version too)
 	}
