@@ -24,7 +24,7 @@ import (
 type echoes struct {
 	mu   sync.Mutex
 	rv   map[string][]string // "<owner>|<group>/<kind>/<namespace>/<name>" -> the last resourceVersions (keepEchoes)
-	busy map[string]*busy  // parent UID -> its syncs running now
+	busy map[string]*busy    // parent UID -> its syncs running now
 }
 
 type busy struct {
