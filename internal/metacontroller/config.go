@@ -96,6 +96,8 @@ type Config struct {
 	// answers are the parents' last customize answers, shared by the
 	// reconciler (which writes them) and the map functions (which read them).
 	answers answers
+	// echoes are where the last syncs left their objects (echo.go).
+	echoes echoes
 }
 
 // Mapper resolves a resource to its kind (a RESTMapper).
@@ -258,12 +260,12 @@ func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, 
 
 // RelatedAnnotation, on a CompositeController or DecoratorController, lists
 // the resources its customize hook may name, comma-separated as
-// <apiVersion>/<resource> ("v1/configmaps, apps/v1/deployments"). The
-// operator watches them (and `opzero manifests` makes sources for them): a
-// change syncs every parent of the controller in the object's namespace
-// (every parent, for cluster-scoped parents or related objects).
-// Metacontroller needs no such list: it learns the related resources per
-// parent at run time, which would need sources made at run time here.
+// <apiVersion>/<resource> ("v1/configmaps, apps/v1/deployments"): an
+// optional hint. The operator watches them from the start, and `opzero
+// manifests` makes their sources and limits the operator's read grant to
+// them (without it, a controller with a customize hook gets read on every
+// resource, as Metacontroller's own ClusterRole). What the hook names
+// beyond them is learned at run time all the same.
 const RelatedAnnotation = "opzero.dev/related-resources"
 
 func relatedResources(ann map[string]string, m Mapper) ([]Resource, error) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/internal/description"
 )
 
 func TestLoadFilesResolvesTheExamples(t *testing.T) {
@@ -113,5 +115,61 @@ spec:
 	if ps[0].GVK.Kind != "CustomResourceDefinition" || ps[0].Namespaced || ps[1].GVK.Kind != "APIService" || ps[1].Namespaced ||
 		ps[2].GVK.Group != "" || ps[2].GVK.Kind != "Event" || !ps[2].Namespaced {
 		t.Fatalf("resolved as %+v", ps)
+	}
+}
+
+// TestRelatedRBACAsMetacontroller: a controller with a customize hook and
+// no annotation lets the operator (and the hub) read every resource, with a
+// warning saying why and how to narrow it; with the annotation the grant
+// is the resources it names.
+func TestRelatedRBACAsMetacontroller(t *testing.T) {
+	controller := func(ann string) string {
+		return `apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata:
+  name: propagation
+` + ann + `spec:
+  parentResource: {apiVersion: v1, resource: configmaps}
+  childResources: [{apiVersion: v1, resource: secrets}]
+  hooks:
+    sync: {webhook: {url: "http://hook.ns/sync"}}
+    customize: {webhook: {url: "http://hook.ns/customize"}}
+`
+	}
+	readsAll := func(rules []description.Rule) bool {
+		for _, r := range rules {
+			if len(r.APIGroups) == 1 && r.APIGroups[0] == "*" && len(r.Resources) == 1 && r.Resources[0] == "*" {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name, ann string
+		all       bool
+	}{
+		{"no annotation", "", true},
+		{"annotation", "  annotations: {opzero.dev/related-resources: v1/namespaces}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir+"/c.yaml", controller(tc.ann))
+			cfg, err := LoadFiles([]string{dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &description.Controller{}
+			completeDescription(d, cfg)
+			if readsAll(d.Rules) != tc.all || readsAll(d.SourceRules) != tc.all {
+				t.Fatalf("read on every resource: operator %v, sources %v; want %v", readsAll(d.Rules), readsAll(d.SourceRules), tc.all)
+			}
+			warned := false
+			for _, w := range d.Warnings {
+				warned = warned || strings.Contains(w, "every resource") && strings.Contains(w, RelatedAnnotation)
+			}
+			if warned != tc.all {
+				t.Fatalf("warnings %q: a warning about reading every resource: %v, want %v", d.Warnings, warned, tc.all)
+			}
+		})
 	}
 }

@@ -11,8 +11,9 @@
 // controller with opzero's builder: CompositeController is the primary
 // kind; DecoratorControllers and every parent, decorated, child and
 // attachment resource are watched, each kind once, with a map function that
-// knows every role it plays; so are the resources a controller's
-// annotation opzero.dev/related-resources names (RelatedAnnotation).
+// knows every role it plays; so are the related resources (what the
+// controllers' customize hooks named: their status.relatedResources, and
+// the optional annotation opzero.dev/related-resources, RelatedAnnotation).
 // Requests have synthetic names:
 // "composite/<controller>/<parent>", "decorator/<controller>/<resource.group>/<object>"
 // (in the parent's namespace), a bare controller name or
@@ -45,8 +46,12 @@
 //     applies; Recreate deletes a child whose server-side dry-run apply
 //     differs (or is refused: an immutable field), and its deletion's event
 //     creates it again. Rolling variants behave as their plain ones.
-//   - The hook's status replaces the parent's, with observedGeneration, and
-//     is written only when it differs.
+//   - The hook's status replaces the parent's, with observedGeneration when
+//     the parent's CRD schema has it, and is written only when it differs.
+//   - A sync's own writes sync nothing (echo.go): an event of an object
+//     still at the version a successful sync left it at maps to no sync.
+//   - A related object that cannot be read (Forbidden) gives the parent
+//     Synced=False RelatedUnreadable and a Warning Event.
 //   - A parent (decorated object) whose labels or annotations do not match
 //     its controller's parentResource.labelSelector (resources[]
 //     labelSelector, annotationSelector) is never synced; a kind that is
@@ -61,12 +66,15 @@
 //
 // # Caveats
 //
-// Metacontroller watches the related resources each parent's customize
-// answer names, as it learns them. Here only the resources listed in
-// RelatedAnnotation are watched, and a change of one of their objects syncs
-// every parent of the controller in the object's namespace (every parent
-// when either is cluster-scoped); other related objects are seen at the
-// next sync (resyncPeriodSeconds, a child's or the parent's change).
+// A resource a customize hook names that the operator does not watch yet
+// is learned (learn.go): the operator restarts to watch it, and the sync
+// that learned is done again 5 s later; changes of it that reach the
+// exiting process in between are seen by that sync. A related change syncs
+// the parents whose last answer (kept in memory) selects it, and every
+// parent whose answer the process has not seen. A parent created while the
+// source of its resource is away (its CRD deleted and created again) is
+// synced at its next change: the full sweep reconciles the controllers,
+// not the parents.
 // Orphans are not adopted by selector. Serverless, child events arrive in
 // Reference mode: a deleted child whose owner cannot be read any more
 // syncs every parent in its namespace that may own it. New resources need

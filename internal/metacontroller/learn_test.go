@@ -35,6 +35,13 @@ import (
 type propagation struct {
 	mu    sync.Mutex
 	syncs map[string]int // parent -> sync calls
+	calls int            // every hook call
+}
+
+func (p *propagation) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
 }
 
 func (p *propagation) serve(t *testing.T) string {
@@ -45,6 +52,9 @@ func (p *propagation) serve(t *testing.T) string {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		who, _, _ := unstructured.NestedString(req.Parent.Object, "spec", "who")
+		p.mu.Lock()
+		p.calls++
+		p.mu.Unlock()
 		switch r.URL.Path {
 		case "/customize":
 			_ = json.NewEncoder(w).Encode(map[string]any{"relatedResources": []any{
@@ -238,9 +248,6 @@ func TestCustomizeNamedResourcesAreWatched(t *testing.T) {
 			if nss == nil {
 				t.Fatal("Namespaces, which customize named, are not watched")
 			}
-			ref := func(ns, name string) client.Object {
-				return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			}
 			if got := mapped(t, cms, env.Client, ref(ns, "source-a")); !equal(got, []string{"p1"}) {
 				t.Fatalf("a change of source-a syncs %v, want p1 (whose customize answer names it)", got)
 			}
@@ -358,6 +365,11 @@ func TestEnsureRelatedSources(t *testing.T) {
 	}
 	if _, err := EnsureRelatedSources(ctx, env.Client, cfg, knNS); err != nil {
 		t.Fatal(err)
+	}
+	// The identity Knative (and opzero dev) gives the source's OIDC
+	// tokens, as a session's 403 named it: the operator must allow it.
+	if got, want := cfg.relatedSenders(knNS), "system:serviceaccount:"+knNS+":metacontroller-related-namespac8034feba790a587bc076063300737860"; len(got) != 1 || got[0] != want {
+		t.Fatalf("the related sources' senders: %q, want [%s]", got, want)
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetAPIVersion("sources.knative.dev/v1")

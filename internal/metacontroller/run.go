@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/opzero/opzero/builder"
@@ -60,11 +61,22 @@ func Run(ctx context.Context, args []string) error {
 	if target := os.Getenv(description.Env); target != "" {
 		return describe(opts, target)
 	}
-	rt, err := operator.New(opts)
+	if opts.Config == nil {
+		c, err := config.GetConfig()
+		if err != nil {
+			return fmt.Errorf("no Kubernetes API server: set KUBECONFIG (e.g. from `opzero controlplane up`) or run in a cluster: %w", err)
+		}
+		opts.Config = c
+	}
+	cfg, err := loadFromCluster(ctx, opts.Config, scheme)
 	if err != nil {
 		return err
 	}
-	cfg, err := loadFromCluster(ctx, rt.GetConfig(), scheme)
+	if opts.Mode == operator.Serverless && len(opts.AllowedSenders) > 0 {
+		// the ApiServerSources EnsureRelatedSources makes send as their own OIDC identities
+		opts.AllowedSenders = append(opts.AllowedSenders, cfg.relatedSenders(namespace())...)
+	}
+	rt, err := operator.New(opts)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/internal/knativenames"
 )
 
 // The event sources of a serverless opzero-metacontroller, as `opzero
@@ -125,8 +127,8 @@ func ensureSubscribed(ctx context.Context, c client.Client, sub *unstructured.Un
 	return did, nil
 }
 
-// relatedSource is the ApiServerSource of a learned kind, beside primary.
-func relatedSource(primary *unstructured.Unstructured, k Resource) *unstructured.Unstructured {
+// relatedSourceName names the ApiServerSource of a learned kind.
+func relatedSourceName(k Resource) string {
 	name := Name + "-related-" + strings.ToLower(k.GVK.Kind)
 	if k.GVK.Group != "" {
 		name += "-" + strings.ReplaceAll(k.GVK.Group, ".", "-")
@@ -134,11 +136,27 @@ func relatedSource(primary *unstructured.Unstructured, k Resource) *unstructured
 	if len(name) > 63 {
 		name = strings.TrimRight(name[:63], "-")
 	}
+	return name
+}
+
+// relatedSenders are the OIDC identities (Knative's service account per
+// source) of the ApiServerSources of the learned kinds in namespace ns:
+// the operator accepts their events beside those of --allowed-senders.
+func (cfg *Config) relatedSenders(ns string) []string {
+	var out []string
+	for _, k := range cfg.uncoveredKinds() {
+		out = append(out, "system:serviceaccount:"+ns+":"+knativenames.OIDCServiceAccount(relatedSourceName(k), apiServerSourceGVK.Group, apiServerSourceGVK.Kind))
+	}
+	return out
+}
+
+// relatedSource is the ApiServerSource of a learned kind, beside primary.
+func relatedSource(primary *unstructured.Unstructured, k Resource) *unstructured.Unstructured {
 	sink, _, _ := unstructured.NestedMap(primary.Object, "spec", "sink")
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(apiServerSourceGVK)
 	u.SetNamespace(primary.GetNamespace())
-	u.SetName(name)
+	u.SetName(relatedSourceName(k))
 	u.SetLabels(primary.GetLabels())
 	u.Object["spec"] = map[string]any{
 		"mode":               "Reference",

@@ -59,6 +59,7 @@ type hookAnswer struct {
 // labels and annotations and the status what it answered.
 func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.Unstructured,
 	call func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
+	defer r.Config.echoes.begin(string(obj.GetUID()))()
 	finalizing, done, err := r.finalizer(ctx, c, obj)
 	if err != nil || done {
 		return reconcile.Result{}, err
@@ -101,6 +102,7 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if finalizing && resp.finalized {
 		return reconcile.Result{}, r.removeFinalizer(ctx, obj, c.Finalizer())
 	}
+	r.Config.echoes.left(c.Kind+"/"+c.Name, obj)
 	res := r.resync(c, resp.resyncAfter)
 	if r.restarting() && (res.RequeueAfter == 0 || res.RequeueAfter > learnedResync) {
 		// The process restarts to watch what it learned: a change of it
@@ -232,11 +234,13 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *Controller, parent *u
 		if o != nil && o.GetDeletionTimestamp() != nil {
 			continue // being deleted (Recreate): created again once gone
 		}
+		owner := string(parent.GetUID())
 		switch m := method[id.GK]; {
 		case o == nil, m == "InPlace", m == "RollingInPlace":
 			if err := r.apply(ctx, d, false); err != nil {
 				return err
 			}
+			r.Config.echoes.left(owner, d) // the server's answer
 		case m == "Recreate", m == "RollingRecreate":
 			dry := d.DeepCopy()
 			err := r.apply(ctx, dry, true)
@@ -247,7 +251,11 @@ func (r *Reconciler) applyChildren(ctx context.Context, c *Controller, parent *u
 				if err := r.delete(ctx, o); err != nil {
 					return err
 				}
+				continue
 			}
+			r.Config.echoes.left(owner, o)
+		default: // OnDelete: left as it is
+			r.Config.echoes.left(owner, o)
 		}
 	}
 	for _, id := range sortedIDs(observed) {

@@ -48,6 +48,8 @@ type kindRoles struct {
 	relatedOf []*Controller
 	// memo holds the parents' last customize answers.
 	memo *answers
+	// echoes: where the last syncs left the objects.
+	echoes *echoes
 }
 
 type parentRole struct {
@@ -59,7 +61,7 @@ func (cfg *Config) kinds() []*kindRoles {
 	by := map[schema.GroupVersionKind]*kindRoles{}
 	get := func(g schema.GroupVersionKind) *kindRoles {
 		if by[g] == nil {
-			by[g] = &kindRoles{gvk: g, memo: &cfg.answers}
+			by[g] = &kindRoles{gvk: g, memo: &cfg.answers, echoes: &cfg.echoes}
 		}
 		return by[g]
 	}
@@ -166,8 +168,11 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 		}
 		meta = pom
 	}
+	if !gone && len(k.parents) > 0 {
+		k.echoes.settle(ctx, string(meta.GetUID()))
+	}
 	for _, p := range k.parents {
-		if !gone && p.d.matches(meta) {
+		if !gone && p.d.matches(meta) && !k.echoes.is(p.c.Kind+"/"+p.c.Name, k.gvk.GroupKind(), meta) {
 			add(p.key(obj.GetNamespace(), obj.GetName()))
 		}
 	}
@@ -191,6 +196,10 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 	ref := metav1.GetControllerOfNoCopy(meta)
 	if ref == nil {
 		return out, nil
+	}
+	k.echoes.settle(ctx, string(ref.UID))
+	if k.echoes.is(string(ref.UID), k.gvk.GroupKind(), meta) && (!full || k.exists(ctx, c, meta)) {
+		return out, nil // as its parent's last sync left it (a deletion, in classic, carries that version too)
 	}
 	gv, _ := schema.ParseGroupVersion(ref.APIVersion)
 	for _, ctl := range k.childOf {
@@ -237,4 +246,12 @@ func (k *kindRoles) selectedBy(ctl *Controller, r reconcile.Request, obj client.
 		}
 	}
 	return false
+}
+
+// exists reads obj from the API server (a deleted object's event carries
+// its last version).
+func (k *kindRoles) exists(ctx context.Context, c client.Reader, obj client.Object) bool {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(k.gvk)
+	return c.Get(ctx, client.ObjectKeyFromObject(obj), u) == nil
 }

@@ -230,6 +230,21 @@ func (a *applier) waitCRDs(ctx context.Context, objs []*unstructured.Unstructure
 	return nil
 }
 
+// mapping resolves gvk, waiting up to 10 s for discovery to serve it: a
+// CRD is Established before the API server's discovery lists its kind.
+func (a *applier) mapping(ctx context.Context, gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if !meta.IsNoMatchError(err) {
+		return m, err
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		a.mapper.Reset()
+		m, err = a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		return !meta.IsNoMatchError(err), nil
+	})
+	return m, err
+}
+
 // get reads u back from the API server.
 func (a *applier) get(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := a.resource(u)

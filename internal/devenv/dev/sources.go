@@ -110,7 +110,7 @@ func (p *Platform) apiServerSource(ctx context.Context, u *unstructured.Unstruct
 		if err != nil || kind == "" {
 			return c, fmt.Errorf("%s: resource %v: want apiVersion and kind", where, m)
 		}
-		mapping, err := p.apply.mapper.RESTMapping(gv.WithKind(kind).GroupKind(), gv.Version)
+		mapping, err := p.apply.mapping(ctx, gv.WithKind(kind))
 		if err != nil {
 			return c, fmt.Errorf("%s: resource %s %s is not served: %w", where, av, kind, err)
 		}
