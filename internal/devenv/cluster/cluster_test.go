@@ -1,0 +1,225 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/opzero/opzero/internal/testkit"
+)
+
+// e2eEnv turns on TestCluster: it starts a real node (root, minutes, the
+// machine's network namespaces and cgroups), so `make test` leaves it out
+// and `make e2e-cluster` sets it.
+const e2eEnv = "OPZERO_E2E_CLUSTER"
+
+// TestCluster starts the cluster, shows CoreDNS Running, reaches a pod of a
+// locally built image through a ClusterIP Service by its DNS name from
+// another pod (and sees a name outside the cluster refused), then takes the
+// cluster down and finds the machine as it was.
+func TestCluster(t *testing.T) {
+	if os.Getenv(e2eEnv) == "" {
+		t.Skipf("set %s=1 (make e2e-cluster) to start a real one-node cluster; it needs root", e2eEnv)
+	}
+	if err := Check(); errors.Is(err, ErrUnsupported) {
+		t.Skipf("this machine cannot run the cluster: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "cluster")
+	before := snapshot(t, dir)
+	t0 := time.Now()
+	c, err := Up(ctx, Options{Dir: dir, Progress: testkit.LogWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster up in %s", time.Since(t0).Round(time.Second))
+	downed := false
+	defer func() {
+		if !downed {
+			if err := Down(dir, testkit.LogWriter(t)); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl get pods -A:\n%s", kubectl(t, c, "get", "pods", "-A", "-o", "wide"))
+	dns, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil || len(dns.Items) != 1 || dns.Items[0].Status.Phase != corev1.PodRunning {
+		t.Fatalf("CoreDNS pods: %v, %+v", err, dns)
+	}
+
+	t.Run("service by DNS name from another pod", func(t *testing.T) {
+		checkService(t, ctx, cs, c.Images["netcheck"])
+	})
+
+	t.Run("down leaves nothing behind", func(t *testing.T) {
+		downed = true
+		if err := Down(dir, testkit.LogWriter(t)); err != nil {
+			t.Fatal(err)
+		}
+		after := snapshot(t, dir)
+		for k, v := range before {
+			if after[k] != v {
+				t.Errorf("%s after down:\n%s\nbefore up:\n%s", k, after[k], v)
+			}
+		}
+	})
+}
+
+func checkService(t *testing.T, ctx context.Context, cs kubernetes.Interface, img string) {
+	ns := "default"
+	web := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "web", Image: img, ImagePullPolicy: corev1.PullNever, Args: []string{"serve", ":8080"},
+		}}},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	client := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
+			{Name: "get", Image: img, ImagePullPolicy: corev1.PullNever, Args: []string{"get", "http://web.default.svc.cluster.local/"}},
+			{Name: "outside", Image: img, ImagePullPolicy: corev1.PullNever, Args: []string{"unresolvable", "example.com"}},
+		}},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	testkit.Eventually(t, 2*time.Minute, "the client pod ends", func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "client", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if phase = p.Status.Phase; phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+			return true, nil
+		}
+		return false, fmt.Errorf("client pod %s", phase)
+	})
+	logs := map[string]string{}
+	for _, c := range []string{"get", "outside"} {
+		b, err := cs.CoreV1().Pods(ns).GetLogs("client", &corev1.PodLogOptions{Container: c}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[c] = string(b)
+		t.Logf("client/%s: %s", c, b)
+	}
+	if phase != corev1.PodSucceeded {
+		t.Fatalf("client pod %s", phase)
+	}
+	if want := "-> [" + created.Spec.ClusterIP + "]): netcheck web"; !strings.Contains(logs["get"], want) {
+		t.Errorf("client/get said %q, want the Service's ClusterIP and the web pod's answer (%q)", logs["get"], want)
+	}
+	if !strings.Contains(logs["outside"], "example.com does not resolve") {
+		t.Errorf("client/outside said %q, want example.com unresolved (no forwarder)", logs["outside"])
+	}
+}
+
+// snapshot is what Down must leave as Up found it: host routes, links,
+// network namespaces, mounts, host iptables rules, the node's cgroups,
+// folders the node's programs make, kernel settings, processes of the
+// node's binaries, the state folder.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	cmd := func(argv ...string) string {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
+		}
+		return string(out)
+	}
+	s := map[string]string{
+		"routes":   cmd("ip", "route", "show", "table", "all"),
+		"links":    cmd("ip", "-o", "link", "show"),
+		"netns":    cmd("ip", "netns", "list"),
+		"iptables": stripComments(cmd("iptables-save")),
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	var mps []string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 4 {
+			mps = append(mps, f[4])
+		}
+	}
+	slices.Sort(mps)
+	s["mounts"] = strings.Join(mps, "\n")
+	var exist []string
+	for _, p := range append(slices.Clone(outsidePaths), dir, "/run/netns/"+NetNS) {
+		if _, err := os.Lstat(p); err == nil {
+			exist = append(exist, p)
+		}
+	}
+	exist = append(exist, cgroupExisting()...)
+	s["paths"] = strings.Join(exist, "\n")
+	for _, k := range kernelSettings {
+		b, _ := os.ReadFile(filepath.Join("/proc/sys", k))
+		s["sysctl "+k] = string(b)
+	}
+	var procs []string
+	for _, name := range []string{"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "kube-scheduler", "coredns", "netcheck", "pause"} {
+		if out, err := exec.Command("pgrep", "-x", name).Output(); err == nil {
+			procs = append(procs, name+": "+strings.TrimSpace(string(out)))
+		}
+	}
+	s["processes"] = strings.Join(procs, "\n")
+	return s
+}
+
+func cgroupExisting() []string {
+	var out []string
+	for _, d := range cgroupDirs() {
+		if _, err := os.Stat(d); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// stripComments drops iptables-save's comment lines (they carry times).
+func stripComments(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func kubectl(t *testing.T, c *Cluster, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
