@@ -48,6 +48,9 @@ type Options struct {
 	BinDir string
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
+	// Knative installs Knative Serving and Eventing (v0.50.0, their
+	// release YAMLs with images built here) after CoreDNS.
+	Knative bool
 	// KeepOnFailure leaves what a failed Up made running, for a look
 	// (`opzero cluster down` removes it).
 	KeepOnFailure bool
@@ -136,7 +139,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			}
 		}
 	}()
-	for _, step := range []struct {
+	steps := []struct {
 		name string
 		run  func(context.Context) error
 	}{
@@ -147,7 +150,14 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		{"kubelet", u.kubelet},
 		{"kube-proxy and kube-scheduler", u.proxyAndScheduler},
 		{"CoreDNS", u.coreDNS},
-	} {
+	}
+	if opts.Knative {
+		steps = append(steps, struct {
+			name string
+			run  func(context.Context) error
+		}{"Knative", u.knative})
+	}
+	for _, step := range steps {
 		t0 := time.Now()
 		if err := step.run(ctx); err != nil {
 			return nil, fmt.Errorf("cluster up, %s: %w", step.name, err)

@@ -25,6 +25,10 @@ import (
 // and `make e2e-cluster` sets it.
 const e2eEnv = "OPZERO_E2E_CLUSTER"
 
+// knativeEnv adds Knative Serving and Eventing to TestCluster (make
+// e2e-cluster-knative).
+const knativeEnv = "OPZERO_E2E_KNATIVE"
+
 // TestCluster starts the cluster, shows CoreDNS Running, reaches a pod of a
 // locally built image through a ClusterIP Service by its DNS name from
 // another pod (and sees a name outside the cluster refused), then takes the
@@ -42,7 +46,8 @@ func TestCluster(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cluster")
 	before := snapshot(t, dir)
 	t0 := time.Now()
-	c, err := Up(ctx, Options{Dir: dir, Progress: testkit.LogWriter(t)})
+	withKnative := os.Getenv(knativeEnv) != ""
+	c, err := Up(ctx, Options{Dir: dir, Progress: testkit.LogWriter(t), Knative: withKnative, Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +74,12 @@ func TestCluster(t *testing.T) {
 		checkService(t, ctx, cs, c.Images["netcheck"])
 	})
 
+	if withKnative {
+		t.Run("a Knative Service's revision becomes ready", func(t *testing.T) {
+			checkKnativeRevision(t, c)
+		})
+	}
+
 	t.Run("down leaves nothing behind", func(t *testing.T) {
 		downed = true
 		if err := Down(dir, testkit.LogWriter(t)); err != nil {
@@ -81,6 +92,36 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkKnativeRevision applies a Knative Service of the netcheck image
+// (through Serving's real webhooks) and waits until its Revision is Ready:
+// Serving's controller made the Deployment, the pod with queue-proxy runs.
+// The Service's route needs an ingress, which this cluster has not yet.
+func checkKnativeRevision(t *testing.T, c *Cluster) {
+	ksvc := fmt.Sprintf(`apiVersion: serving.knative.dev/v1
+kind: Service
+metadata: {name: hello, namespace: default}
+spec:
+  template:
+    spec:
+      containers:
+      - image: %s
+        args: [serve, ":8080"]
+        ports: [{containerPort: 8080}]
+`, c.Images["netcheck"])
+	cmd := exec.Command(c.Kubectl, "--kubeconfig", c.Kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(ksvc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v: %s", err, out)
+	}
+	testkit.Eventually(t, 3*time.Minute, "revision hello-00001 Ready", func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", c.Kubeconfig, "get", "revision", "hello-00001",
+			"-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`).CombinedOutput()
+		return err == nil && string(out) == "True", fmt.Errorf("%v: %s", err, out)
+	})
+	t.Logf("kubectl get pods -A:\n%s", kubectl(t, c, "get", "pods", "-A"))
+	t.Logf("kubectl get ksvc,revisions:\n%s", kubectl(t, c, "get", "ksvc,revisions"))
 }
 
 func checkService(t *testing.T, ctx context.Context, cs kubernetes.Interface, img string) {

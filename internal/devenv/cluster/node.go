@@ -75,23 +75,30 @@ func (u *upper) containerd(ctx context.Context) error {
 // images builds the cluster's images (pause, CoreDNS, netcheck) from the
 // pinned binaries and imports them into containerd's k8s.io namespace.
 func (u *upper) images(ctx context.Context) error {
-	tar := filepath.Join(u.c.Dir, "images.tar")
-	built, err := image.Write(tar,
+	return u.importImages(ctx, "images.tar",
 		image.Spec{Name: "pause", Binary: u.bins[pinned.Pause]},
 		image.Spec{Name: "coredns", Binary: u.bins[pinned.CoreDNS]},
 		image.Spec{Name: "netcheck", Binary: u.bins[pinned.NetCheck]},
 	)
+}
+
+// importImages writes specs' images into one tarball in the state folder,
+// imports it with ctr and records each reference under its name.
+func (u *upper) importImages(ctx context.Context, tarName string, specs ...image.Spec) error {
+	tar := filepath.Join(u.c.Dir, tarName)
+	built, err := image.Write(tar, specs...)
 	if err != nil {
 		return err
 	}
-	for i, n := range []string{"pause", "coredns", "netcheck"} {
-		u.c.Images[n] = built[i].Ref
+	refs := make([]string, len(specs))
+	for i, s := range specs {
+		u.c.Images[s.Name], refs[i] = built[i].Ref, built[i].Ref
 	}
-	if err := run(ctx, "", "ctr", "--address", u.sock(), "-n", "k8s.io", "images", "import", "--no-unpack=false", tar); err != nil {
+	if err := run(ctx, "", "ctr", "--address", u.sock(), "-n", "k8s.io", "images", "import", tar); err != nil {
 		return err
 	}
 	_ = os.Remove(tar)
-	u.step("images imported: %s", strings.Join([]string{u.c.Images["pause"], u.c.Images["coredns"], u.c.Images["netcheck"]}, ", "))
+	u.step("images imported: %s", strings.Join(refs, ", "))
 	return nil
 }
 

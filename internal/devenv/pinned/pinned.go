@@ -113,6 +113,20 @@ var groups = []group{
 	{name: "coredns", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "main.go"}, binaries: []binary{
 		{CoreDNS, ".", 4},
 	}},
+	{name: "knative-images", module: "knative", set: "knative-cluster", static: true, files: []string{"go.mod", "go.sum"}, binaries: []binary{
+		{"serving-activator", "knative.dev/serving/cmd/activator", 1},
+		{"serving-autoscaler", "knative.dev/serving/cmd/autoscaler", 0.5},
+		{"serving-controller", "knative.dev/serving/cmd/controller", 1},
+		{"serving-webhook", "knative.dev/serving/cmd/webhook", 0.5},
+		{"serving-queue", "knative.dev/serving/cmd/queue", 0.5},
+		{"eventing-controller", "knative.dev/eventing/cmd/controller", 1},
+		{"eventing-webhook", "knative.dev/eventing/cmd/webhook", 0.5},
+		{"eventing-mtping", "knative.dev/eventing/cmd/mtping", 0.3},
+		{"eventing-jobsink", "knative.dev/eventing/cmd/jobsink", 0.3},
+		{"eventing-requestreply", "knative.dev/eventing/cmd/requestreply", 0.3},
+		{"eventing-apiserver-receive-adapter", "knative.dev/eventing/cmd/apiserver_receive_adapter", 0.3},
+		{"eventing-auth-proxy", "knative.dev/eventing/cmd/auth_proxy", 0.3},
+	}},
 	{name: "images", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "pause/main.go", "netcheck/main.go"}, binaries: []binary{
 		{Pause, "./pause", 0.2},
 		{NetCheck, "./netcheck", 0.3},
@@ -155,7 +169,7 @@ func groupByName(name string) (*group, error) {
 }
 
 // Sets names the sets `opzero install` knows, in order.
-var Sets = []string{"controlplane", "knative", "otelcol", "cluster"}
+var Sets = []string{"controlplane", "knative", "otelcol", "cluster", "knative-cluster"}
 
 // setGroups returns the groups of a set.
 func setGroups(set string) ([]*group, error) {
