@@ -26,11 +26,14 @@ kube-apiserver, kube-controller-manager and kubectl of Kubernetes v1.34.3) and
 Knative's ApiServerSource and PingSource adapters and CRDs (v0.50.0); name one
 set to install only that one. The otelcol set, installed only when named, is the
 OpenTelemetry Collector's OTLP receiver (v0.160.0) that 'opzero dev --otel' and
-the tests send telemetry to. The cluster set, installed only when named, is what
-'opzero cluster up' runs besides the control plane: kubelet, kube-proxy and
-kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of the cluster's
-own images (pause, netcheck); as root it also installs Debian's containerd,
-runc, CNI plugins and iptables when they are missing. They are built from the pinned Go modules this CLI
+the tests send telemetry to. The cluster set, installed only when named, is
+what 'opzero cluster up' runs besides the control plane: kubelet, kube-proxy
+and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of the
+cluster's own images (pause, netcheck); as root it also installs Debian's
+containerd, runc, CNI plugins and iptables when they are missing. The
+knative-cluster set is what 'opzero cluster up --knative' adds: Knative
+Serving's and Eventing's components (v0.50.0) and Traefik (v3.6.12), static,
+for images. They are built from the pinned Go modules this CLI
 carries, into a cache folder named after the pins ($XDG_CACHE_HOME/opzero/<pins>,
 by default ~/.cache/opzero/<pins>), or into --bin-dir / $OPZERO_BIN_DIR. What is
 there is kept, so a second run takes a moment.

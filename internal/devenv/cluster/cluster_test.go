@@ -75,8 +75,8 @@ func TestCluster(t *testing.T) {
 	})
 
 	if withKnative {
-		t.Run("a Knative Service's revision becomes ready", func(t *testing.T) {
-			checkKnativeRevision(t, c)
+		t.Run("a Knative Service is Ready and answers through Traefik", func(t *testing.T) {
+			checkKnativeService(t, ctx, cs, c)
 		})
 	}
 
@@ -94,11 +94,12 @@ func TestCluster(t *testing.T) {
 	})
 }
 
-// checkKnativeRevision applies a Knative Service of the netcheck image
-// (through Serving's real webhooks) and waits until its Revision is Ready:
-// Serving's controller made the Deployment, the pod with queue-proxy runs.
-// The Service's route needs an ingress, which this cluster has not yet.
-func checkKnativeRevision(t *testing.T, c *Cluster) {
+// checkKnativeService applies a Knative Service of the netcheck image
+// (through Serving's real webhooks), waits until it is Ready (Serving made
+// the revision's Deployment, its pod with queue-proxy runs, Traefik
+// configured the route) and reaches it by its cluster-local URL from
+// another pod, through Traefik.
+func checkKnativeService(t *testing.T, ctx context.Context, cs kubernetes.Interface, c *Cluster) {
 	ksvc := fmt.Sprintf(`apiVersion: serving.knative.dev/v1
 kind: Service
 metadata: {name: hello, namespace: default}
@@ -115,13 +116,52 @@ spec:
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl apply: %v: %s", err, out)
 	}
-	testkit.Eventually(t, 3*time.Minute, "revision hello-00001 Ready", func(ctx context.Context) (bool, error) {
-		out, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", c.Kubeconfig, "get", "revision", "hello-00001",
+	defer func() {
+		t.Logf("kubectl get pods -A:\n%s", kubectl(t, c, "get", "pods", "-A"))
+		t.Logf("kubectl get ksvc,revisions,kingress:\n%s", kubectl(t, c, "get", "ksvc,revisions,ingresses.networking.internal.knative.dev"))
+	}()
+	testkit.Eventually(t, 3*time.Minute, "Knative Service hello Ready", func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", c.Kubeconfig, "get", "ksvc", "hello",
 			"-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`).CombinedOutput()
 		return err == nil && string(out) == "True", fmt.Errorf("%v: %s", err, out)
 	})
-	t.Logf("kubectl get pods -A:\n%s", kubectl(t, c, "get", "pods", "-A"))
-	t.Logf("kubectl get ksvc,revisions:\n%s", kubectl(t, c, "get", "ksvc,revisions"))
+	logs := runClient(t, ctx, cs, "ksvc-client", c.Images["netcheck"], "get", "http://hello.default.svc.cluster.local/")
+	if !strings.Contains(logs, ": netcheck hello-00001-deployment-") {
+		t.Errorf("the Knative Service answered %q, want its pod's name", logs)
+	}
+}
+
+// runClient runs a netcheck pod with args to its end and returns its log;
+// it fails t unless the pod succeeded.
+func runClient(t *testing.T, ctx context.Context, cs kubernetes.Interface, name, img string, args ...string) string {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
+			{Name: "netcheck", Image: img, ImagePullPolicy: corev1.PullNever, Args: args},
+		}},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	testkit.Eventually(t, 2*time.Minute, "pod "+name+" ends", func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, fmt.Errorf("pod %s %s", name, phase)
+	})
+	b, err := cs.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", name, b)
+	if phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s %s", name, phase)
+	}
+	return string(b)
 }
 
 func checkService(t *testing.T, ctx context.Context, cs kubernetes.Interface, img string) {

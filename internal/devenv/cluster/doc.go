@@ -7,6 +7,13 @@
 // containerd; nothing is pulled. It is what `opzero cluster up|down|status`
 // and `make e2e-cluster` stand on.
 //
+// With Options.Knative it then installs Knative Serving and Eventing core
+// v0.50.0 from the pinned modules' own release YAMLs (config/core, and the
+// files their links point to), every ko:// image rewritten to one built
+// here, tag resolution skipped for opzero.local, and Traefik (its
+// experimental Knative provider) as Serving's ingress: config-network's
+// ingress-class is Traefik's.
+//
 // # Expected flow
 //
 // Up checks the machine (Check), finds or builds the binaries (package

@@ -85,6 +85,9 @@ func (u *upper) knative(ctx context.Context) error {
 	if err := u.apply(ctx, rest); err != nil {
 		return err
 	}
+	if err := u.traefik(ctx); err != nil {
+		return err
+	}
 	u.step("applied Knative Serving and Eventing %s (release YAMLs of the modules, images rewritten to opzero.local)", "v0.50.0")
 	cs, err := kubernetes.NewForConfig(u.c.Config)
 	if err != nil {
@@ -162,6 +165,7 @@ func (u *upper) rewriteKnative(doc string) string {
 		}
 		return ref
 	})
+	doc = withIngressClass(doc)
 	return queueImage.ReplaceAllString(doc, "$0\n  registries-skipping-tag-resolving: \"kind.local,ko.local,dev.local,"+image.Registry+"\"")
 }
 

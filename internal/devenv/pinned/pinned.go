@@ -40,6 +40,9 @@ const (
 	// check its test runs in pods (tools/images), both static.
 	Pause    = "pause"
 	NetCheck = "netcheck"
+	// Traefik is Knative Serving's ingress in the cluster (its Knative
+	// provider), static.
+	Traefik = "traefik"
 )
 
 // Env is the environment variable naming a folder of pinned binaries.
@@ -126,6 +129,9 @@ var groups = []group{
 		{"eventing-requestreply", "knative.dev/eventing/cmd/requestreply", 0.3},
 		{"eventing-apiserver-receive-adapter", "knative.dev/eventing/cmd/apiserver_receive_adapter", 0.3},
 		{"eventing-auth-proxy", "knative.dev/eventing/cmd/auth_proxy", 0.3},
+	}},
+	{name: "traefik", set: "knative-cluster", static: true, files: []string{"go.mod", "go.sum"}, binaries: []binary{
+		{Traefik, "github.com/traefik/traefik/v3/cmd/traefik", 8},
 	}},
 	{name: "images", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "pause/main.go", "netcheck/main.go"}, binaries: []binary{
 		{Pause, "./pause", 0.2},
