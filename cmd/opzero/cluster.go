@@ -25,9 +25,13 @@ from pinned Go modules (a static binary on an empty base) and imported into
 containerd: nothing is pulled, and the cluster reaches nothing outside this
 machine (the node is a network namespace with no default route; pod and
 Service addresses are blackholed beyond it; CoreDNS has no forwarder).
+With --knative it adds Knative Serving and Eventing v0.50.0 from their own
+release YAMLs (images rewritten to ones built here) and Traefik v3.6.12 (its
+Knative provider) as Serving's ingress.
 
 'opzero install cluster' builds the binaries ahead of time and installs the
-Debian packages; 'up' does both on first use. 'down' removes everything 'up'
+Debian packages ('opzero install knative-cluster' Knative's and Traefik's);
+'up' does both on first use. 'down' removes everything 'up'
 made: pods, processes, mounts, cgroups, the namespace, links, routes, iptables
 rules, kernel settings, the state folder.`,
 	}

@@ -129,6 +129,25 @@ spec:
 	if !strings.Contains(logs, ": netcheck hello-00001-deployment-") {
 		t.Errorf("the Knative Service answered %q, want its pod's name", logs)
 	}
+
+	// Knative's autoscaler takes the idle revision to zero pods (its
+	// defaults: a 60 s stable window, then a 30 s grace period), and the
+	// next request starts one again through the activator: a real cold
+	// start.
+	idle := time.Now()
+	sel := metav1.ListOptions{LabelSelector: "serving.knative.dev/revision=hello-00001"}
+	testkit.Eventually(t, 4*time.Minute, "revision hello-00001 at zero pods", func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, sel)
+		if err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0, fmt.Errorf("%d pods", len(pods.Items))
+	})
+	t.Logf("scaled to zero %s after the last request", time.Since(idle).Round(time.Second))
+	logs = runClient(t, ctx, cs, "ksvc-cold", c.Images["netcheck"], "get", "http://hello.default.svc.cluster.local/")
+	if !strings.Contains(logs, ": netcheck hello-00001-deployment-") {
+		t.Errorf("the Knative Service at zero answered %q, want its new pod's name", logs)
+	}
 }
 
 // runClient runs a netcheck pod with args to its end and returns its log;
@@ -217,7 +236,7 @@ func checkService(t *testing.T, ctx context.Context, cs kubernetes.Interface, im
 	if phase != corev1.PodSucceeded {
 		t.Fatalf("client pod %s", phase)
 	}
-	if want := "-> [" + created.Spec.ClusterIP + "]): netcheck web"; !strings.Contains(logs["get"], want) {
+	if want := "-> [" + created.Spec.ClusterIP + "]) in "; !strings.Contains(logs["get"], want) || !strings.Contains(logs["get"], "ms: netcheck web") {
 		t.Errorf("client/get said %q, want the Service's ClusterIP and the web pod's answer (%q)", logs["get"], want)
 	}
 	if !strings.Contains(logs["outside"], "example.com does not resolve") {

@@ -1,7 +1,7 @@
 // Command netcheck checks a cluster's network from inside its pods:
 //
 //	netcheck serve ADDR       answers every HTTP request with "netcheck <hostname>"
-//	netcheck get URL          resolves URL's host and GETs it (retrying up to 60 s), prints the answer
+//	netcheck get URL          resolves URL's host and GETs it (retrying up to 60 s), prints the answer and how long the answered GET took
 //	netcheck unresolvable NAME succeeds only if NAME does not resolve (the cluster's DNS answers nothing outside it)
 package main
 
@@ -53,17 +53,18 @@ func get(raw string) error {
 	if err != nil {
 		return err
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: 30 * time.Second} // a Knative Service at zero answers after a cold start
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		addrs, err := net.LookupHost(u.Hostname())
 		if err == nil {
 			var resp *http.Response
+			t0 := time.Now()
 			if resp, err = c.Get(raw); err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					fmt.Printf("%s (%s -> %v): %s", raw, u.Hostname(), addrs, body)
+					fmt.Printf("%s (%s -> %v) in %dms: %s", raw, u.Hostname(), addrs, time.Since(t0).Milliseconds(), body)
 					return nil
 				}
 				err = fmt.Errorf("%s answered %s", raw, resp.Status)
