@@ -130,6 +130,26 @@ spec:
 		t.Errorf("the Knative Service answered %q, want its pod's name", logs)
 	}
 
+	// Eventing with OIDC on: a PingSource to the Service gets its OIDC
+	// identity (a ServiceAccount whose tokens it sends) and is Ready.
+	ping := `apiVersion: sources.knative.dev/v1
+kind: PingSource
+metadata: {name: tick, namespace: default}
+spec:
+  schedule: "0 0 1 1 *"
+  sink: {ref: {apiVersion: serving.knative.dev/v1, kind: Service, name: hello}}
+`
+	cmd = exec.Command(c.Kubectl, "--kubeconfig", c.Kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(ping)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v: %s", err, out)
+	}
+	testkit.Eventually(t, 2*time.Minute, "PingSource tick Ready with its OIDC identity", func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", c.Kubeconfig, "get", "pingsource", "tick", "-o",
+			`jsonpath={.status.conditions[?(@.type=="OIDCIdentityCreated")].status} {.status.conditions[?(@.type=="Ready")].status} {.status.auth.serviceAccountName}`).CombinedOutput()
+		return err == nil && string(out) == "True True tick-oidc-sources.knative.dev-pingsource", fmt.Errorf("%v: %s", err, out)
+	})
+
 	// Knative's autoscaler takes the idle revision to zero pods (its
 	// defaults: a 60 s stable window, then a 30 s grace period), and the
 	// next request starts one again through the activator: a real cold

@@ -115,8 +115,9 @@ func (u *upper) knative(ctx context.Context) error {
 
 // knativeManifests reads the release YAMLs and returns two manifests: the
 // CRDs and namespaces, then everything else, with every ko:// reference
-// rewritten to the imported images and tag resolution skipped for
-// opzero.local (Serving's controller would otherwise ask the registry).
+// rewritten to the imported images, tag resolution skipped for
+// opzero.local (Serving's controller would otherwise ask the registry),
+// Traefik as the ingress class and Eventing's OIDC feature enabled.
 func (u *upper) knativeManifests(mods map[string]string) (first, rest string, err error) {
 	var a, b bytes.Buffer
 	for _, s := range knativeSources {
@@ -166,6 +167,9 @@ func (u *upper) rewriteKnative(doc string) string {
 		return ref
 	})
 	doc = withIngressClass(doc)
+	// Eventing's OIDC, as a user turns it on (the generated ApiServerSources
+	// and PingSources expect it): config-features, authentication-oidc.
+	doc = strings.Replace(doc, "\n  authentication-oidc: \"disabled\"", "\n  authentication-oidc: \"enabled\"", 1)
 	return queueImage.ReplaceAllString(doc, "$0\n  registries-skipping-tag-resolving: \"kind.local,ko.local,dev.local,"+image.Registry+"\"")
 }
 

@@ -41,6 +41,7 @@ func TestKnativeManifests(t *testing.T) {
 		"queue-sidecar-image: opzero.local/knative-serving-queue:0123456789ab\n  registries-skipping-tag-resolving: \"kind.local,ko.local,dev.local,opzero.local\"",
 		"value: opzero.local/knative-eventing-apiserver-receive-adapter:0123456789ab",
 		"data:\n  ingress-class: \"traefik.ingress.networking.knative.dev\"\n",
+		"\n  authentication-oidc: \"enabled\"",
 	} {
 		if !strings.Contains(rest, want) {
 			t.Errorf("the second manifest lacks %q", want)
