@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz
+.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative
 
 all: opzero
 
@@ -21,6 +21,16 @@ knative-bins: ## make Knative's real ApiServerSource and PingSource adapters and
 
 otel-bins: ## make the OpenTelemetry Collector's OTLP receiver (the telemetry tests' real collector) ready in opzero's cache, linked from bin/
 	@bash hack/build-bins.sh otelcol
+
+cluster-bins: ## make the one-node cluster's binaries ready (kubelet, kube-proxy, kube-scheduler, CoreDNS, pause, netcheck) and, as root, Debian's containerd, runc, CNI plugins and iptables
+	$(GO) run ./cmd/opzero install cluster
+
+e2e-cluster: bins cluster-bins ## (root) a real one-node cluster: CoreDNS Running, a Service reached by its DNS name from another pod, `cluster down` leaves nothing behind; not part of make test
+	OPZERO_E2E_CLUSTER=1 $(GO) test -race -count=1 -timeout 20m -run '^TestCluster$$' -v ./internal/devenv/cluster
+
+e2e-cluster-knative: bins cluster-bins ## (root) e2e-cluster with Knative Serving and Eventing v0.50.0 installed from their release YAMLs: every component Running, a Knative Service's revision Ready
+	$(GO) run ./cmd/opzero install knative-cluster
+	OPZERO_E2E_CLUSTER=1 OPZERO_E2E_KNATIVE=1 $(GO) test -race -count=1 -timeout 30m -run '^TestCluster$$' -v ./internal/devenv/cluster
 
 postgres: ## find PostgreSQL's server binaries (initdb, postgres), or install Debian's postgresql package when root (for examples/postgres)
 	@bash hack/install-postgres.sh >/dev/null

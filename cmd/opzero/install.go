@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/opzero/opzero/internal/devenv/cluster"
 	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
@@ -17,14 +19,21 @@ func newInstallCmd() *cobra.Command {
 		printDir bool
 	)
 	cmd := &cobra.Command{
-		Use:   "install [controlplane|knative|otelcol]...",
+		Use:   "install [controlplane|knative|otelcol|cluster]...",
 		Short: "Build the pinned programs opzero runs (control plane, Knative's adapters and CRDs) ahead of first use",
 		Long: `install makes the programs opzero runs ready: the local control plane (etcd,
 kube-apiserver, kube-controller-manager and kubectl of Kubernetes v1.34.3) and
 Knative's ApiServerSource and PingSource adapters and CRDs (v0.50.0); name one
 set to install only that one. The otelcol set, installed only when named, is the
 OpenTelemetry Collector's OTLP receiver (v0.160.0) that 'opzero dev --otel' and
-the tests send telemetry to. They are built from the pinned Go modules this CLI
+the tests send telemetry to. The cluster set, installed only when named, is
+what 'opzero cluster up' runs besides the control plane: kubelet, kube-proxy
+and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of the
+cluster's own images (pause, netcheck); as root it also installs Debian's
+containerd, runc, CNI plugins and iptables when they are missing. The
+knative-cluster set is what 'opzero cluster up --knative' adds: Knative
+Serving's and Eventing's components (v0.50.0) and Traefik (v3.6.12), static,
+for images. They are built from the pinned Go modules this CLI
 carries, into a cache folder named after the pins ($XDG_CACHE_HOME/opzero/<pins>,
 by default ~/.cache/opzero/<pins>), or into --bin-dir / $OPZERO_BIN_DIR. What is
 there is kept, so a second run takes a moment.
@@ -40,13 +49,18 @@ of time, like setup-envtest.`,
 		Example: `  opzero install
   export KUBEBUILDER_ASSETS=$(opzero install --print-dir controlplane)   # envtest can use them too
   opzero install --bin-dir ./bin knative`,
-		ValidArgs: []string{"controlplane", "knative", "otelcol"},
+		ValidArgs: pinned.Sets,
 		Args:      cobra.OnlyValidArgs,
 		RunE: func(cmd *cobra.Command, sets []string) error {
 			out := cmd.OutOrStdout()
 			r.Progress = out
 			if printDir {
 				r.Progress = cmd.ErrOrStderr()
+			}
+			if slices.Contains(sets, "cluster") && os.Geteuid() == 0 {
+				if err := cluster.InstallDeps(cmd.Context(), r.Progress); err != nil {
+					return err
+				}
 			}
 			dir, err := r.Install(cmd.Context(), sets...)
 			if err != nil {
@@ -58,6 +72,9 @@ of time, like setup-envtest.`,
 			}
 			if len(sets) == 0 {
 				sets = []string{"controlplane", "knative"}
+			}
+			if slices.Contains(sets, "cluster") {
+				sets = append(sets, "controlplane")
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			for _, n := range pinned.Names() {

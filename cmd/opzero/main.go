@@ -32,11 +32,11 @@ deployed as a Knative Service that scales to zero.
 
 This CLI starts a project (init, create api), generates the CRDs, RBAC and
 Knative wiring of an operator (manifests), runs it serverless on a local
-control plane (controlplane, dev), installs the pinned binaries that needs
+control plane (controlplane, dev) or on a real one-node cluster (cluster), installs the pinned binaries that needs
 (install), and runs opzero's durable wakeup source (wakeup-source).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControlPlaneCmd(), newInstallCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newInitCmd(), newCreateCmd())
+	root.AddCommand(newControlPlaneCmd(), newClusterCmd(), newInstallCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newInitCmd(), newCreateCmd())
 	return root
 }

@@ -33,6 +33,16 @@ type Options struct {
 	EtcdPeerPort          int
 	ControllerManagerPort int
 
+	// Address is the API server's bind and advertise address (the
+	// kubernetes Service's endpoint); empty means 127.0.0.1. A cluster's
+	// node reaches the API server there.
+	Address string
+	// Controllers are kube-controller-manager's --controllers; empty means
+	// the few an operator needs without a node (see kcmControllers).
+	Controllers []string
+	// APIServerArgs are added to kube-apiserver's flags.
+	APIServerArgs []string
+
 	// NoControllerManager skips kube-controller-manager (no garbage
 	// collection, no ReplicaSets, no default ServiceAccounts).
 	NoControllerManager bool

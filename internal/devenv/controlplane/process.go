@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opzero/opzero/internal/proc"
 )
@@ -45,26 +48,92 @@ var spawn = sync.OnceValue(func() chan func() {
 // dieWithParent the kernel kills it when this process dies; without, it runs
 // in a session of its own and outlives the caller.
 func startProcess(name, path string, args []string, logFile string, dieWithParent bool) (*Process, error) {
-	log, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return StartProcess(ProcessSpec{Name: name, Path: path, Args: args, Log: logFile, DieWithParent: dieWithParent})
+}
+
+// ProcessSpec is a program for StartProcess.
+type ProcessSpec struct {
+	Name, Path string
+	Args       []string
+	// Log is the file its output is appended to.
+	Log string
+	// DieWithParent makes the kernel kill it when the caller dies;
+	// otherwise it runs in a session of its own and outlives the caller.
+	DieWithParent bool
+	// NetNS names a network namespace (ip netns, /run/netns/<name>) it
+	// starts in; empty means the caller's.
+	NetNS string
+	// Env is added to the caller's environment.
+	Env []string
+}
+
+// StartProcess starts a program the way the plane starts its components,
+// for other local platforms (the cluster's node) to record and stop alike.
+func StartProcess(s ProcessSpec) (*Process, error) {
+	log, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
+	name, path, args := s.Name, s.Path, s.Args
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(s.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.Env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if dieWithParent {
+	if s.DieWithParent {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
 	errc := make(chan error, 1)
-	spawn() <- func() { errc <- cmd.Start() }
+	spawn() <- func() { errc <- inNetNS(s.NetNS, cmd.Start) }
 	if err := <-errc; err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
-	p := &Process{Name: name, PID: cmd.Process.Pid, Path: path, Args: args, Log: logFile, exited: make(chan struct{})}
+	p := &Process{Name: name, PID: cmd.Process.Pid, Path: path, Args: args, Log: s.Log, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.exited) }() // reap, so a stopped child does not linger as a zombie
 	return p, nil
 }
+
+// inNetNS runs start with the calling OS thread (the spawn goroutine's,
+// locked) in the named network namespace, so the child forked there is
+// born in it, and moves the thread back afterwards.
+func inNetNS(name string, start func() error) error {
+	if name == "" {
+		return start()
+	}
+	target, err := os.Open(filepath.Join("/run/netns", name))
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", name, err)
+	}
+	defer target.Close()
+	self, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid()))
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("entering network namespace %s: %w", name, err)
+	}
+	err = start()
+	if berr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); berr != nil {
+		panic(fmt.Sprintf("the spawn thread cannot return to its network namespace: %v", berr)) // every later child would start in the wrong one
+	}
+	return err
+}
+
+// Alive reports whether the process still runs the binary that was started.
+func (p *Process) Alive() bool { return p.alive() }
+
+// Stop sends SIGTERM, waits up to grace, then SIGKILLs; nothing happens to
+// a PID that no longer runs the binary.
+func (p *Process) Stop(grace time.Duration) error { return p.stop(grace) }
+
+// RSSBytes is the process's resident set size, 0 if it is gone.
+func (p *Process) RSSBytes() int64 { return p.rssBytes() }
+
+// LogTail returns the last lines of the process's log.
+func (p *Process) LogTail(lines int) string { return logTail(p.Log, lines) }
 
 // alive reports whether p.PID still runs the binary that was started, so a
 // PID the system has since given to another program is never taken for ours.

@@ -124,15 +124,20 @@ func (u *upper) startEtcd(ctx context.Context) error {
 
 func (u *upper) startAPIServer(ctx context.Context) error {
 	port := u.opts.APIServerPort
-	server := url("https", port, "")
+	addr := u.opts.Address
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	server := fmt.Sprintf("https://%s:%d", addr, port)
 	certs := filepath.Join(u.plane.Dir, "certs")
-	pr, t0, err := u.start("kube-apiserver", u.apiserver,
-		"--etcd-servers="+u.plane.EtcdURL,
-		fmt.Sprintf("--secure-port=%d", port), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--cert-dir="+certs, "--token-auth-file="+u.tokens, "--authorization-mode=RBAC",
-		"--service-account-issuer="+server, "--service-account-key-file="+u.saPub,
-		"--service-account-signing-key-file="+u.saKey,
-		"--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", fmt.Sprintf("--profiling=%t", u.opts.Profiling))
+	args := []string{
+		"--etcd-servers=" + u.plane.EtcdURL,
+		fmt.Sprintf("--secure-port=%d", port), "--bind-address=" + addr, "--advertise-address=" + addr,
+		"--cert-dir=" + certs, "--token-auth-file=" + u.tokens, "--authorization-mode=RBAC",
+		"--service-account-issuer=" + server, "--service-account-key-file=" + u.saPub,
+		"--service-account-signing-key-file=" + u.saKey,
+		"--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", fmt.Sprintf("--profiling=%t", u.opts.Profiling)}
+	pr, t0, err := u.start("kube-apiserver", u.apiserver, append(args, u.opts.APIServerArgs...)...)
 	if err != nil {
 		return err
 	}
@@ -161,8 +166,12 @@ func (u *upper) startControllerManager(ctx context.Context) error {
 	if err := writeKubeconfig(kubeconfig, u.plane.Server, ca, u.kcmToken); err != nil {
 		return err
 	}
+	controllers := kcmControllers
+	if len(u.opts.Controllers) > 0 {
+		controllers = u.opts.Controllers
+	}
 	pr, t0, err := u.start("kube-controller-manager", u.kcm,
-		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(kcmControllers, ","),
+		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(controllers, ","),
 		"--service-account-private-key-file="+u.saKey, "--root-ca-file="+ca,
 		"--leader-elect=false", "--use-service-account-credentials=false",
 		fmt.Sprintf("--secure-port=%d", u.opts.ControllerManagerPort), "--bind-address=127.0.0.1")
@@ -175,6 +184,6 @@ func (u *upper) startControllerManager(ctx context.Context) error {
 	if err := waitHTTP(ctx, pr, sa, u.adminToken, u.opts.StartTimeout); err != nil {
 		return err
 	}
-	u.ready(pr, t0, fmt.Sprintf("controllers %s", strings.Join(kcmControllers, ",")))
+	u.ready(pr, t0, fmt.Sprintf("controllers %s", strings.Join(controllers, ",")))
 	return nil
 }

@@ -179,7 +179,7 @@ func linkOrCopy(src, dst string) error {
 // writeModule writes g's pinned module into dir/src/<group> and returns
 // that folder.
 func writeModule(dir string, g *group) (string, error) {
-	src := filepath.Join(dir, "src", g.name)
+	src := filepath.Join(dir, "src", g.mod())
 	for _, f := range g.files {
 		p := filepath.Join(src, f)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -198,8 +198,16 @@ func goEnv() []string {
 	return append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 }
 
+// env is goEnv for g: without cgo when its binaries go into images.
+func (g *group) env() []string {
+	if g.static {
+		return append(goEnv(), "CGO_ENABLED=0")
+	}
+	return goEnv()
+}
+
 func (g *group) ldflags() string {
-	if g.name != "controlplane" {
+	if g.mod() != "controlplane" {
 		return "-s -w"
 	}
 	v := g.require("k8s.io/kubernetes") // v1.34.3
@@ -223,7 +231,7 @@ func (r *Resolver) build(ctx context.Context, dir string, g *group, bins []binar
 	}
 	for _, b := range bins {
 		t0 := time.Now()
-		err := place(dir, b.name, func(tmp string) error { return goBuild(ctx, src, b, g.ldflags(), tmp, r.progress()) })
+		err := place(dir, b.name, func(tmp string) error { return goBuild(ctx, src, b, g.ldflags(), g.env(), tmp, r.progress()) })
 		if err != nil {
 			return err
 		}
@@ -237,10 +245,10 @@ func (r *Resolver) build(ctx context.Context, dir string, g *group, bins []binar
 
 // goBuild runs `go build -v` and turns its one line per compiled package
 // into a progress bar every 10 s.
-func goBuild(ctx context.Context, src string, b binary, ldflags, out string, w io.Writer) error {
+func goBuild(ctx context.Context, src string, b binary, ldflags string, env []string, out string, w io.Writer) error {
 	total := countDeps(ctx, src, b.pkg)
 	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", out, b.pkg)
-	cmd.Dir, cmd.Env = src, goEnv()
+	cmd.Dir, cmd.Env = src, env
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

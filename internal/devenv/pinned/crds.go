@@ -145,3 +145,21 @@ func moduleDirs(ctx context.Context, dir string, mods ...string) (map[string]str
 	}
 	return out, nil
 }
+
+// KnativeModules returns the folders of the pinned Knative modules the
+// named paths choose (knative.dev/serving, knative.dev/eventing and the
+// modules their release YAMLs take files from, knative.dev/networking and
+// knative.dev/caching), downloaded through the Go module proxy into Go's
+// module cache when missing.
+func (r Resolver) KnativeModules(ctx context.Context, paths ...string) (map[string]string, error) {
+	dir, err := r.Target()
+	if err != nil {
+		return nil, err
+	}
+	g, _ := groupByName("knative")
+	src, err := writeModule(dir, g)
+	if err != nil {
+		return nil, err
+	}
+	return moduleDirs(ctx, src, paths...)
+}

@@ -30,6 +30,19 @@ const (
 	// own, writing what arrives to JSON lines (tools/otelcol): the real
 	// collector that tests and `opzero dev --otel` send telemetry to.
 	OTLPReceiver = "otlp-receiver"
+	// The node of `opzero cluster up`, from the control plane's module.
+	Kubelet       = "kubelet"
+	KubeProxy     = "kube-proxy"
+	KubeScheduler = "kube-scheduler"
+	// CoreDNS is CoreDNS with the plugins tools/coredns names, static.
+	CoreDNS = "coredns"
+	// Pause is the cluster's sandbox image's program, NetCheck the network
+	// check its test runs in pods (tools/images), both static.
+	Pause    = "pause"
+	NetCheck = "netcheck"
+	// Traefik is Knative Serving's ingress in the cluster (its Knative
+	// provider), static.
+	Traefik = "traefik"
 )
 
 // Env is the environment variable naming a folder of pinned binaries.
@@ -49,14 +62,36 @@ type binary struct {
 	minutes   float64
 }
 
-// group is one pinned tools module and the binaries built from it.
+// group is binaries built from one pinned tools module.
 type group struct {
-	name     string   // "controlplane": modules/<name>, stamp .<name>.pins
-	files    []string // module files, relative to modules/<name>, without .txt
+	name string // "controlplane": stamp .<name>.pins
+	// module is the folder under modules/ (and tools/) the binaries are
+	// built in; empty means name.
+	module   string
+	files    []string // module files, relative to modules/<module>, without .txt
 	binaries []binary
 	// stampAll: the stamp hashes every file, not only go.mod and go.sum
 	// (a main.go of ours that changes what is built).
 	stampAll bool
+	// set is the name `opzero install` knows the group by; empty means
+	// name. The cluster set is three groups from three modules.
+	set string
+	// static builds without cgo: the binaries go into images with no libc.
+	static bool
+}
+
+func (g *group) mod() string {
+	if g.module != "" {
+		return g.module
+	}
+	return g.name
+}
+
+func (g *group) setName() string {
+	if g.set != "" {
+		return g.set
+	}
+	return g.name
 }
 
 var groups = []group{
@@ -72,6 +107,35 @@ var groups = []group{
 	}},
 	{name: "otelcol", files: []string{"go.mod", "go.sum", "main.go"}, stampAll: true, binaries: []binary{
 		{OTLPReceiver, ".", 1.5},
+	}},
+	{name: "node", module: "controlplane", set: "cluster", files: []string{"go.mod", "go.sum", "etcd/main.go"}, binaries: []binary{
+		{Kubelet, "k8s.io/kubernetes/cmd/kubelet", 2},
+		{KubeProxy, "k8s.io/kubernetes/cmd/kube-proxy", 0.5},
+		{KubeScheduler, "k8s.io/kubernetes/cmd/kube-scheduler", 0.5},
+	}},
+	{name: "coredns", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "main.go"}, binaries: []binary{
+		{CoreDNS, ".", 4},
+	}},
+	{name: "knative-images", module: "knative", set: "knative-cluster", static: true, files: []string{"go.mod", "go.sum"}, binaries: []binary{
+		{"serving-activator", "knative.dev/serving/cmd/activator", 1},
+		{"serving-autoscaler", "knative.dev/serving/cmd/autoscaler", 0.5},
+		{"serving-controller", "knative.dev/serving/cmd/controller", 1},
+		{"serving-webhook", "knative.dev/serving/cmd/webhook", 0.5},
+		{"serving-queue", "knative.dev/serving/cmd/queue", 0.5},
+		{"eventing-controller", "knative.dev/eventing/cmd/controller", 1},
+		{"eventing-webhook", "knative.dev/eventing/cmd/webhook", 0.5},
+		{"eventing-mtping", "knative.dev/eventing/cmd/mtping", 0.3},
+		{"eventing-jobsink", "knative.dev/eventing/cmd/jobsink", 0.3},
+		{"eventing-requestreply", "knative.dev/eventing/cmd/requestreply", 0.3},
+		{"eventing-apiserver-receive-adapter", "knative.dev/eventing/cmd/apiserver_receive_adapter", 0.3},
+		{"eventing-auth-proxy", "knative.dev/eventing/cmd/auth_proxy", 0.3},
+	}},
+	{name: "traefik", set: "knative-cluster", static: true, files: []string{"go.mod", "go.sum"}, binaries: []binary{
+		{Traefik, "github.com/traefik/traefik/v3/cmd/traefik", 8},
+	}},
+	{name: "images", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "pause/main.go", "netcheck/main.go"}, binaries: []binary{
+		{Pause, "./pause", 0.2},
+		{NetCheck, "./netcheck", 0.3},
 	}},
 }
 
@@ -107,22 +171,39 @@ func groupByName(name string) (*group, error) {
 			return &groups[i], nil
 		}
 	}
-	return nil, fmt.Errorf("%q is not a set of pinned binaries: want controlplane, knative or otelcol", name)
+	return nil, fmt.Errorf("%q is not a group of pinned binaries", name)
 }
 
-// SetOf names the set a pinned binary belongs to: controlplane, knative or
-// otelcol ("" for none).
+// Sets names the sets `opzero install` knows, in order.
+var Sets = []string{"controlplane", "knative", "otelcol", "cluster", "knative-cluster"}
+
+// setGroups returns the groups of a set.
+func setGroups(set string) ([]*group, error) {
+	var out []*group
+	for i := range groups {
+		if groups[i].setName() == set {
+			out = append(out, &groups[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q is not a set of pinned binaries: want one of %s", set, strings.Join(Sets, ", "))
+	}
+	return out, nil
+}
+
+// SetOf names the set a pinned binary belongs to: controlplane, knative,
+// otelcol or cluster ("" for none).
 func SetOf(binary string) string {
 	g, _, err := lookup(binary)
 	if err != nil {
 		return ""
 	}
-	return g.name
+	return g.setName()
 }
 
 // file returns a module file of g (e.g. "go.mod").
 func (g *group) file(name string) []byte {
-	b, err := modules.ReadFile("modules/" + g.name + "/" + name + ".txt")
+	b, err := modules.ReadFile("modules/" + g.mod() + "/" + name + ".txt")
 	if err != nil {
 		panic(err) // the files are embedded: a missing one is a build mistake
 	}

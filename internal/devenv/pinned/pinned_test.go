@@ -16,12 +16,12 @@ func TestModulesMatchTools(t *testing.T) {
 	tools := filepath.Join("..", "..", "..", "tools")
 	for _, g := range groups {
 		for _, f := range g.files {
-			want, err := os.ReadFile(filepath.Join(tools, g.name, f))
+			want, err := os.ReadFile(filepath.Join(tools, g.mod(), f))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(g.file(f), want) {
-				t.Errorf("modules/%s/%s.txt differs from tools/%s/%s: run `go generate ./internal/devenv/pinned`", g.name, f, g.name, f)
+				t.Errorf("modules/%s/%s.txt differs from tools/%s/%s: run `go generate ./internal/devenv/pinned`", g.mod(), f, g.mod(), f)
 			}
 		}
 	}
@@ -145,7 +145,7 @@ func TestFindErrorsSayWhatToDo(t *testing.T) {
 			}
 		})
 	}
-	if _, err := resolver(nil, empty).Find(ctx, "kubelet"); err == nil || !strings.Contains(err.Error(), "not one of opzero's pinned binaries") {
+	if _, err := resolver(nil, empty).Find(ctx, "kubeadm"); err == nil || !strings.Contains(err.Error(), "not one of opzero's pinned binaries") {
 		t.Errorf("unknown binary: %v", err)
 	}
 }
@@ -167,7 +167,7 @@ func TestInstallTakesBinariesWithTheSamePins(t *testing.T) {
 	r := resolver(nil, cache)
 	r.NoBuild = false
 	r.From = []string{stale, good}
-	paths, err := r.Find(ctx, KubeAPIServer, PingAdapter, OTLPReceiver)
+	paths, err := r.Find(ctx, Names()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,13 +177,18 @@ func (r Resolver) Target() (string, error) {
 }
 
 // Install makes sure every binary of the named sets ("controlplane",
-// "knative"; none means both) is in Target, and with "knative" Knative's
-// CRDs too: it takes them from From or an older cache folder with the same
-// pins, else builds them. It returns the folder. Nothing is rebuilt when
-// the binaries are there.
+// "knative", "otelcol", "cluster"; none means controlplane and knative) is
+// in Target, and with "knative" Knative's CRDs too: it takes them from From
+// or an older cache folder with the same pins, else builds them. It returns
+// the folder. Nothing is rebuilt when the binaries are there. The cluster
+// set (kubelet, kube-proxy, kube-scheduler, CoreDNS and the programs of the
+// cluster's own images) comes with the control plane it runs on.
 func (r Resolver) Install(ctx context.Context, sets ...string) (string, error) {
 	if len(sets) == 0 {
 		sets = []string{"controlplane", "knative"}
+	}
+	if slices.Contains(sets, "cluster") && !slices.Contains(sets, "controlplane") {
+		sets = append([]string{"controlplane"}, sets...)
 	}
 	dir, err := r.Target()
 	if err != nil {
@@ -192,14 +197,16 @@ func (r Resolver) Install(ctx context.Context, sets ...string) (string, error) {
 	var names []string
 	crds := false
 	for _, s := range sets {
-		g, err := groupByName(s)
+		gs, err := setGroups(s)
 		if err != nil {
 			return "", err
 		}
-		for _, b := range g.binaries {
-			names = append(names, b.name)
+		for _, g := range gs {
+			for _, b := range g.binaries {
+				names = append(names, b.name)
+			}
 		}
-		crds = crds || g.name == "knative"
+		crds = crds || s == "knative"
 	}
 	if err := r.install(ctx, dir, names); err != nil {
 		return "", err
