@@ -759,6 +759,26 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   its status write, as controller-runtime's does. It gave 100 against 76
   objects/s in the notes' run 3 (48 against 33 and 48 against 47 on the saturated
   machine): the API server's headroom decides how much a saved GET shows.
+- **Fed by the hub (issue 26): 0.94x and 0.99x controller-runtime in two
+  runs of three (` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero,opzero-admitted,opzero-hub,opzero-hub-admitted go run ./bench/suite -only throughput -runs 3` + "`" + `,
+  2026-11-26, the machine otherwise idle), with ` + "`" + `--answer=admitted --event-cache` + "`" + `;
+  0.89x and 0.81x answering after the reconcile.** Three changes took it
+  from 0.68x: the event cache keeps what a Get read until an event of that
+  object arrives (the ConfigMap, which the hub delivers in Reference mode,
+  was read from the API server by every reconcile: the requests table
+  shows it gone, 2 requests per object as controller-runtime); the hub's
+  ` + "`" + `skipObserved` + "`" + ` drops the echo of each status write before it is sent
+  (one delivery per object instead of two); and the referrer index is fed
+  by the shared watch of the ConfigWatchers instead of a second watch of
+  them (the hub decoded every ConfigWatcher change twice). The hub now
+  costs 0.47 ms of CPU per object and the operator 0.66-0.70, against
+  controller-runtime's 0.76-0.78 alone; the 2 cores are the bound, so the
+  hub's half millisecond (a second process decoding the watch and an HTTP
+  hop) is what separates the two: 6.0-6.4 ms of CPU per object against
+  5.8-6.1. What is left to take: the hub decodes each watched object into
+  a map (client-go's dynamic client, ~25% of its CPU); a decode of the
+  metadata alone, forwarding the watch's bytes as the event's data, would
+  save part of it.
 - **Four sources help only while the machine has headroom.** With
   answering at admission, one source already keeps every reconcile slot
   busy; four sources split the event stream over four adapter processes,
