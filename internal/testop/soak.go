@@ -69,7 +69,7 @@ func childName(parent string) string { return parent + "-child" }
 //   - with spec.podSelector.wake = a duration: a new generation records
 //     due = now + wake in status and asks RequeueAfter wake (the want is
 //     appended to $TESTOP_WAKES); a reconcile at or after due records woke;
-//     one before due asks RequeueAfter for the rest.
+//     one before due asks RequeueAfter for the rest (appended again).
 //
 // The engine writes status.observedGeneration (TESTOP_SOAK turns it on).
 func (r *scripted) soak(ctx context.Context, cw *v1.ConfigWatcher) (reconcile.Result, error) {
@@ -128,6 +128,10 @@ func (r *scripted) soak(ctx context.Context, cw *v1.ConfigWatcher) (reconcile.Re
 	case !st.Woke.IsZero():
 		return reconcile.Result{}, nil
 	case now.Before(st.Due):
+		// Recorded again: a SIGKILL between the status write above and
+		// its appendWant leaves the due in status only, and this is then
+		// the first reconcile to ask for it.
+		appendWant(cw, st.Due)
 		return reconcile.Result{RequeueAfter: st.Due.Sub(now)}, nil
 	}
 	st.Woke = now
