@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -280,39 +279,5 @@ func (a *recorded) writeTo(w http.ResponseWriter, all []*recorded) {
 // Serve listens and serves the group until ctx ends, then drains every
 // engine as Engine.Serve drains one.
 func (g *Group) Serve(ctx context.Context, o ServeOptions) error {
-	if o.Addr == "" {
-		o.Addr = Addr()
-	}
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = 25 * time.Second
-	}
-	l, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w (set $PORT to another port)", o.Addr, err)
-	}
-	srv := newServer(g, o, g.maxWait)
-	if o.Ready != nil {
-		o.Ready(l.Addr())
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- serveOn(srv, l, o) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	for _, e := range g.engines {
-		e.draining.Store(true)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
-	defer cancel()
-	g.engines[0].log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", o.ShutdownTimeout, "controllers", g.names())
-	errs := []error{srv.Shutdown(sctx)}
-	for _, e := range g.engines {
-		errs = append(errs, e.finish(sctx))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("shutdown not finished within %s: %w", o.ShutdownTimeout, err)
-	}
-	return nil
+	return serve(ctx, g, o, g.maxWait, g.engines)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,13 @@ func Addr() string {
 // scale-down), then stops accepting, lets in-flight requests and their
 // reconciles finish within ShutdownTimeout, and returns nil.
 func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
+	return serve(ctx, e, o, e.opts.MaxWait, []*Engine{e})
+}
+
+// serve listens and serves h until ctx ends, then stops accepting, lets
+// in-flight requests and the reconciles of engines finish within
+// o.ShutdownTimeout, and returns nil.
+func serve(ctx context.Context, h http.Handler, o ServeOptions, maxWait time.Duration, engines []*Engine) error {
 	if o.Addr == "" {
 		o.Addr = Addr()
 	}
@@ -48,7 +56,7 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (set $PORT to another port)", o.Addr, err)
 	}
-	srv := newServer(e, o, e.opts.MaxWait)
+	srv := newServer(h, o, maxWait)
 	if o.Ready != nil {
 		o.Ready(l.Addr())
 	}
@@ -59,7 +67,7 @@ func (e *Engine) Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	case <-ctx.Done():
 	}
-	return e.shutdown(srv, o.ShutdownTimeout)
+	return shutdown(srv, o.ShutdownTimeout, engines)
 }
 
 // newServer is the HTTP server of h: events on /, wrapped by o.Wrap, and
@@ -87,13 +95,20 @@ func serveOn(srv *http.Server, l net.Listener, o ServeOptions) error {
 	return srv.Serve(l)
 }
 
-func (e *Engine) shutdown(srv *http.Server, timeout time.Duration) error {
-	e.draining.Store(true)
+func shutdown(srv *http.Server, timeout time.Duration, engines []*Engine) error {
+	names := make([]string, len(engines))
+	for i, e := range engines {
+		e.draining.Store(true)
+		names[i] = e.op.Name
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	e.log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout)
-	errHTTP := srv.Shutdown(ctx) // waits for handlers, which wait for their reconciles
-	if err := errors.Join(errHTTP, e.finish(ctx)); err != nil {
+	engines[0].log.Info("shutting down: no new events, finishing in-flight reconciles", "timeout", timeout, "controllers", strings.Join(names, ", "))
+	errs := []error{srv.Shutdown(ctx)} // waits for handlers, which wait for their reconciles
+	for _, e := range engines {
+		errs = append(errs, e.finish(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("shutdown not finished within %s: %w", timeout, err)
 	}
 	return nil
