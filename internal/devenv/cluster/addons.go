@@ -14,8 +14,18 @@ import (
 // and the kube-dns Service at DNSServiceIP) and waits until it is
 // available.
 func (u *upper) coreDNS(ctx context.Context) error {
+	if err := u.deploy(ctx, "CoreDNS", coreDNSManifest, map[string]string{"Image": u.c.Images["coredns"], "DNS": DNSServiceIP}, "kube-system", "coredns"); err != nil {
+		return err
+	}
+	u.step("CoreDNS available (kube-system/coredns, Service kube-dns %s)", DNSServiceIP)
+	return nil
+}
+
+// deploy applies manifest (a template filled with data) and waits until
+// its Deployment ns/name has an available replica.
+func (u *upper) deploy(ctx context.Context, what, manifest string, data map[string]string, ns, name string) error {
 	var b strings.Builder
-	if err := parse(coreDNSManifest).Execute(&b, map[string]string{"Image": u.c.Images["coredns"], "DNS": DNSServiceIP}); err != nil {
+	if err := parse(manifest).Execute(&b, data); err != nil {
 		return err
 	}
 	if err := u.apply(ctx, b.String()); err != nil {
@@ -25,20 +35,16 @@ func (u *upper) coreDNS(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := u.wait(ctx, "CoreDNS", nil, func(ctx context.Context) error {
-		d, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	return u.wait(ctx, what, nil, func(ctx context.Context) error {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if d.Status.AvailableReplicas < 1 {
-			return fmt.Errorf("deployment kube-system/coredns: %d of %d replicas available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+			return fmt.Errorf("deployment %s/%s: %d of %d replicas available", ns, name, d.Status.AvailableReplicas, *d.Spec.Replicas)
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	u.step("CoreDNS available (kube-system/coredns, Service kube-dns %s)", DNSServiceIP)
-	return nil
+	})
 }
 
 // apply runs the pinned kubectl apply with the admin kubeconfig.

@@ -2,12 +2,8 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/opzero/opzero/internal/devenv/image"
 	"github.com/opzero/opzero/internal/devenv/pinned"
@@ -39,27 +35,7 @@ func (u *upper) traefik(ctx context.Context) error {
 	if err := u.importImages(ctx, "traefik.tar", image.Spec{Name: "traefik", Binary: p}); err != nil {
 		return err
 	}
-	var b strings.Builder
-	if err := parse(traefikManifest).Execute(&b, map[string]string{"Image": u.c.Images["traefik"]}); err != nil {
-		return err
-	}
-	if err := u.apply(ctx, b.String()); err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(u.c.Config)
-	if err != nil {
-		return err
-	}
-	if err := u.wait(ctx, "Traefik", nil, func(ctx context.Context) error {
-		d, err := cs.AppsV1().Deployments("traefik").Get(ctx, "traefik", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if d.Status.AvailableReplicas < 1 {
-			return fmt.Errorf("deployment traefik/traefik not available")
-		}
-		return nil
-	}); err != nil {
+	if err := u.deploy(ctx, "Traefik", traefikManifest, map[string]string{"Image": u.c.Images["traefik"]}, "traefik", "traefik"); err != nil {
 		return err
 	}
 	u.step("Traefik available (traefik/traefik, ingress class %s)", IngressClass)
