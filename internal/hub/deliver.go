@@ -79,7 +79,13 @@ type change struct {
 }
 
 func (c *change) json() ([]byte, error) {
-	c.once.Do(func() { c.data, c.err = json.Marshal(c.obj) })
+	c.once.Do(func() {
+		if r, ok := c.obj.(*rawObject); ok {
+			c.data = r.raw // as the API server sent it
+			return
+		}
+		c.data, c.err = json.Marshal(c.obj)
+	})
 	return c.data, c.err
 }
 

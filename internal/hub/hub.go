@@ -48,6 +48,7 @@ type Options struct {
 // documentation.
 type Hub struct {
 	dyn   dynamic.Interface
+	raw   *rest.RESTClient // whole-object watches (rawObject)
 	meta  metadata.Interface
 	kinds *kinds
 	host  string
@@ -88,11 +89,15 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
+	raw, err := newRawClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	k, err := newKinds(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Hub{dyn: dyn, meta: md, kinds: k, host: cfg.Host, opts: o, stats: newStats(),
+	return &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, stats: newStats(),
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1)}, nil
 }

@@ -191,9 +191,9 @@ func (w *sharedWatch) feedTaps(obj runtime.Object, deleted bool) {
 	if len(taps) == 0 {
 		return
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		for _, ix := range taps {
-			ix.tapped(u, deleted)
+	for _, ix := range taps {
+		if c, ok := ix.referrerOf(obj, deleted); ok {
+			ix.tapped(c)
 		}
 	}
 }
@@ -320,13 +320,17 @@ func (w *sharedWatch) current(ctx context.Context) (string, error) {
 // stream sends the watch's changes from rv until it ends; it returns the
 // last resource version seen.
 func (w *sharedWatch) stream(ctx context.Context, rv string) (string, error) {
-	opts := metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, LabelSelector: w.key.selector}
 	var wi watch.Interface
 	var err error
-	if w.key.full {
-		wi, err = w.h.dyn.Resource(w.key.gvr).Namespace(w.key.ns).Watch(ctx, opts)
+	if w.key.full { // the objects' JSON kept as sent (rawObject)
+		req := w.h.raw.Get().AbsPath(resourcePath(w.key.gvr, w.key.ns)).Param("watch", "true").
+			Param("resourceVersion", rv).Param("allowWatchBookmarks", "true")
+		if w.key.selector != "" {
+			req = req.Param("labelSelector", w.key.selector)
+		}
+		wi, err = req.Watch(ctx)
 	} else {
-		wi, err = w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).Watch(ctx, opts)
+		wi, err = w.h.meta.Resource(w.key.gvr).Namespace(w.key.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, LabelSelector: w.key.selector})
 	}
 	if err != nil {
 		return rv, err
@@ -443,7 +447,7 @@ func (a *attachment) skips(act string, obj runtime.Object, m metav1.Object) bool
 	if act != "update" || !same {
 		return false
 	}
-	observed, has := genskip.ObservedGeneration(obj)
+	observed, has := observedGeneration(obj)
 	return genskip.Observed(m.GetGeneration(), observed, has, m.GetDeletionTimestamp() != nil)
 }
 
@@ -567,15 +571,39 @@ type refIndex struct {
 	mu      sync.Mutex
 	by      map[string]string // referrer namespace/name -> referenced namespace/name
 	count   map[string]int
-	listRV  string       // tapped: changes up to it are in the last list
-	pending []heldChange // tapped: changes that arrived during a list
+	listRV  string     // tapped: changes up to it are in the last list
+	pending []referrer // tapped: changes that arrived during a list
 	listing bool
 }
 
-// heldChange is a referrer's change held while the index lists.
-type heldChange struct {
-	u       *unstructured.Unstructured
-	deleted bool
+// referrer is one change of a referrer as the index keeps it: the
+// referrer's namespace/name, the namespace/name it references ("" none or
+// deleted) and its resource version.
+type referrer struct {
+	key, ref, rv string
+}
+
+// referrerOf reads a watched referrer (Unstructured or rawObject).
+func (ix *refIndex) referrerOf(obj runtime.Object, deleted bool) (referrer, bool) {
+	var m metav1.Object
+	var name string
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		m = o
+		name, _, _ = unstructured.NestedString(o.Object, strings.Split(ix.key.field, ".")...)
+	case *rawObject:
+		m = o
+		if !deleted {
+			name = o.field(ix.key.field)
+		}
+	default:
+		return referrer{}, false
+	}
+	c := referrer{key: m.GetNamespace() + "/" + m.GetName(), rv: m.GetResourceVersion()}
+	if !deleted && name != "" {
+		c.ref = m.GetNamespace() + "/" + name
+	}
+	return c, true
 }
 
 // newIndex makes an index, not yet started: attachments can point to it
@@ -615,40 +643,37 @@ func (ix *refIndex) has(ctx context.Context, ref string) bool {
 	return ix.count[ref] > 0
 }
 
-func (ix *refIndex) set(u *unstructured.Unstructured, deleted bool) {
+func (ix *refIndex) set(c referrer) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.setLocked(u, deleted)
+	ix.setLocked(c)
 }
 
-func (ix *refIndex) setLocked(u *unstructured.Unstructured, deleted bool) {
-	k := u.GetNamespace() + "/" + u.GetName()
-	name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...)
-	if old, ok := ix.by[k]; ok {
+func (ix *refIndex) setLocked(c referrer) {
+	if old, ok := ix.by[c.key]; ok {
 		if ix.count[old]--; ix.count[old] <= 0 {
 			delete(ix.count, old)
 		}
-		delete(ix.by, k)
+		delete(ix.by, c.key)
 	}
-	if deleted || name == "" {
+	if c.ref == "" {
 		return
 	}
-	ref := u.GetNamespace() + "/" + name
-	ix.by[k] = ref
-	ix.count[ref]++
+	ix.by[c.key] = c.ref
+	ix.count[c.ref]++
 }
 
 // tapped is a change the shared watch saw: applied if newer than the last
 // list, held while a list is under way.
-func (ix *refIndex) tapped(u *unstructured.Unstructured, deleted bool) {
+func (ix *refIndex) tapped(c referrer) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.listing {
-		ix.pending = append(ix.pending, heldChange{u, deleted})
+		ix.pending = append(ix.pending, c)
 		return
 	}
-	if newer(u.GetResourceVersion(), ix.listRV) {
-		ix.setLocked(u, deleted)
+	if newer(c.rv, ix.listRV) {
+		ix.setLocked(c)
 	}
 }
 
@@ -675,8 +700,8 @@ func (ix *refIndex) runTapped(ctx context.Context) {
 		if err == nil {
 			ix.by, ix.count, ix.listRV = by, count, rv
 			for _, c := range ix.pending {
-				if newer(c.u.GetResourceVersion(), rv) {
-					ix.setLocked(c.u, c.deleted)
+				if newer(c.rv, rv) {
+					ix.setLocked(c)
 				}
 			}
 		}
@@ -740,11 +765,9 @@ func (ix *refIndex) list(ctx context.Context) (map[string]string, map[string]int
 			return nil, nil, "", err
 		}
 		for i := range l.Items {
-			u := &l.Items[i]
-			if name, _, _ := unstructured.NestedString(u.Object, strings.Split(ix.key.field, ".")...); name != "" {
-				ref := u.GetNamespace() + "/" + name
-				by[u.GetNamespace()+"/"+u.GetName()] = ref
-				count[ref]++
+			if c, _ := ix.referrerOf(&l.Items[i], false); c.ref != "" {
+				by[c.key] = c.ref
+				count[c.ref]++
 			}
 		}
 		if cont = l.GetContinue(); cont == "" {
@@ -767,8 +790,8 @@ func (ix *refIndex) follow(ctx context.Context, wi watch.Interface) error {
 			case watch.Error:
 				return apierrors.FromObject(ev.Object)
 			case watch.Added, watch.Modified, watch.Deleted:
-				if u, ok := ev.Object.(*unstructured.Unstructured); ok {
-					ix.set(u, ev.Type == watch.Deleted)
+				if c, ok := ix.referrerOf(ev.Object, ev.Type == watch.Deleted); ok {
+					ix.set(c)
 				}
 			}
 		}

@@ -1,0 +1,91 @@
+package hub
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	restclientwatch "k8s.io/client-go/rest/watch"
+)
+
+// TestRawWatchDecoding: a whole-object watch stream, decoded as client-go's
+// watch decoder does with the hub's codec, yields each object's bytes as
+// sent, its metadata and observedGeneration, bookmarks, and a 410 as the
+// API error it is; a malformed frame is an error, not a half object.
+func TestRawWatchDecoding(t *testing.T) {
+	obj := `{"apiVersion":"opzero.dev/v1","kind":"Widget","metadata":{"name":"a","namespace":"n","resourceVersion":"7","generation":3,"labels":{"x":"y"}},"spec":{"ref":{"name":"cm"},"n":1},"status":{"observedGeneration":2}}`
+	odd := `{"apiVersion":"v1","kind":"Odd","metadata":{"name":"b","resourceVersion":"8"},"status":"fine"}`
+	stream := `{"type":"ADDED","object":` + obj + "}\n" +
+		`{"type":"MODIFIED","object":` + odd + "}\n" +
+		`{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"Odd","metadata":{"resourceVersion":"9"}}}` + "\n" +
+		`{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","status":"Failure","message":"too old resource version: 2 (9)","reason":"Expired","code":410}}` + "\n"
+	info := rawSerializer{}.SupportedMediaTypes()[0]
+	r := io.NopCloser(bytes.NewBufferString(stream))
+	dec := restclientwatch.NewDecoder(streaming.NewDecoder(info.StreamSerializer.Framer.NewFrameReader(r), info.StreamSerializer.Serializer), info.Serializer)
+
+	typ, o, err := dec.Decode()
+	if err != nil || typ != watch.Added {
+		t.Fatalf("first event: %v %v", typ, err)
+	}
+	ro, ok := o.(*rawObject)
+	if !ok {
+		t.Fatalf("decoded %T, want *rawObject", o)
+	}
+	if string(ro.raw) != obj {
+		t.Errorf("bytes %s, want them as sent: %s", ro.raw, obj)
+	}
+	if ro.GetName() != "a" || ro.GetNamespace() != "n" || ro.GetResourceVersion() != "7" || ro.GetGeneration() != 3 || ro.GetLabels()["x"] != "y" || ro.Kind != "Widget" {
+		t.Errorf("metadata %+v %+v", ro.TypeMeta, ro.ObjectMeta)
+	}
+	if g, has := observedGeneration(ro); g != 2 || !has {
+		t.Errorf("observedGeneration %d %v, want 2 true", g, has)
+	}
+	for path, want := range map[string]string{"spec.ref.name": "cm", "spec.n": "", "spec.none": "", "metadata.name": "a", "spec.ref.name.x": ""} {
+		if got := ro.field(path); got != want {
+			t.Errorf("field %s = %q, want %q", path, got, want)
+		}
+	}
+	if data, err := (&change{obj: ro}).json(); err != nil || string(data) != obj {
+		t.Errorf("event data %s %v, want the bytes as sent", data, err)
+	}
+
+	typ, o, err = dec.Decode()
+	if err != nil || typ != watch.Modified {
+		t.Fatalf("second event: %v %v", typ, err)
+	}
+	if g, has := observedGeneration(o); has || g != 0 {
+		t.Errorf("a string status gave observedGeneration %d %v", g, has)
+	}
+	if string(o.(*rawObject).raw) != odd {
+		t.Errorf("the second object's bytes were overwritten: %s", o.(*rawObject).raw)
+	}
+	if string(ro.raw) != obj {
+		t.Errorf("the first object's bytes changed after the next frame: %s", ro.raw)
+	}
+
+	typ, o, err = dec.Decode()
+	if err != nil || typ != watch.Bookmark {
+		t.Fatalf("third event: %v %v", typ, err)
+	}
+	if m, err := metaOf(o); err != nil || m.GetResourceVersion() != "9" {
+		t.Errorf("bookmark %v %v", m, err)
+	}
+
+	typ, o, err = dec.Decode()
+	if err != nil || typ != watch.Error {
+		t.Fatalf("fourth event: %v %v", typ, err)
+	}
+	if _, ok := o.(*metav1.Status); !ok || !apierrors.IsResourceExpired(apierrors.FromObject(o)) {
+		t.Errorf("error event %#v is not a 410", o)
+	}
+
+	bad := io.NopCloser(bytes.NewBufferString(`{"type":"ADDED","object":{"metadata":{"name":3}}}` + "\n"))
+	dec = restclientwatch.NewDecoder(streaming.NewDecoder(info.StreamSerializer.Framer.NewFrameReader(bad), info.StreamSerializer.Serializer), info.Serializer)
+	if _, o, err := dec.Decode(); err == nil {
+		t.Errorf("a name that is a number decoded to %#v", o)
+	}
+}
