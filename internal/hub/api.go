@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
-	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // The hub talks to the API server through client-go's dynamic and metadata
@@ -29,7 +28,6 @@ var (
 	subscriptionsGVR       = v1alpha1.GroupVersion.WithResource("subscriptions")
 	eventsGVR              = schema.GroupVersionResource{Version: "v1", Resource: "events"}
 	sarGVR                 = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "subjectaccessreviews"}
-	serviceAccountsGVR     = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
 	errNoSuchKind          = fmt.Errorf("no such kind")
 	discoveryRefreshPeriod = 10 * time.Second
 )
@@ -139,28 +137,4 @@ func (h *Hub) allowed(ctx context.Context, user string, groups []string, ns, ver
 	}
 	ok, _, _ := unstructured.NestedBool(out.Object, "status", "allowed")
 	return ok, nil
-}
-
-// tokenRequester mints, with the TokenRequest API, tokens of service
-// account id for audience, as Knative's OIDC senders do, and reuses each
-// until 80% of its lifetime has passed.
-func (h *Hub) tokenRequester(id types.NamespacedName, audience string) func(context.Context) (string, error) {
-	return wakesource.ReuseToken(func(ctx context.Context) (string, time.Time, error) {
-		tr := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-			"metadata": map[string]any{"name": id.Name}, // the subresource's object (dynamic posts to its name)
-			"spec":     map[string]any{"audiences": []any{audience}, "expirationSeconds": int64(3600)},
-		}}
-		out, err := h.dyn.Resource(serviceAccountsGVR).Namespace(id.Namespace).Create(ctx, tr, metav1.CreateOptions{}, "token")
-		if err != nil {
-			return "", time.Time{}, err
-		}
-		tok, _, _ := unstructured.NestedString(out.Object, "status", "token")
-		exp, _, _ := unstructured.NestedString(out.Object, "status", "expirationTimestamp")
-		t, err := time.Parse(time.RFC3339, exp)
-		if tok == "" || err != nil {
-			return "", time.Time{}, fmt.Errorf("the TokenRequest for %s answered no token or expiry", id)
-		}
-		return tok, t, nil
-	})
 }

@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // delivery is one event waiting to be sent.
@@ -372,7 +373,7 @@ func (h *Hub) token(ctx context.Context, audience string) (string, error) {
 	h.mu.Lock()
 	t := h.tokens[audience]
 	if t == nil {
-		t = h.tokenRequester(h.opts.Identity, audience)
+		t = wakesource.TokenRequester(h.dyn, h.opts.Identity.Namespace, h.opts.Identity.Name, audience)
 		h.tokens[audience] = t
 	}
 	h.mu.Unlock()

@@ -18,15 +18,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/telemetry"
-	"github.com/opzero/opzero/internal/wakeup"
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // Short is a one-line summary of the wakeup source.
@@ -69,7 +66,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
 	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
 	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
-	fs.IntVar(&f.Window, "window", wakeup.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
+	fs.IntVar(&f.Window, "window", wakesource.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
 	fs.IntVar(&f.PageSize, "page-size", 500, "How many Wakeups one list request returns.")
 	fs.BoolVar(&f.PagedStart, "paged-start", false, "Read every Wakeup at start by paged lists, as on an API server without WatchList, instead of a watch's initial events.")
 	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081 (default: not served). With OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP.")
@@ -88,28 +85,32 @@ func (f Flags) Run(ctx context.Context) error {
 	if f.PageSize <= 0 {
 		return fmt.Errorf("--page-size %d: want a positive number of Wakeups per list request (500 by default)", f.PageSize)
 	}
-	cfg, err := config.GetConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {
 		return fmt.Errorf("no Kubernetes API server: set KUBECONFIG or run in a cluster: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	// No client-side rate limit, as controller-runtime's config (which the
+	// source used before) has it: the API server's priority and fairness
+	// limits instead. client-go's default, 5 per second, would hold back the
+	// deletions of delivered records, and with them the deliveries.
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	o := wakeup.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, PageSize: int64(f.PageSize), PagedStart: f.PagedStart, Log: log}
+	o := wakesource.SourceOptions{Namespace: f.Namespace, Operator: f.Operator, Concurrency: f.Concurrency, Window: f.Window, PageSize: int64(f.PageSize), PagedStart: f.PagedStart, Log: log}
 	if strings.Contains(f.Operator, ",") { // the controllers of one binary
 		o.Operator, o.Operators = "", strings.Split(f.Operator, ",")
 	}
 	if f.Audience != "" {
-		o.Token = wakeup.TokenRequester(c, sans, saname, f.Audience)
+		o.Token = wakesource.TokenRequester(dyn, sans, saname, f.Audience)
 	}
-	var src *wakeup.Source
+	var src *wakesource.Source
 	o.Delivered = observeDeliveries(func() int { return src.Pending() })
-	src = wakeup.NewSource(c, o)
+	src = wakesource.NewSource(wakesource.Dynamic(dyn), o)
 	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: strings.TrimSuffix("wakeup-source-"+f.Operator, "-"), InstanceID: os.Getenv("POD_NAME")})
 	if err != nil {
 		return err
@@ -140,7 +141,7 @@ func (f Flags) Run(ctx context.Context) error {
 // read from pending), fired, and how late each fired after its due time
 // (late: more than a second).
 func observeDeliveries(pending func() int) func(ns, name string, due, at time.Time) {
-	reg := crmetrics.Registry
+	reg := crmetrics.Registry // telemetry pushes it too
 	fired := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_fired_total", Help: "Wakeups delivered with a 2xx answer"})
 	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_late_total", Help: "Wakeups delivered more than a second after they were due"})
 	lateness := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "opzero_wakeup_lateness_seconds",
