@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -342,24 +343,47 @@ func TestReferencedBy(t *testing.T) {
 			if n := s.count(about("dev.knative.apiserver.ref.add", "unnamed")); n != 0 {
 				t.Fatalf("the unnamed ConfigMap woke the operator %d times", n)
 			}
-			// The referrer now names the other one.
+			// The referrer now names the other one. The index follows it
+			// through a watch of its own, which may see the change after the
+			// ConfigMap watch sees an update made right after it: update
+			// until one is delivered or filtered after the index followed.
+			unnamedUpdates := about("dev.knative.apiserver.ref.update", "unnamed")
+			x := 0
+			// settle updates unnamed once and waits until the hub has sent
+			// or filtered that update; it reports whether it was sent.
+			settle := func(ctx context.Context) (bool, error) {
+				sent, filtered := s.count(unnamedUpdates), h.Stats().Filtered()
+				x++
+				unnamed.Data = map[string]string{"x": strconv.Itoa(x)}
+				if err := env.Client.Update(ctx, unnamed); err != nil {
+					return false, err
+				}
+				err := testkit.Poll(ctx, 10*time.Second, func(context.Context) (bool, error) {
+					return s.count(unnamedUpdates) > sent || h.Stats().Filtered() > filtered, nil
+				})
+				return s.count(unnamedUpdates) > sent, err
+			}
 			referrer.Data["target"] = "unnamed"
 			must(t, env.Client.Update(ctx, referrer))
-			time.Sleep(500 * time.Millisecond) // the index follows its watch
-			unnamed.Data = map[string]string{"x": "1"}
-			must(t, env.Client.Update(ctx, unnamed))
-			s.find(t, "the now named ConfigMap's update", about("dev.knative.apiserver.ref.update", "unnamed"))
+			testkit.Eventually(t, 30*time.Second, "the now named ConfigMap's update", settle)
 			// A deleted referrer names nothing any more.
 			must(t, env.Client.Delete(ctx, referrer))
-			time.Sleep(500 * time.Millisecond)
-			unnamed.Data = map[string]string{"x": "2"}
+			testkit.Eventually(t, 30*time.Second, "an update of the ConfigMap no referrer names any more filtered", func(ctx context.Context) (bool, error) {
+				sent, err := settle(ctx)
+				return !sent && err == nil, err
+			})
+			sent, filtered := s.count(unnamedUpdates), h.Stats().Filtered()
+			unnamed.Data = map[string]string{"x": "last"}
 			must(t, env.Client.Update(ctx, unnamed))
 			named.Data = map[string]string{"x": "2"}
 			must(t, env.Client.Update(ctx, named))
-			testkit.Eventually(t, 10*time.Second, "both updates filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() >= 3, nil })
+			testkit.Eventually(t, 10*time.Second, "both updates filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() >= filtered+2, nil })
 			time.Sleep(500 * time.Millisecond)
-			if n := s.count(about("dev.knative.apiserver.ref.update", "unnamed")); n != 1 {
-				t.Errorf("ConfigMap unnamed: %d updates delivered, want 1 (none after its referrer was deleted)", n)
+			if n := s.count(unnamedUpdates); n != sent {
+				t.Errorf("ConfigMap unnamed: %d updates delivered after its referrer was deleted and the index followed", n-sent)
+			}
+			if n := s.count(about("dev.knative.apiserver.ref.update", "named")); n != 0 {
+				t.Errorf("ConfigMap named: %d updates delivered after the referrer stopped naming it", n)
 			}
 		})
 	}
