@@ -55,8 +55,38 @@ func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", importPath, err)
 	}
+	if d.Webhooks != nil {
+		if d, err = describeServerless(ctx, bin, out, d); err != nil {
+			return nil, fmt.Errorf("%s: %w", importPath, err)
+		}
+	}
 	return &Target{Dir: dir, ImportPath: importPath, Desc: d}, nil
 }
+
+// describeServerless describes a binary that registers webhooks once more
+// as its serverless Service runs it, with ENABLE_WEBHOOKS=false: it must
+// register none then, or the Service would refuse them at start. Its
+// controllers and flags are that run's, its webhooks the first run's.
+func describeServerless(ctx context.Context, bin, out string, d description.Description) (description.Description, error) {
+	sd, err := runDescribe(ctx, bin, out, enableWebhooksEnv+"=false")
+	if err != nil {
+		return d, fmt.Errorf("with %s=false: %w", enableWebhooksEnv, err)
+	}
+	if w := sd.Webhooks; w != nil {
+		what := strings.Join(w.Paths, ", ")
+		if len(w.Conversion) > 0 {
+			what = strings.TrimPrefix(what+", "+convertPath, ", ")
+		}
+		return d, fmt.Errorf("registers its webhooks (%s) even with %s=false, so its serverless Service would refuse to start: "+
+			"register them only when %s is not false, as kubebuilder's main does (if os.Getenv(%q) != \"false\" { ...SetupWebhookWithManager(mgr) })",
+			what, enableWebhooksEnv, enableWebhooksEnv, enableWebhooksEnv)
+	}
+	sd.Webhooks = d.Webhooks
+	return sd, nil
+}
+
+// convertPath is where controller-runtime serves conversion.
+const convertPath = "/convert"
 
 // noServerKubeconfig names an API server that cannot exist (.invalid).
 const noServerKubeconfig = `apiVersion: v1
@@ -67,10 +97,12 @@ contexts: [{name: none, context: {cluster: none, user: none}}]
 current-context: none
 `
 
-// runDescribe runs bin with OPZERO_DESCRIBE=out and reads what it wrote.
-func runDescribe(ctx context.Context, bin, out string) (description.Description, error) {
+// runDescribe runs bin with OPZERO_DESCRIBE=out (and env) and reads what
+// it wrote.
+func runDescribe(ctx context.Context, bin, out string, env ...string) (description.Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
+	_ = os.Remove(out) // a run that fails does not leave the last run's
 	cmd := exec.CommandContext(ctx, bin)
 	// No API server is needed; a KUBECONFIG whose server does not exist
 	// proves it. It loads, so that a main that calls ctrl.GetConfigOrDie()
@@ -79,7 +111,7 @@ func runDescribe(ctx context.Context, bin, out string) (description.Description,
 	if err := os.WriteFile(kc, []byte(noServerKubeconfig), 0o600); err != nil {
 		return description.Description{}, err
 	}
-	cmd.Env = append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+kc)
+	cmd.Env = append(append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+kc), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	runErr := cmd.Run()

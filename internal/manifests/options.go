@@ -73,6 +73,13 @@ type Options struct {
 	// Args are extra arguments of the operator, after the generated ones
 	// (what follows -- on the command line).
 	Args []string
+	// WebhookCerts is how the serving certificate of an adopted project's
+	// webhooks is made: CertsSecret (the default) or CertsCertManager.
+	WebhookCerts string
+	// WebhookCert, with CertsSecret, is the certificate to keep (a folder
+	// regenerated keeps its Secret's) if it still serves the webhooks
+	// Service's names for 30 days; nil or not: a new one.
+	WebhookCert *WebhookCert
 }
 
 // Delivery is Knative's delivery spec.
