@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,9 +10,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/big"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // WebhookCert is the webhooks Service's serving certificate and the CA
@@ -94,4 +101,33 @@ func (c WebhookCert) check(names []string, now time.Time) error {
 		return errors.New("tls.key is not PEM")
 	}
 	return nil
+}
+
+// ReadWebhookCert reads the webhooks' certificate from the Secret in dir's
+// webhooks.yaml (nil: no such file or Secret), for Options.WebhookCert:
+// regenerating a folder keeps its certificate.
+func ReadWebhookCert(dir string) (*WebhookCert, error) {
+	b, err := os.ReadFile(filepath.Join(dir, FileWebhooks))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var s struct {
+			Kind string            `json:"kind"`
+			Type string            `json:"type"`
+			Data map[string][]byte `json:"data"`
+		}
+		if err := dec.Decode(&s); errors.Is(err, io.EOF) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, FileWebhooks), err)
+		}
+		if s.Kind == "Secret" && s.Type == "kubernetes.io/tls" {
+			return &WebhookCert{CA: s.Data["ca.crt"], Cert: s.Data["tls.crt"], Key: s.Data["tls.key"]}, nil
+		}
+	}
 }

@@ -170,6 +170,11 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	if d.Retry < 0 {
 		return o, fmt.Errorf("--retry=%d: must not be negative", d.Retry)
 	}
+	switch o.WebhookCerts {
+	case "", CertsSecret, CertsCertManager:
+	default:
+		return o, fmt.Errorf("--webhook-certs=%q: want %s or %s", o.WebhookCerts, CertsSecret, CertsCertManager)
+	}
 	if err := checkEnvFrom(o.EnvFrom); err != nil {
 		return o, err
 	}

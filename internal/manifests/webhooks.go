@@ -167,11 +167,6 @@ func (g *gen) checkWebhooks() error {
 				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1)", p, p, p)
 		}
 	}
-	switch g.o.WebhookCerts {
-	case "", CertsSecret, CertsCertManager:
-	default:
-		return fmt.Errorf("--webhook-certs=%q: want %s or %s", g.o.WebhookCerts, CertsSecret, CertsCertManager)
-	}
 	return nil
 }
 
