@@ -86,6 +86,11 @@ type Platform struct {
 	adapterOf  map[string]bool // ApiServerSources (ns/name) whose adapter runs
 	stopping   bool
 	procs      []*supervised // ko:// Deployments
+	// webhookServers are the Deployments behind webhook Services, by
+	// namespace/name; webhookConfigs the configurations pointed at them
+	// (webhooks.go).
+	webhookServers map[string]*webhookServer
+	webhookConfigs []webhookConfig
 	pingMu     sync.Mutex
 	pings      []ping // PingSources, for a sweep after an adapter's gap
 	servers    []*http.Server
@@ -241,6 +246,10 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 		closeAll(listeners)
 		return nil, err
 	}
+	if err := p.planWebhooks(); err != nil {
+		closeAll(listeners)
+		return nil, err
+	}
 	for _, pkg := range pkgs {
 		t := time.Now()
 		argv, err := p.build.build(ctx, pkg)
@@ -308,6 +317,7 @@ func (p *Platform) Stop() {
 			wg.Go(s.stop) // SIGTERM to all at once, SIGKILL after 10 s
 		}
 		wg.Wait()
+		p.deleteWebhookConfigs()
 		p.markEnded()
 	})
 }
@@ -334,4 +344,15 @@ func (p *Platform) PIDs() []int {
 		out = append(out, s.Activator.PIDs()...)
 	}
 	return out
+}
+
+// DeploymentPID is the pid of the process dev runs now for the Deployment
+// namespace/name (0: none).
+func (p *Platform) DeploymentPID(namespace, name string) int {
+	for _, s := range p.procs {
+		if s.what == "Deployment "+namespace+"/"+name {
+			return s.current().PID()
+		}
+	}
+	return 0
 }

@@ -10,19 +10,14 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/go-logr/logr"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -30,26 +25,10 @@ import (
 
 	"github.com/opzero/opzero/internal/manifests/testdata/gadgets/api/v1"
 	v2 "github.com/opzero/opzero/internal/manifests/testdata/gadgets/api/v2"
+	"github.com/opzero/opzero/internal/manifests/testdata/gadgets/controller"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/operator/classic"
 )
-
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
-
-type reconciler struct{ client.Client }
-
-func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	g := &v2.Gadget{}
-	if err := r.Get(ctx, req.NamespacedName, g); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: g.Name + "-gadget", Namespace: g.Namespace}}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
-		cm.Data = map[string]string{"length": fmt.Sprint(g.Spec.Length), "color": g.Spec.Color}
-		return controllerutil.SetControllerReference(g, cm, r.Scheme())
-	})
-	return ctrl.Result{}, err
-}
 
 // +kubebuilder:webhook:path=/mutate-gadgets-opzero-dev-v2-gadget,mutating=true,failurePolicy=fail,sideEffects=None,groups=gadgets.opzero.dev,resources=gadgets,verbs=create;update,versions=v2,name=mgadget-v2.opzero.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-gadgets-opzero-dev-v2-gadget,mutating=false,failurePolicy=fail,sideEffects=None,groups=gadgets.opzero.dev,resources=gadgets,verbs=create;update,versions=v2,name=vgadget-v2.opzero.dev,admissionReviewVersions=v1
@@ -104,8 +83,7 @@ func main() {
 		LeaderElectionID:       "gadgets.opzero.dev",
 	})
 	if err == nil {
-		err = ctrl.NewControllerManagedBy(mgr).For(&v2.Gadget{}).Owns(&corev1.ConfigMap{}).Named("gadgets").
-			Complete(&reconciler{Client: mgr.GetClient()})
+		err = (&controller.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	}
 	if err == nil && os.Getenv("ENABLE_WEBHOOKS") != "false" {
 		err = ctrl.NewWebhookManagedBy(mgr, &v2.Gadget{}).WithDefaulter(gadgetWebhook{}).WithValidator(gadgetWebhook{}).Complete()
