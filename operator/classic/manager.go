@@ -91,6 +91,9 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 			// the generated manifests' $POD_NAMESPACE says it.
 			mo.LeaderElectionNamespace = os.Getenv("POD_NAMESPACE")
 		}
+		if err := moveWebhookServer(&mo); err != nil { // opzero dev (webhooks.go)
+			return nil, err
+		}
 		return manager.New(cfg, mo)
 	}
 	if o.Mode == operator.Webhooks && !describing {

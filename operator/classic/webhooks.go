@@ -13,8 +13,9 @@ import (
 
 // The environment with which a platform that runs the webhooks process
 // itself (opzero dev, several processes on one host) moves its webhook
-// server, as Knative gives a Service's container PORT: the port, and the
-// folder of tls.crt and tls.key. Unset, the project's own options apply.
+// server (--mode=webhooks and classic), as Knative gives a Service's
+// container PORT: the port, and the folder of tls.crt and tls.key. Unset,
+// the project's own options apply.
 const (
 	envWebhookPort    = "OPZERO_WEBHOOK_PORT"
 	envWebhookCertDir = "OPZERO_WEBHOOK_CERT_DIR"
