@@ -91,12 +91,12 @@ type Platform struct {
 	// (webhooks.go).
 	webhookServers map[string]*webhookServer
 	webhookConfigs []webhookConfig
-	pingMu     sync.Mutex
-	pings      []ping // PingSources, for a sweep after an adapter's gap
-	servers    []*http.Server
-	stopOnce   sync.Once
-	readyMu    sync.Mutex
-	ready      []made // statuses written Ready=True, undone by Stop
+	pingMu         sync.Mutex
+	pings          []ping // PingSources, for a sweep after an adapter's gap
+	servers        []*http.Server
+	stopOnce       sync.Once
+	readyMu        sync.Mutex
+	ready          []made // statuses written Ready=True, undone by Stop
 }
 
 func (p *Platform) say(format string, args ...any) {
