@@ -36,7 +36,7 @@ import (
 // (external CloudEvents through a Broker); Read still accepts v1, which is
 // v2 without them.
 //
-// Optional fields added later within v2 (ServerlessOnly, Kind.ReferencedBy)
+// Optional fields added later within v2 (ServerlessOnly, Kind.ReferencedBy, Webhooks)
 // are omitted when unset, so a description that does not use them is byte
 // for byte what an older binary printed and older readers still read it.
 // One that uses them is refused by an older reader (Read disallows unknown
