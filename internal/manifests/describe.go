@@ -24,6 +24,9 @@ type Target struct {
 	// ImportPath is the Go import path of its main package.
 	ImportPath string
 	Desc       description.Description
+	// WebhooksDespiteEnv, if set, are the webhooks the binary registers
+	// even with ENABLE_WEBHOOKS=false (fine classic; serverless, refused).
+	WebhooksDespiteEnv string
 }
 
 // Describe builds the operator's main package pkg (a go package path as
@@ -55,34 +58,43 @@ func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", importPath, err)
 	}
+	t := &Target{Dir: dir, ImportPath: importPath, Desc: d}
 	if d.Webhooks != nil {
-		if d, err = describeServerless(ctx, bin, out, d); err != nil {
+		if err := t.describeServerless(ctx, bin, out); err != nil {
 			return nil, fmt.Errorf("%s: %w", importPath, err)
 		}
 	}
-	return &Target{Dir: dir, ImportPath: importPath, Desc: d}, nil
+	return t, nil
 }
 
 // describeServerless describes a binary that registers webhooks once more
 // as its serverless Service runs it, with ENABLE_WEBHOOKS=false: it must
-// register none then, or the Service would refuse them at start. Its
+// register none then, or the Service would refuse them at start
+// (WebhooksDespiteEnv, refused by Prepare for serverless manifests). Its
 // controllers and flags are that run's, its webhooks the first run's.
-func describeServerless(ctx context.Context, bin, out string, d description.Description) (description.Description, error) {
+func (t *Target) describeServerless(ctx context.Context, bin, out string) error {
 	sd, err := runDescribe(ctx, bin, out, enableWebhooksEnv+"=false")
 	if err != nil {
-		return d, fmt.Errorf("with %s=false: %w", enableWebhooksEnv, err)
+		return fmt.Errorf("with %s=false: %w", enableWebhooksEnv, err)
 	}
 	if w := sd.Webhooks; w != nil {
-		what := strings.Join(w.Paths, ", ")
+		t.WebhooksDespiteEnv = strings.Join(w.Paths, ", ")
 		if len(w.Conversion) > 0 {
-			what = strings.TrimPrefix(what+", "+convertPath, ", ")
+			t.WebhooksDespiteEnv = strings.TrimPrefix(t.WebhooksDespiteEnv+", "+convertPath, ", ")
 		}
-		return d, fmt.Errorf("registers its webhooks (%s) even with %s=false, so its serverless Service would refuse to start: "+
-			"register them only when %s is not false, as kubebuilder's main does (if os.Getenv(%q) != \"false\" { ...SetupWebhookWithManager(mgr) })",
-			what, enableWebhooksEnv, enableWebhooksEnv, enableWebhooksEnv)
+		return nil
 	}
-	sd.Webhooks = d.Webhooks
-	return sd, nil
+	sd.Webhooks = t.Desc.Webhooks
+	t.Desc = sd
+	return nil
+}
+
+// errWebhooksDespiteEnv is Prepare's error for serverless manifests of a
+// binary that registers webhooks even with ENABLE_WEBHOOKS=false.
+func (t *Target) errWebhooksDespiteEnv() error {
+	return fmt.Errorf("%s registers its webhooks (%s) even with %s=false, so its serverless Service would refuse to start: "+
+		"register them only when %s is not false, as kubebuilder's main does (if os.Getenv(%q) != \"false\" { ...SetupWebhookWithManager(mgr) }), or generate --mode=classic",
+		t.ImportPath, t.WebhooksDespiteEnv, enableWebhooksEnv, enableWebhooksEnv, enableWebhooksEnv)
 }
 
 // convertPath is where controller-runtime serves conversion.

@@ -72,6 +72,9 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+
 			"so the Deployment would fail to start; add  import _ \"github.com/opzero/opzero/operator/classic\"  to its package main, or generate serverless manifests", t.ImportPath)
 	}
+	if o.Mode != Classic && t.WebhooksDespiteEnv != "" {
+		return Input{}, t.errWebhooksDespiteEnv()
+	}
 	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
 	if err != nil {
 		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)

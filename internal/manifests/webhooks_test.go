@@ -230,10 +230,18 @@ func TestWebhooksBadInput(t *testing.T) {
 		})
 	}
 	t.Run("registered even with ENABLE_WEBHOOKS=false", func(t *testing.T) {
-		_, err := manifests.Describe(context.Background(), ".", "./testdata/stubborn")
+		tg, err := manifests.Describe(context.Background(), ".", "./testdata/stubborn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = manifests.Prepare(context.Background(), tg, manifests.Options{})
 		want := "registers its webhooks (/validate-v1-configmap) even with ENABLE_WEBHOOKS=false, so its serverless Service would refuse to start"
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %v, want one saying %q", err, want)
+		}
+		// classic, the operator serves them itself: nothing to refuse
+		if _, err := manifests.Prepare(context.Background(), tg, manifests.Options{Mode: manifests.Classic}); err != nil && strings.Contains(err.Error(), "ENABLE_WEBHOOKS") {
+			t.Fatalf("--mode=classic: %v", err)
 		}
 	})
 }
