@@ -2,7 +2,6 @@ package classic
 
 import (
 	"cmp"
-	"reflect"
 	"slices"
 	"sort"
 
@@ -68,8 +67,7 @@ func conversionKinds(scheme *runtime.Scheme, registered []schema.GroupKind) []de
 		}
 		ok := slices.Contains(registered, gk)
 		if !ok {
-			obj, err := scheme.New(gk.WithVersion(vs[0].Version))
-			if err == nil && reflect.TypeOf(obj).Kind() == reflect.Pointer {
+			if obj, err := scheme.New(gk.WithVersion(vs[0].Version)); err == nil {
 				ok, _ = conversion.IsConvertible(scheme, obj)
 			}
 		}
