@@ -157,13 +157,13 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		}
 	}()
 	t := time.Now()
-	if err := p.apply.applyAll(ctx, o.Objects); err != nil {
+	if err := p.apply.applyAll(ctx, p.opts.Objects); err != nil {
 		return nil, err
 	}
-	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(o.Objects), FieldManager, since(t))
+	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(p.opts.Objects), FieldManager, since(t))
 	// mtping's namespace exists before any ApiServerSource adapter watches
 	// ConfigMaps, so its creation sends no event.
-	for _, u := range o.Objects {
+	for _, u := range p.opts.Objects {
 		if isKind(u, "sources.knative.dev", "PingSource") {
 			if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
 				return nil, err

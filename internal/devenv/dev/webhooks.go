@@ -110,6 +110,20 @@ func (p *Platform) planWebhooks() error {
 			}
 		}
 	}
+	if len(p.webhookServers) > 0 {
+		// `opzero manifests --webhook-certs=cert-manager`: dev makes the
+		// certificate itself, and the control plane has no cert-manager
+		// (a new slice: the caller's stays whole)
+		var keep []*unstructured.Unstructured
+		for _, u := range p.opts.Objects {
+			if isKind(u, "cert-manager.io", "Issuer") || isKind(u, "cert-manager.io", "Certificate") {
+				p.say("%s %s: not applied: dev makes the webhooks' certificate itself", u.GetKind(), key(u))
+				continue
+			}
+			keep = append(keep, u)
+		}
+		p.opts.Objects = keep
+	}
 	return nil
 }
 

@@ -48,6 +48,11 @@ webhooks:
 - name: elsewhere.example.com
   clientConfig: {service: {name: other, namespace: ns, path: /v}}
 ---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: op-webhooks-cert, namespace: ns}
+spec: {secretName: op-webhooks-cert}
+---
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: things.example.com}
@@ -78,7 +83,10 @@ spec:
 	if other := hooks[1].(map[string]any)["clientConfig"].(map[string]any); other["url"] != nil || other["service"] == nil {
 		t.Errorf("a webhook of a Service dev does not run was rewritten: %v", other)
 	}
-	conv, _, _ := unstructured.NestedMap(objs[3].Object, "spec", "conversion", "webhook", "clientConfig")
+	if len(p.opts.Objects) != 4 || p.opts.Objects[3].GetKind() != "CustomResourceDefinition" {
+		t.Errorf("objects to apply %d, want 4 without the cert-manager Certificate", len(p.opts.Objects))
+	}
+	conv, _, _ := unstructured.NestedMap(objs[4].Object, "spec", "conversion", "webhook", "clientConfig")
 	if conv["url"] != base+"/convert" || conv["caBundle"] != ca {
 		t.Errorf("CRD conversion clientConfig %v, want url %s/convert and dev's CA", conv, base)
 	}
