@@ -135,8 +135,10 @@ func (g *gen) checkWebhooks() error {
 	if w == nil {
 		return nil
 	}
-	if v, ok := envLiteral(g.env, enableWebhooksEnv); ok && v != "false" {
+	if v, ok := envLiteral(g.env, enableWebhooksEnv); ok && g.o.Mode != Classic && v != "false" {
 		return fmt.Errorf("--env %s=%s: the binary registers webhooks, which the serverless Service must leave out (opzero manifests gives it %s=false); drop it", enableWebhooksEnv, v, enableWebhooksEnv)
+	} else if ok && g.o.Mode == Classic && v == "false" {
+		return fmt.Errorf("--env %s=false: the classic operator serves the binary's webhooks itself; drop it", enableWebhooksEnv)
 	}
 	marked := map[string]string{} // path -> the marker's webhook name
 	check := func(name string, cc admissionregv1.WebhookClientConfig) error {

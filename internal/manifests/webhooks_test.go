@@ -209,6 +209,8 @@ func TestWebhooksBadInput(t *testing.T) {
 		}, manifests.Options{}, "marker vgadget-v2.opzero.dev has url= and no path"},
 		{"env turns them on", clone, manifests.Options{Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "true"}}},
 			"--env ENABLE_WEBHOOKS=true: the binary registers webhooks"},
+		{"env turns them off classic", clone, manifests.Options{Mode: manifests.Classic, Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "false"}}},
+			"--env ENABLE_WEBHOOKS=false: the classic operator serves the binary's webhooks itself"},
 		{"unknown cert source", clone, manifests.Options{WebhookCerts: "vault"}, `--webhook-certs="vault": want secret or cert-manager`},
 		{"one version of a converted kind", func() manifests.Input {
 			in := clone()
