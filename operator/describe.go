@@ -28,7 +28,7 @@ func newDescriber(opts Options, target string) *Runtime {
 
 // writeDescription is Start in describe mode.
 func (r *Runtime) writeDescription() error {
-	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil}
+	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil, Webhooks: r.webhooks}
 	for _, op := range r.ops {
 		d.Operators = append(d.Operators, describe(op))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/auth"
 	"github.com/opzero/opzero/internal/backoff"
+	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/lease"
 	"github.com/opzero/opzero/internal/standin"
@@ -44,6 +45,8 @@ type Runtime struct {
 	// routes, if set, wraps the serverless handler outside authentication
 	// (an adopted manager's health checks, manager.go).
 	routes func(http.Handler) http.Handler
+	// webhooks, describing an adopted project, are its webhooks (manager.go).
+	webhooks *description.Webhooks
 }
 
 var _ builder.Runtime = (*Runtime)(nil)
@@ -64,6 +67,7 @@ func init() {
 		return nil
 	}
 	seam.SetRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).routes = routes }
+	seam.SetWebhooks = func(rt any, w *description.Webhooks) { rt.(*Runtime).webhooks = w }
 }
 
 // New connects to the API server and prepares the mode's machinery; nothing

@@ -54,6 +54,17 @@ that description; there is no second list to keep in sync:
                       classic mode also gets a Service in front of the
                       operator's --events-addr. Without WatchesEvents,
                       --broker adds a Broker and one Trigger (--trigger-type)
+  webhooks.yaml       when the binary registers webhooks (an adopted
+                      controller-runtime project): the same image with
+                      --mode=webhooks as an always-on Deployment (serverless;
+                      classic: the operator serves them), its Service, its
+                      serving certificate (--webhook-certs), the
+                      Mutating/ValidatingWebhookConfigurations of the
+                      project's +kubebuilder:webhook markers pointing at the
+                      Service; a CRD the binary converts gets its conversion
+                      webhook (/convert). The Knative Service gets
+                      ENABLE_WEBHOOKS=false: kubebuilder's main then leaves
+                      them out
 
 With --source=hub (serverless only), sources.yaml holds one Subscription
 (opzero.dev/v1alpha1) instead of the ApiServerSources, PingSources and the
@@ -77,7 +88,11 @@ itself (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION, POD_NAMESPACE,
 OPZERO_MAX_SCALE), the same name with two values, or an argument that sets a
 flag the operator does not have is refused and nothing is written.
 
-Output is deterministic: the same operator and flags give the same bytes.`,
+Output is deterministic: the same operator and flags give the same bytes,
+except a webhook certificate made with --webhook-certs=secret: new on stdout,
+kept from the folder's webhooks.yaml with -o while it serves the Service's names
+for 30 more days. Its private key is in webhooks.yaml: keep it out of version
+control, or use --webhook-certs=cert-manager.`,
 		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
@@ -115,6 +130,11 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 				return err
 			}
 			o.Warnings = cmd.ErrOrStderr()
+			if out != "-" && o.WebhookCerts != manifests.CertsCertManager {
+				if o.WebhookCert, err = manifests.ReadWebhookCert(out); err != nil {
+					return err
+				}
+			}
 			objs, err := manifests.Build(cmd.Context(), dir, pkg, o)
 			if err != nil {
 				return err
@@ -153,6 +173,7 @@ Output is deterministic: the same operator and flags give the same bytes.`,
 	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "Broker and Triggers: exponential or linear")
 	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "Broker and Triggers: ISO-8601 backoff delay (exponential: the first retry waits it, each next twice as long; linear: the first retry is immediate, the n-th waits n-1 times it)")
 	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "Broker and Triggers: URI that gets events whose retries are exhausted")
+	f.StringVar(&o.WebhookCerts, "webhook-certs", manifests.CertsSecret, "an adopted project's webhooks: how their serving certificate is made: secret (a CA and a certificate made here, in a Secret, the CA in every caBundle) or cert-manager (an Issuer and a Certificate; cert-manager injects the caBundles)")
 	f.StringArrayVar(&env.env, "env", nil, "NAME=VALUE: an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.secret, "env-secret", nil, "NAME=SECRET:KEY: an environment variable of the operator set from a key of a Secret in --namespace (repeatable)")
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")

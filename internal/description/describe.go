@@ -36,7 +36,7 @@ import (
 // (external CloudEvents through a Broker); Read still accepts v1, which is
 // v2 without them.
 //
-// Optional fields added later within v2 (ServerlessOnly, Kind.ReferencedBy)
+// Optional fields added later within v2 (ServerlessOnly, Kind.ReferencedBy, Webhooks)
 // are omitted when unset, so a description that does not use them is byte
 // for byte what an older binary printed and older readers still read it.
 // One that uses them is refused by an older reader (Read disallows unknown
@@ -64,6 +64,42 @@ type Description struct {
 	Operators      []Controller `json:"operators"`
 	// Flags are the command-line flags the binary accepts, by name.
 	Flags []string `json:"flags,omitempty"`
+	// Webhooks are what an adopted controller-runtime project registers on
+	// its webhook server (served by the same binary with --mode=webhooks);
+	// absent when it registers none.
+	Webhooks *Webhooks `json:"webhooks,omitempty"`
+}
+
+// Webhooks are an adopted project's admission and conversion webhooks.
+type Webhooks struct {
+	// Paths are the admission webhooks' paths, sorted (conversion's
+	// /convert is not among them).
+	Paths []string `json:"paths,omitempty"`
+	// Port is the webhook server's port (controller-runtime's default 9443).
+	Port int `json:"port"`
+	// CertDir is the folder the server reads tls.crt and tls.key from when
+	// the project set one ("": controller-runtime's default,
+	// <temp>/k8s-webhook-server/serving-certs).
+	CertDir string `json:"certDir,omitempty"`
+	// Conversion are the kinds the binary's /convert webhook converts (its
+	// scheme has a Hub and Convertible spokes for them, or a converter was
+	// registered), sorted by group and kind.
+	Conversion []ConversionKind `json:"conversion,omitempty"`
+}
+
+// ConversionKind is a kind with several versions converted by webhook.
+type ConversionKind struct {
+	Group string `json:"group"`
+	Kind  string `json:"kind"`
+	// Versions are the kind's versions in the scheme, sorted by version,
+	// each with the Go package of its type (where its CRD markers are).
+	Versions []Version `json:"versions"`
+}
+
+// Version is one version of a kind and its Go package.
+type Version struct {
+	Version   string `json:"version"`
+	GoPackage string `json:"goPackage"`
 }
 
 // Controller is one registered operator (builder.Controller as data).

@@ -24,6 +24,9 @@ type Target struct {
 	// ImportPath is the Go import path of its main package.
 	ImportPath string
 	Desc       description.Description
+	// WebhooksDespiteEnv, if set, are the webhooks the binary registers
+	// even with ENABLE_WEBHOOKS=false (fine classic; serverless, refused).
+	WebhooksDespiteEnv string
 }
 
 // Describe builds the operator's main package pkg (a go package path as
@@ -55,8 +58,47 @@ func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", importPath, err)
 	}
-	return &Target{Dir: dir, ImportPath: importPath, Desc: d}, nil
+	t := &Target{Dir: dir, ImportPath: importPath, Desc: d}
+	if d.Webhooks != nil {
+		if err := t.describeServerless(ctx, bin, out); err != nil {
+			return nil, fmt.Errorf("%s: %w", importPath, err)
+		}
+	}
+	return t, nil
 }
+
+// describeServerless describes a binary that registers webhooks once more
+// as its serverless Service runs it, with ENABLE_WEBHOOKS=false: it must
+// register none then, or the Service would refuse them at start
+// (WebhooksDespiteEnv, refused by Prepare for serverless manifests). Its
+// controllers and flags are that run's, its webhooks the first run's.
+func (t *Target) describeServerless(ctx context.Context, bin, out string) error {
+	sd, err := runDescribe(ctx, bin, out, enableWebhooksEnv+"=false")
+	if err != nil {
+		return fmt.Errorf("with %s=false: %w", enableWebhooksEnv, err)
+	}
+	if w := sd.Webhooks; w != nil {
+		t.WebhooksDespiteEnv = strings.Join(w.Paths, ", ")
+		if len(w.Conversion) > 0 {
+			t.WebhooksDespiteEnv = strings.TrimPrefix(t.WebhooksDespiteEnv+", "+convertPath, ", ")
+		}
+		return nil
+	}
+	sd.Webhooks = t.Desc.Webhooks
+	t.Desc = sd
+	return nil
+}
+
+// errWebhooksDespiteEnv is Prepare's error for serverless manifests of a
+// binary that registers webhooks even with ENABLE_WEBHOOKS=false.
+func (t *Target) errWebhooksDespiteEnv() error {
+	return fmt.Errorf("%s registers its webhooks (%s) even with %s=false, so its serverless Service would refuse to start: "+
+		"register them only when %s is not false, as kubebuilder's main does (if os.Getenv(%q) != \"false\" { ...SetupWebhookWithManager(mgr) }), or generate --mode=classic",
+		t.ImportPath, t.WebhooksDespiteEnv, enableWebhooksEnv, enableWebhooksEnv, enableWebhooksEnv)
+}
+
+// convertPath is where controller-runtime serves conversion.
+const convertPath = "/convert"
 
 // noServerKubeconfig names an API server that cannot exist (.invalid).
 const noServerKubeconfig = `apiVersion: v1
@@ -67,10 +109,12 @@ contexts: [{name: none, context: {cluster: none, user: none}}]
 current-context: none
 `
 
-// runDescribe runs bin with OPZERO_DESCRIBE=out and reads what it wrote.
-func runDescribe(ctx context.Context, bin, out string) (description.Description, error) {
+// runDescribe runs bin with OPZERO_DESCRIBE=out (and env) and reads what
+// it wrote.
+func runDescribe(ctx context.Context, bin, out string, env ...string) (description.Description, error) {
 	ctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
+	_ = os.Remove(out) // a run that fails does not leave the last run's
 	cmd := exec.CommandContext(ctx, bin)
 	// No API server is needed; a KUBECONFIG whose server does not exist
 	// proves it. It loads, so that a main that calls ctrl.GetConfigOrDie()
@@ -79,7 +123,7 @@ func runDescribe(ctx context.Context, bin, out string) (description.Description,
 	if err := os.WriteFile(kc, []byte(noServerKubeconfig), 0o600); err != nil {
 		return description.Description{}, err
 	}
-	cmd.Env = append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+kc)
+	cmd.Env = append(append(os.Environ(), description.Env+"="+out, "KUBECONFIG="+kc), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	runErr := cmd.Run()

@@ -31,6 +31,17 @@
 //     and a Service in front of it, the Triggers' subscriber. Without
 //     WatchesEvents, Options.Broker adds a Broker and one Trigger
 //     (Options.TriggerType).
+//   - when the binary registers webhooks (an adopted controller-runtime
+//     project; description.Webhooks), webhooks.yaml: the same image with
+//     --mode=webhooks as an always-on Deployment <operator>-webhooks (in
+//     classic mode the operator's Deployment serves them), its Service,
+//     its certificate (Options.WebhookCerts: a generated CA and
+//     certificate in a Secret, the CA in every caBundle; or a cert-manager
+//     Issuer and Certificate with inject-ca-from), the
+//     Mutating/ValidatingWebhookConfigurations of the project's
+//     +kubebuilder:webhook markers (controller-tools' webhook generator)
+//     pointed at the Service, and spec.conversion on the CRDs of the kinds
+//     its /convert converts; the Knative Service gets ENABLE_WEBHOOKS=false.
 //
 // The operator's container gets the same environment and extra arguments in
 // either mode: the generated variables (POD_NAMESPACE, OPZERO_MAX_SCALE),
@@ -44,7 +55,14 @@
 // # Guarantees
 //
 //   - Deterministic: the same description and Options give byte-identical
-//     YAML (objects in a fixed order, map keys sorted, rules sorted).
+//     YAML (objects in a fixed order, map keys sorted, rules sorted); a
+//     webhook certificate is new unless Options.WebhookCert still serves
+//     (ReadWebhookCert reads a folder's).
+//   - Webhooks that do not add up are refused before anything is written:
+//     a registered path no marker names, a marker whose path is not
+//     registered or has url=, a main that registers them even with
+//     ENABLE_WEBHOOKS=false (Describe runs it twice), a converted kind
+//     whose CRD has one version.
 //   - An unknown Source or Mode, or hub with classic, is refused naming
 //     the flag before the operator is even built (Build).
 //   - Least privilege: every rule comes from a kind in the description, a

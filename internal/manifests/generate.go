@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/opzero/opzero/internal/description"
@@ -33,6 +34,11 @@ type Input struct {
 	// Flags are the operator binary's flags (extra arguments are checked
 	// against them; none: not checked).
 	Flags []string
+	// Webhooks are the binary's webhooks (nil: none), Mutating and
+	// Validating its packages' +kubebuilder:webhook markers.
+	Webhooks   *description.Webhooks
+	Mutating   []admissionregv1.MutatingWebhook
+	Validating []admissionregv1.ValidatingWebhook
 }
 
 // Build describes the operator in Go package pkg (resolved in dir),
@@ -66,6 +72,9 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+
 			"so the Deployment would fail to start; add  import _ \"github.com/opzero/opzero/operator/classic\"  to its package main, or generate serverless manifests", t.ImportPath)
 	}
+	if o.Mode != Classic && t.WebhooksDespiteEnv != "" {
+		return Input{}, t.errWebhooksDespiteEnv()
+	}
 	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
 	if err != nil {
 		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)
@@ -93,11 +102,30 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		pkgs[WakeupPackage] = true
 		want[[2]string{"opzero.dev", "Subscription"}] = true
 	}
+	var mut []admissionregv1.MutatingWebhook
+	var val []admissionregv1.ValidatingWebhook
+	if w := t.Desc.Webhooks; w != nil {
+		for _, k := range w.Conversion { // the CRD has every version
+			for _, v := range k.Versions {
+				if v.GoPackage == mod || strings.HasPrefix(v.GoPackage, mod+"/") {
+					pkgs[v.GoPackage] = true
+					want[[2]string{k.Group, k.Kind}] = true
+				}
+			}
+		}
+		mpkgs, err := modulePackages(ctx, t.Dir, t.ImportPath, mod)
+		if err != nil {
+			return Input{}, err
+		}
+		if mut, val, err = WebhookMarkers(t.Dir, mpkgs...); err != nil {
+			return Input{}, err
+		}
+	}
 	crds, err := GenerateCRDs(t.Dir, sortedKeys(pkgs)...)
 	if err != nil {
 		return Input{}, err
 	}
-	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags}
+	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val}
 	if len(t.Desc.Operators) > 1 {
 		in.Operators = t.Desc.Operators
 	}
@@ -152,10 +180,24 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err := g.checkEvents(); err != nil {
 		return nil, err
 	}
+	if err := g.checkWebhooks(); err != nil {
+		return nil, err
+	}
 	var objs []Object
+	var ca []byte // the webhooks' CA bundle
+	if in.Webhooks != nil {
+		var wh []Object
+		if wh, ca, err = g.webhooks(); err != nil {
+			return nil, err
+		}
+		objs = append(objs, wh...)
+	}
 	for _, c := range in.CRDs {
-		objs = append(objs, Object{File: FileCRDs, Raw: c.YAML,
-			Obj: object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", c.CRD.Name, nil)})
+		o, err := g.crdObject(c, ca)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o)
 	}
 	objs = append(objs, g.operatorRBAC()...)
 	if o.Mode == Classic {

@@ -122,45 +122,52 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dir := filepath.Join("testdata", "golden", name)
-			if *update {
-				if err := os.RemoveAll(dir); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				for f, b := range files {
-					if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				return
-			}
-			entries, err := os.ReadDir(dir)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create the golden files)", err)
-			}
-			var have []string
-			for _, e := range entries {
-				have = append(have, e.Name())
-				want, err := os.ReadFile(filepath.Join(dir, e.Name()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := files[e.Name()]; !bytes.Equal(got, want) {
-					t.Errorf("%s/%s differs from the generated one (run with -update if the change is intended):\n%s", dir, e.Name(), diffLines(string(want), string(got)))
-				}
-			}
-			var gen []string
-			for f := range files {
-				gen = append(gen, f)
-			}
-			sort.Strings(gen)
-			if strings.Join(gen, ",") != strings.Join(have, ",") {
-				t.Errorf("generated files %v, golden files %v", gen, have)
-			}
+			compareGolden(t, name, files)
 		})
+	}
+}
+
+// compareGolden compares files with testdata/golden/<name>/ (-update
+// rewrites them).
+func compareGolden(t *testing.T, name string, files map[string][]byte) {
+	t.Helper()
+	dir := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create the golden files)", err)
+	}
+	var have []string
+	for _, e := range entries {
+		have = append(have, e.Name())
+		want, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := files[e.Name()]; !bytes.Equal(got, want) {
+			t.Errorf("%s/%s differs from the generated one (run with -update if the change is intended):\n%s", dir, e.Name(), diffLines(string(want), string(got)))
+		}
+	}
+	var gen []string
+	for f := range files {
+		gen = append(gen, f)
+	}
+	sort.Strings(gen)
+	if strings.Join(gen, ",") != strings.Join(have, ",") {
+		t.Errorf("generated files %v, golden files %v", gen, have)
 	}
 }
 

@@ -190,16 +190,21 @@ func (g *gen) service() Object {
 		// side by side (opzero dev) must not all bind the project's port.
 		args = append(args, "--"+projectProbeFlag+"=0")
 	}
-	container := g.container(map[string]any{
-		"name":  "operator",
-		"image": g.o.Image,
-		"ports": []any{map[string]any{"containerPort": int64(8080)}},
-	}, args, []any{
+	env := []any{
 		map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
 		// a literal: Knative's webhook refuses fieldRef unless the
 		// kubernetes.podspec-fieldref feature is on
 		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
-	})
+	}
+	if _, set := envLiteral(g.env, enableWebhooksEnv); g.in.Webhooks != nil && !set {
+		// the webhooks Deployment serves them (webhooks.go)
+		env = append(env, map[string]any{"name": enableWebhooksEnv, "value": "false"})
+	}
+	container := g.container(map[string]any{
+		"name":  "operator",
+		"image": g.o.Image,
+		"ports": []any{map[string]any{"containerPort": int64(8080)}},
+	}, args, env)
 	// The engine answers /healthz from the server that takes the events:
 	// an instance whose server hangs is taken out and restarted. (Knative
 	// probes the container's port; no port may be named.)
@@ -515,24 +520,22 @@ func (g *gen) deployment() Object {
 	}
 	l := g.labels("operator")
 	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
+	c := map[string]any{"name": "operator", "image": g.o.Image, "ports": ports,
+		"livenessProbe":  httpProbe("/healthz", "probes", 3),
+		"readinessProbe": httpProbe("/readyz", "probes", 1),
+	}
+	pod := map[string]any{"serviceAccountName": g.op.Name}
+	if g.in.Webhooks != nil { // controller-runtime's manager serves them (webhooks.go)
+		args = g.webhookServing(c, args)
+		pod["volumes"] = g.certVolume()
+	}
+	pod["containers"] = []any{g.container(c, args, []any{map[string]any{"name": "POD_NAMESPACE",
+		"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})}
 	dep := object("apps/v1", "Deployment", g.o.Namespace, g.op.Name, l)
 	dep["spec"] = map[string]any{
 		"replicas": int64(1),
 		"selector": map[string]any{"matchLabels": sel},
-		"template": map[string]any{
-			"metadata": map[string]any{"labels": l},
-			"spec": map[string]any{
-				"serviceAccountName": g.op.Name,
-				"containers": []any{g.container(map[string]any{"name": "operator", "image": g.o.Image,
-					"ports":          ports,
-					"livenessProbe":  httpProbe("/healthz", "probes", 3),
-					"readinessProbe": httpProbe("/readyz", "probes", 1),
-				},
-					args,
-					[]any{map[string]any{"name": "POD_NAMESPACE",
-						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})},
-			},
-		},
+		"template": map[string]any{"metadata": map[string]any{"labels": l}, "spec": pod},
 	}
 	return Object{File: FileOperator, Obj: dep}
 }

@@ -73,6 +73,13 @@ type Options struct {
 	// Args are extra arguments of the operator, after the generated ones
 	// (what follows -- on the command line).
 	Args []string
+	// WebhookCerts is how the serving certificate of an adopted project's
+	// webhooks is made: CertsSecret (the default) or CertsCertManager.
+	WebhookCerts string
+	// WebhookCert, with CertsSecret, is the certificate to keep (a folder
+	// regenerated keeps its Secret's) if it still serves the webhooks
+	// Service's names for 30 days; nil or not: a new one.
+	WebhookCert *WebhookCert
 }
 
 // Delivery is Knative's delivery spec.
@@ -162,6 +169,11 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	}
 	if d.Retry < 0 {
 		return o, fmt.Errorf("--retry=%d: must not be negative", d.Retry)
+	}
+	switch o.WebhookCerts {
+	case "", CertsSecret, CertsCertManager:
+	default:
+		return o, fmt.Errorf("--webhook-certs=%q: want %s or %s", o.WebhookCerts, CertsSecret, CertsCertManager)
 	}
 	if err := checkEnvFrom(o.EnvFrom); err != nil {
 		return o, err

@@ -91,6 +91,9 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 			// the generated manifests' $POD_NAMESPACE says it.
 			mo.LeaderElectionNamespace = os.Getenv("POD_NAMESPACE")
 		}
+		if err := moveWebhookServer(&mo); err != nil { // opzero dev (webhooks.go)
+			return nil, err
+		}
 		return manager.New(cfg, mo)
 	}
 	if o.Mode == operator.Webhooks && !describing {
@@ -286,13 +289,15 @@ func (m *adopted) refusals() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	errs := append([]error(nil), m.errs...)
-	if p := m.webhooks.paths(); len(p) > 0 {
+	// Describing, webhooks are described instead (describeWebhooks).
+	if p := m.webhooks.paths(); len(p) > 0 && !m.describing {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
 			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
-			"set it in the environment of opzero manifests, and give it to the operator with opzero manifests --env ENABLE_WEBHOOKS=false); or run --mode=classic", strings.Join(p, ", ")))
+			"the manifests opzero manifests writes for a binary with webhooks run it so, beside a --mode=webhooks Deployment); or run --mode=classic", strings.Join(p, ", ")))
 	}
-	if m.converters.n > 0 {
-		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; run --mode=classic"))
+	if m.converters.n > 0 && !m.describing {
+		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; "+
+			"serve them with --mode=webhooks (opzero manifests generates it) and leave them out of the serverless binary (ENABLE_WEBHOOKS=false), or run --mode=classic"))
 	}
 	if len(m.controllers) == 0 {
 		errs = append(errs, errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start"))
@@ -343,6 +348,9 @@ func (m *adopted) Start(ctx context.Context) error {
 		}
 	}
 	if m.describing {
+		m.mu.Lock()
+		seam.SetWebhooks(m.Runtime, m.describeWebhooks())
+		m.mu.Unlock()
 		return m.Runtime.Start(ctx)
 	}
 	m.mu.Lock()

@@ -104,13 +104,16 @@ func (w *webhooks) paths() []string {
 	return append([]string(nil), w.regs...)
 }
 
-// converters counts registered converters, which Start refuses.
+// converters counts registered converters, which Start refuses (and
+// describes).
 type converters struct {
 	conversion.Registry
-	n int
+	n     int
+	kinds []schema.GroupKind
 }
 
 func (c *converters) RegisterConverter(gk schema.GroupKind, cv conversion.Converter) error {
 	c.n++
+	c.kinds = append(c.kinds, gk)
 	return c.Registry.RegisterConverter(gk, cv)
 }

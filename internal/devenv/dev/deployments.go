@@ -53,8 +53,9 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
+		whEnv, wh := p.webhookProcess(u, c, argv)
 		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
-			append([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL}, p.opts.Env...)...)
+			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL}, whEnv, p.opts.Env)...)
 		if err != nil {
 			return err
 		}
@@ -93,6 +94,12 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; runs as %s; log %s)",
 			key(u), what, r.PID(), probeNote(u, c), as, p.LogPath(name))
 		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
+		if wh != nil {
+			if err := wh.waitServing(ctx, "Deployment "+key(u), time.Minute); err != nil {
+				return err
+			}
+			p.say("Deployment %s: serves webhooks at https://127.0.0.1:%d (certificate in %s)", key(u), wh.port, wh.dir)
+		}
 	}
 	return nil
 }

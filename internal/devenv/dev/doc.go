@@ -64,6 +64,17 @@
 //     command and args are not used): a hook hosted as a Deployment and a
 //     Service runs locally, and binds its container's port itself. Other
 //     Deployments are only applied.
+//   - Mutating/ValidatingWebhookConfiguration and a CRD's conversion
+//     webhook whose clientConfig names a Service that selects a Deployment
+//     dev runs (the --mode=webhooks Deployment of `opzero manifests`): dev
+//     makes a CA and a certificate for 127.0.0.1, gives that process a free
+//     port and the certificate's folder (OPZERO_WEBHOOK_PORT,
+//     OPZERO_WEBHOOK_CERT_DIR; arguments naming a Secret volume's mountPath
+//     get the folder), and applies the clientConfigs as
+//     https://127.0.0.1:<port><path> with the CA as caBundle. Start returns
+//     once the webhook server answers TLS; Stop deletes those webhook
+//     configurations (the API server would refuse every write they match
+//     once the process is gone; a CRD keeps its local conversion URL).
 //
 // In-cluster names: every process dev starts gets HTTP_PROXY, a local proxy
 // that answers http://<name>.<namespace>[.svc[.cluster.local]][:port] for

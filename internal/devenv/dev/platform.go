@@ -86,12 +86,17 @@ type Platform struct {
 	adapterOf  map[string]bool // ApiServerSources (ns/name) whose adapter runs
 	stopping   bool
 	procs      []*supervised // ko:// Deployments
-	pingMu     sync.Mutex
-	pings      []ping // PingSources, for a sweep after an adapter's gap
-	servers    []*http.Server
-	stopOnce   sync.Once
-	readyMu    sync.Mutex
-	ready      []made // statuses written Ready=True, undone by Stop
+	// webhookServers are the Deployments behind webhook Services, by
+	// namespace/name; webhookConfigs the configurations pointed at them
+	// (webhooks.go).
+	webhookServers map[string]*webhookServer
+	webhookConfigs []webhookConfig
+	pingMu         sync.Mutex
+	pings          []ping // PingSources, for a sweep after an adapter's gap
+	servers        []*http.Server
+	stopOnce       sync.Once
+	readyMu        sync.Mutex
+	ready          []made // statuses written Ready=True, undone by Stop
 }
 
 func (p *Platform) say(format string, args ...any) {
@@ -152,13 +157,13 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		}
 	}()
 	t := time.Now()
-	if err := p.apply.applyAll(ctx, o.Objects); err != nil {
+	if err := p.apply.applyAll(ctx, p.opts.Objects); err != nil {
 		return nil, err
 	}
-	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(o.Objects), FieldManager, since(t))
+	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(p.opts.Objects), FieldManager, since(t))
 	// mtping's namespace exists before any ApiServerSource adapter watches
 	// ConfigMaps, so its creation sends no event.
-	for _, u := range o.Objects {
+	for _, u := range p.opts.Objects {
 		if isKind(u, "sources.knative.dev", "PingSource") {
 			if err := knative.EnsurePingNamespace(ctx, p.cs, PingNamespace); err != nil {
 				return nil, err
@@ -241,6 +246,10 @@ func (p *Platform) plan(ctx context.Context) ([]net.Listener, error) {
 		closeAll(listeners)
 		return nil, err
 	}
+	if err := p.planWebhooks(); err != nil {
+		closeAll(listeners)
+		return nil, err
+	}
 	for _, pkg := range pkgs {
 		t := time.Now()
 		argv, err := p.build.build(ctx, pkg)
@@ -308,6 +317,7 @@ func (p *Platform) Stop() {
 			wg.Go(s.stop) // SIGTERM to all at once, SIGKILL after 10 s
 		}
 		wg.Wait()
+		p.deleteWebhookConfigs()
 		p.markEnded()
 	})
 }
@@ -334,4 +344,15 @@ func (p *Platform) PIDs() []int {
 		out = append(out, s.Activator.PIDs()...)
 	}
 	return out
+}
+
+// DeploymentPID is the pid of the process dev runs now for the Deployment
+// namespace/name (0: none).
+func (p *Platform) DeploymentPID(namespace, name string) int {
+	for _, s := range p.procs {
+		if s.what == "Deployment "+namespace+"/"+name {
+			return s.current().PID()
+		}
+	}
+	return 0
 }

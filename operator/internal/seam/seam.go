@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/internal/description"
 )
 
 // NewManager builds classic mode's manager: cfg serves the manager's
@@ -49,6 +50,9 @@ var (
 	// SetRoutes makes Start serve routes(handler) instead of the handler:
 	// routes sees every request before authentication.
 	SetRoutes func(rt any, routes func(http.Handler) http.Handler)
+	// SetWebhooks adds an adopted project's webhooks to the description
+	// Start writes when describing.
+	SetWebhooks func(rt any, w *description.Webhooks)
 )
 
 // InformerStuckAfter is how long an informer may fail to list or watch

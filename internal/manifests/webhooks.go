@@ -1,0 +1,439 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-tools/pkg/genall"
+	"sigs.k8s.io/controller-tools/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opzero/opzero/internal/description"
+)
+
+// The webhooks side of an adopted project whose binary registers webhooks
+// (description.Webhooks): the same image with --mode=webhooks as an
+// always-on Deployment, its Service, its serving certificate, and the
+// webhook configurations (from the project's +kubebuilder:webhook markers,
+// read by controller-tools' webhook generator as controller-gen reads
+// them) and CRD conversion pointing at that Service.
+
+// How the webhooks' serving certificate is made (Options.WebhookCerts).
+const (
+	// CertsSecret: opzero manifests makes a CA and a certificate into a
+	// Secret and writes the CA into every caBundle (no dependency).
+	CertsSecret = "secret"
+	// CertsCertManager: a self-signed cert-manager Issuer and a Certificate
+	// into the same Secret; cert-manager's CA injector fills the caBundles
+	// (cert-manager.io/inject-ca-from).
+	CertsCertManager = "cert-manager"
+)
+
+// The flags of a kubebuilder project's webhook server, and what the
+// serverless binary is given to leave its webhooks out (kubebuilder's
+// main registers them unless ENABLE_WEBHOOKS=false).
+const (
+	projectCertPathFlag = "webhook-cert-path"
+	enableWebhooksEnv   = "ENABLE_WEBHOOKS"
+	// defaultCertDir is controller-runtime's default CertDir in a container
+	// (os.TempDir() is /tmp there).
+	defaultCertDir = "/tmp/k8s-webhook-server/serving-certs"
+	// webhookServicePort is the webhooks Service's port.
+	webhookServicePort = 443
+)
+
+// WebhookMarkers runs controller-tools' webhook generator on the Go
+// packages pkgs (resolved in dir): the webhooks their +kubebuilder:webhook
+// markers declare, as controller-gen writes them to
+// config/webhook/manifests.yaml.
+func WebhookMarkers(dir string, pkgs ...string) ([]admissionregv1.MutatingWebhook, []admissionregv1.ValidatingWebhook, error) {
+	if len(pkgs) == 0 {
+		return nil, nil, nil
+	}
+	var gen genall.Generator = webhook.Generator{}
+	files, err := runGenerator(dir, gen, pkgs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading +kubebuilder:webhook markers in %s: %w", strings.Join(pkgs, ", "), err)
+	}
+	var mut []admissionregv1.MutatingWebhook
+	var val []admissionregv1.ValidatingWebhook
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(files[name]), 4096)
+		for {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("reading the generated %s: %w", name, err)
+			}
+			var head struct{ Kind string }
+			_ = json.Unmarshal(raw, &head)
+			switch head.Kind {
+			case "MutatingWebhookConfiguration":
+				var c admissionregv1.MutatingWebhookConfiguration
+				if err := json.Unmarshal(raw, &c); err != nil {
+					return nil, nil, err
+				}
+				mut = append(mut, c.Webhooks...)
+			case "ValidatingWebhookConfiguration":
+				var c admissionregv1.ValidatingWebhookConfiguration
+				if err := json.Unmarshal(raw, &c); err != nil {
+					return nil, nil, err
+				}
+				val = append(val, c.Webhooks...)
+			}
+		}
+	}
+	return mut, val, nil
+}
+
+// modulePackages are the packages of module mod that the main package pkg
+// builds from (itself included): where its webhooks' markers are.
+func modulePackages(ctx context.Context, dir, pkg, mod string) ([]string, error) {
+	out, err := goCmd(ctx, dir, "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}} {{.ImportPath}}", pkg)
+	if err != nil {
+		return nil, fmt.Errorf("listing the packages of %s: %w", pkg, err)
+	}
+	var pkgs []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if m, p, ok := strings.Cut(line, " "); ok && m == mod {
+			pkgs = append(pkgs, p)
+		}
+	}
+	return pkgs, nil
+}
+
+// webhookPath is where a marker's webhook is called ("" with url=).
+func webhookPath(cc admissionregv1.WebhookClientConfig) string {
+	if cc.Service == nil || cc.Service.Path == nil {
+		return ""
+	}
+	return *cc.Service.Path
+}
+
+// checkWebhooks matches the binary's webhooks with the markers: each path
+// it registers must be in a marker (else the API server never calls it),
+// each marker's path must be registered (else every call fails), and the
+// operator's env must not turn them on in the serverless binary.
+func (g *gen) checkWebhooks() error {
+	w := g.in.Webhooks
+	if w == nil {
+		return nil
+	}
+	if v, ok := envLiteral(g.env, enableWebhooksEnv); ok && g.o.Mode != Classic && v != "false" {
+		return fmt.Errorf("--env %s=%s: the binary registers webhooks, which the serverless Service must leave out (opzero manifests gives it %s=false); drop it", enableWebhooksEnv, v, enableWebhooksEnv)
+	} else if ok && g.o.Mode == Classic && v == "false" {
+		return fmt.Errorf("--env %s=false: the classic operator serves the binary's webhooks itself; drop it", enableWebhooksEnv)
+	}
+	marked := map[string]string{} // path -> the marker's webhook name
+	check := func(name string, cc admissionregv1.WebhookClientConfig) error {
+		p := webhookPath(cc)
+		if p == "" {
+			return fmt.Errorf("+kubebuilder:webhook marker %s has url= and no path: opzero manifests points the webhooks at the Service of its --mode=webhooks Deployment; give it path= instead", name)
+		}
+		if !slices.Contains(w.Paths, p) {
+			return fmt.Errorf("+kubebuilder:webhook marker %s names path=%s, which the binary does not register on its webhook server (it registers %s): the API server would get 404s; correct the path or drop the marker",
+				name, p, orNone(w.Paths))
+		}
+		marked[p] = name
+		return nil
+	}
+	for _, m := range g.in.Mutating {
+		if err := check(m.Name, m.ClientConfig); err != nil {
+			return err
+		}
+	}
+	for _, v := range g.in.Validating {
+		if err := check(v.Name, v.ClientConfig); err != nil {
+			return err
+		}
+	}
+	for _, p := range w.Paths {
+		if marked[p] == "" {
+			return fmt.Errorf("the binary registers the webhook %s, and no +kubebuilder:webhook marker in its packages names path=%s, so no webhook configuration would send the API server there; "+
+				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1)", p, p, p)
+		}
+	}
+	return nil
+}
+
+func orNone(ss []string) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	return strings.Join(ss, ", ")
+}
+
+// envLiteral is the literal value of variable name in env.
+func envLiteral(env []description.EnvVar, name string) (string, bool) {
+	for _, e := range env {
+		if e.Name == name && e.Secret == nil {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+func (g *gen) webhooksName() string { return g.op.Name + "-webhooks" }
+func (g *gen) certName() string     { return g.op.Name + "-webhooks-cert" }
+
+// webhookDNSNames are the webhooks Service's names in the cluster.
+func (g *gen) webhookDNSNames() []string {
+	s, ns := g.webhooksName(), g.o.Namespace
+	return []string{s + "." + ns + ".svc", s + "." + ns + ".svc.cluster.local", s + "." + ns, s}
+}
+
+func (g *gen) certDir() string {
+	if d := g.in.Webhooks.CertDir; strings.HasPrefix(d, "/") {
+		return d
+	}
+	return defaultCertDir
+}
+
+func (g *gen) certManager() bool { return g.o.WebhookCerts == CertsCertManager }
+
+// webhookCert is Options.WebhookCert if it still serves the Service's
+// names for 30 days, else a new one.
+func (g *gen) webhookCert() (WebhookCert, error) {
+	names := g.webhookDNSNames()
+	if c := g.o.WebhookCert; c != nil && c.check(names, time.Now()) == nil {
+		return *c, nil
+	}
+	return newWebhookCert(names, time.Now())
+}
+
+// webhooks are the webhooks side: Deployment (serverless; in classic mode
+// the operator's Deployment serves them), Service, certificate, webhook
+// configurations; and the CA bundle (nil with cert-manager, whose injector
+// fills it).
+func (g *gen) webhooks() ([]Object, []byte, error) {
+	var ca []byte
+	var objs []Object
+	if g.certManager() {
+		objs = append(objs, g.certManagerObjects()...)
+	} else {
+		c, err := g.webhookCert()
+		if err != nil {
+			return nil, nil, err
+		}
+		ca = c.CA
+		sec := object("v1", "Secret", g.o.Namespace, g.certName(), g.labels("webhooks"))
+		sec["type"] = "kubernetes.io/tls"
+		sec["data"] = map[string]any{"tls.crt": c.Cert, "tls.key": c.Key, "ca.crt": c.CA} // []byte: base64 in YAML
+		objs = append(objs, Object{File: FileWebhooks, Obj: sec})
+	}
+	if g.o.Mode != Classic {
+		objs = append(objs, g.webhooksDeployment())
+	}
+	objs = append(objs, g.webhooksService())
+	cfgs, err := g.webhookConfigurations(ca)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(objs, cfgs...), ca, nil
+}
+
+func (g *gen) clientConfig(path string, ca []byte) admissionregv1.WebhookClientConfig {
+	port := int32(webhookServicePort)
+	return admissionregv1.WebhookClientConfig{CABundle: ca,
+		Service: &admissionregv1.ServiceReference{Namespace: g.o.Namespace, Name: g.webhooksName(), Path: &path, Port: &port}}
+}
+
+// webhookConfigurations are the markers' webhooks, pointed at the Service.
+func (g *gen) webhookConfigurations(ca []byte) ([]Object, error) {
+	name := "opzero-" + g.o.Namespace + "-" + g.op.Name
+	meta := func(kind string) map[string]any {
+		m := object("admissionregistration.k8s.io/v1", kind, "", name, g.labels("webhooks"))
+		if g.certManager() {
+			m["metadata"].(map[string]any)["annotations"] = map[string]any{"cert-manager.io/inject-ca-from": g.o.Namespace + "/" + g.certName()}
+		}
+		return m
+	}
+	var objs []Object
+	if len(g.in.Mutating) > 0 {
+		ws := make([]admissionregv1.MutatingWebhook, len(g.in.Mutating))
+		for i, w := range g.in.Mutating {
+			w.ClientConfig = g.clientConfig(webhookPath(w.ClientConfig), ca)
+			ws[i] = w
+		}
+		o := meta("MutatingWebhookConfiguration")
+		if err := setJSON(o, "webhooks", ws); err != nil {
+			return nil, err
+		}
+		objs = append(objs, Object{File: FileWebhooks, Obj: o})
+	}
+	if len(g.in.Validating) > 0 {
+		ws := make([]admissionregv1.ValidatingWebhook, len(g.in.Validating))
+		for i, w := range g.in.Validating {
+			w.ClientConfig = g.clientConfig(webhookPath(w.ClientConfig), ca)
+			ws[i] = w
+		}
+		o := meta("ValidatingWebhookConfiguration")
+		if err := setJSON(o, "webhooks", ws); err != nil {
+			return nil, err
+		}
+		objs = append(objs, Object{File: FileWebhooks, Obj: o})
+	}
+	return objs, nil
+}
+
+// setJSON sets o[field] to v as plain maps and slices (v's JSON).
+func setJSON(o map[string]any, field string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return err
+	}
+	o[field] = out
+	return nil
+}
+
+// crdObject is a generated CRD as written: controller-gen's bytes, or for
+// a kind the binary's /convert webhook converts, the CRD with its
+// conversion webhook (then written from the object).
+func (g *gen) crdObject(c GeneratedCRD, ca []byte) (Object, error) {
+	o := Object{File: FileCRDs, Raw: c.YAML, Obj: object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", c.CRD.Name, nil)}
+	if g.in.Webhooks == nil {
+		return o, nil
+	}
+	i := slices.IndexFunc(g.in.Webhooks.Conversion, func(k description.ConversionKind) bool {
+		return k.Group == c.CRD.Spec.Group && k.Kind == c.CRD.Spec.Names.Kind
+	})
+	if i < 0 {
+		return o, nil
+	}
+	if len(c.CRD.Spec.Versions) < 2 {
+		return o, fmt.Errorf("CRD %s: the binary's /convert webhook converts its kind, but controller-gen found %d version(s) of it (%s): "+
+			"every version's Go package must be in the operator's module", c.CRD.Name, len(c.CRD.Spec.Versions), versionPackages(g.in.Webhooks.Conversion[i]))
+	}
+	obj := map[string]any{}
+	if err := yaml.Unmarshal(bytes.TrimPrefix(c.YAML, []byte("---\n")), &obj); err != nil {
+		return o, fmt.Errorf("CRD %s: %w", c.CRD.Name, err)
+	}
+	wh := map[string]any{"conversionReviewVersions": []any{"v1"}}
+	if err := setJSON(wh, "clientConfig", g.clientConfig("/convert", ca)); err != nil {
+		return o, err
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	spec["conversion"] = map[string]any{"strategy": "Webhook", "webhook": wh}
+	if g.certManager() {
+		meta := obj["metadata"].(map[string]any)
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+		}
+		ann["cert-manager.io/inject-ca-from"] = g.o.Namespace + "/" + g.certName()
+		meta["annotations"] = ann
+	}
+	o.Obj, o.Raw = obj, nil
+	return o, nil
+}
+
+func versionPackages(ck description.ConversionKind) string {
+	var ps []string
+	for _, v := range ck.Versions {
+		ps = append(ps, v.Version+" in "+v.GoPackage)
+	}
+	sort.Strings(ps)
+	return strings.Join(ps, ", ")
+}
+
+// certManagerObjects are a self-signed Issuer and the Certificate of the
+// Service's names, into the Secret the Deployment mounts.
+func (g *gen) certManagerObjects() []Object {
+	l := g.labels("webhooks")
+	iss := object("cert-manager.io/v1", "Issuer", g.o.Namespace, g.webhooksName()+"-selfsigned", l)
+	iss["spec"] = map[string]any{"selfSigned": map[string]any{}}
+	cert := object("cert-manager.io/v1", "Certificate", g.o.Namespace, g.certName(), l)
+	var names []any
+	for _, n := range g.webhookDNSNames() {
+		names = append(names, n)
+	}
+	cert["spec"] = map[string]any{"dnsNames": names, "secretName": g.certName(),
+		"issuerRef": map[string]any{"kind": "Issuer", "name": g.webhooksName() + "-selfsigned"}}
+	return []Object{{File: FileWebhooks, Obj: iss}, {File: FileWebhooks, Obj: cert}}
+}
+
+// webhooksService is in front of the webhook server: of the webhooks
+// Deployment, or in classic mode of the operator's.
+func (g *gen) webhooksService() Object {
+	component := "webhooks"
+	if g.o.Mode == Classic {
+		component = "operator"
+	}
+	svc := object("v1", "Service", g.o.Namespace, g.webhooksName(), g.labels("webhooks"))
+	svc["spec"] = map[string]any{
+		"selector": map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": component},
+		"ports":    []any{map[string]any{"name": "https", "port": int64(webhookServicePort), "targetPort": "webhook-server"}},
+	}
+	return Object{File: FileWebhooks, Obj: svc}
+}
+
+// webhookServing is what a container serving the webhooks gets: the
+// certificate's volume and mount, the port, and the project's cert flag.
+func (g *gen) webhookServing(c map[string]any, args []any) []any {
+	ports, _ := c["ports"].([]any)
+	c["ports"] = append(ports, map[string]any{"name": "webhook-server", "containerPort": int64(g.in.Webhooks.Port)})
+	c["volumeMounts"] = []any{map[string]any{"name": "webhook-cert", "mountPath": g.certDir(), "readOnly": true}}
+	if g.hasFlag(projectCertPathFlag) {
+		args = append(args, "--"+projectCertPathFlag+"="+g.certDir())
+	}
+	return args
+}
+
+func (g *gen) certVolume() []any {
+	return []any{map[string]any{"name": "webhook-cert", "secret": map[string]any{"secretName": g.certName()}}}
+}
+
+// webhooksDeployment runs the operator's image with --mode=webhooks,
+// always on, as the operator's service account (what a webhook reads, it
+// reads with the operator's rights), without the env that would turn the
+// webhooks off.
+func (g *gen) webhooksDeployment() Object {
+	l := g.labels("webhooks")
+	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "webhooks"}
+	c := map[string]any{"name": "webhooks", "image": g.o.Image}
+	args := g.webhookServing(c, []any{"--mode=webhooks"})
+	if g.hasFlag(projectProbeFlag) {
+		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
+		c["ports"] = append(c["ports"].([]any), map[string]any{"name": "probes", "containerPort": int64(classicProbePort)})
+		c["livenessProbe"] = httpProbe("/healthz", "probes", 3)
+		c["readinessProbe"] = httpProbe("/readyz", "probes", 1)
+	}
+	wg := *g
+	wg.env = slices.DeleteFunc(slices.Clone(g.env), func(e description.EnvVar) bool { return e.Name == enableWebhooksEnv })
+	c = wg.container(c, args, []any{map[string]any{"name": "POD_NAMESPACE",
+		"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})
+	dep := object("apps/v1", "Deployment", g.o.Namespace, g.webhooksName(), l)
+	dep["spec"] = map[string]any{
+		"replicas": int64(1),
+		"selector": map[string]any{"matchLabels": sel},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": l},
+			"spec": map[string]any{
+				"serviceAccountName": g.op.Name,
+				"containers":         []any{c},
+				"volumes":            g.certVolume(),
+			},
+		},
+	}
+	return Object{File: FileWebhooks, Obj: dep}
+}
