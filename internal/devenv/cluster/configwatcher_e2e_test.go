@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
@@ -118,6 +120,7 @@ func (e *e2e) configWatcher(t *testing.T) {
 	t.Run("a Wakeup due at zero pods wakes the operator", func(t *testing.T) { e.wakeupAtZero(t, ns, svc) })
 	t.Run("OIDC: the sources' audience and senders only", func(t *testing.T) { e.oidc(t, ns, svc) })
 	t.Run("cold start figures", func(t *testing.T) { e.coldStarts(t, ns, svc, 10) })
+	t.Run("always-on memory at 10k ConfigMaps", func(t *testing.T) { e.alwaysOn(t, ns, svc) })
 }
 
 // configWatcherStatus waits until the ConfigWatcher's status satisfies ok
@@ -154,6 +157,7 @@ func (e *e2e) editConfigMap(t *testing.T, ns, message string) string {
 // activator starts a pod), not before it is due, and delete it.
 func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
 	ctx := context.Background()
+	ctrllog.SetLogger(logr.Discard())
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
