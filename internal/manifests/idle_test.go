@@ -1,29 +1,28 @@
 package manifests
 
 import (
+	"maps"
 	"testing"
 	"time"
 )
 
-// TestIdleWindow: real Knative scales to zero only after a stable window
-// without requests, so an --idle shorter than its default window (60 s)
-// sets the window too, never below Knative's least (6 s); a longer one
-// leaves the window alone (the retention period then keeps the instance).
-func TestIdleWindow(t *testing.T) {
+// TestIdleAnnotations: real Knative keeps an idle instance for its stable
+// window, then the retention period, so --idle is split between them: the
+// window alone below Knative's default of 60 s (never below its least,
+// 6 s), the default window and the rest as retention above it.
+func TestIdleAnnotations(t *testing.T) {
 	for _, c := range []struct {
 		idle time.Duration
-		want time.Duration
-		ok   bool
+		want map[string]any
 	}{
-		{3 * time.Second, 6 * time.Second, true},
-		{6 * time.Second, 6 * time.Second, true},
-		{20 * time.Second, 20 * time.Second, true},
-		{time.Minute, 0, false},
-		{10 * time.Minute, 0, false},
+		{3 * time.Second, map[string]any{annWindow: "6s"}},
+		{6 * time.Second, map[string]any{annWindow: "6s"}},
+		{20 * time.Second, map[string]any{annWindow: "20s"}},
+		{time.Minute, nil},
+		{10 * time.Minute, map[string]any{annRetention: "9m0s"}},
 	} {
-		got, ok := idleWindow(c.idle)
-		if got != c.want || ok != c.ok {
-			t.Errorf("idleWindow(%s) = %s, %v; want %s, %v", c.idle, got, ok, c.want, c.ok)
+		if got := idleAnnotations(c.idle); !maps.Equal(got, c.want) {
+			t.Errorf("idleAnnotations(%s) = %v; want %v", c.idle, got, c.want)
 		}
 	}
 }
