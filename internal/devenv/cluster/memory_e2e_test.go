@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/opzero/opzero/internal/testkit"
 )
@@ -89,6 +91,13 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 func (e *e2e) configMaps(t *testing.T, ns string, n, size int) {
 	t.Helper()
 	e.namespace(t, ns)
+	// client-go's default of 5 requests a second would take 33 minutes.
+	cfg := rest.CopyConfig(e.c.Config)
+	cfg.QPS, cfg.Burst = 1000, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	data := strings.Repeat("x", size)
 	next := make(chan int)
@@ -100,7 +109,7 @@ func (e *e2e) configMaps(t *testing.T, ns string, n, size int) {
 			defer wg.Done()
 			for i := range next {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%05d", i)}, Data: map[string]string{"data": data}}
-				if _, err := e.cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				if _, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					select {
 					case errs <- err:
 					default:
