@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +121,16 @@ func (e *e2e) configWatcher(t *testing.T) {
 
 	t.Run("a Wakeup due at zero pods wakes the operator", func(t *testing.T) { e.wakeupAtZero(t, ns, svc) })
 	t.Run("OIDC: the sources' audience and senders only", func(t *testing.T) { e.oidc(t, ns, svc) })
-	t.Run("cold start figures", func(t *testing.T) { e.coldStarts(t, ns, svc, 10) })
+	t.Run("cold start figures", func(t *testing.T) {
+		n := 10
+		if v := os.Getenv("OPZERO_E2E_COLD_STARTS"); v != "" {
+			n, _ = strconv.Atoi(v)
+		}
+		if n <= 0 {
+			t.Skipf("OPZERO_E2E_COLD_STARTS=%d", n)
+		}
+		e.coldStarts(t, ns, svc, n)
+	})
 	t.Run("always-on memory at 10k ConfigMaps", func(t *testing.T) { e.alwaysOn(t, ns, svc) })
 }
 
