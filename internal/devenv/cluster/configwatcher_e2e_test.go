@@ -63,9 +63,9 @@ spec:
 // Wakeup due while at zero is delivered by the wakeup source, which wakes
 // it; the sources' OIDC tokens are accepted and others refused.
 func (e *e2e) configWatcher(t *testing.T) {
-	const ns, svc = "e2e-configwatcher", "configwatcher"
+	const svc = "configwatcher"
 	ctx := context.Background()
-	e.namespace(t, ns)
+	ns := e.namespace(t, "e2e-configwatcher")
 	if _, err := e.c.Apply(ctx, fmt.Sprintf(webapp, ns, e.c.Images["netcheck"])); err != nil {
 		t.Fatal(err)
 	}

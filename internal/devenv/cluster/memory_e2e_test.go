@@ -87,10 +87,11 @@ func logMemory(t *testing.T, title string, pods []podMemory) {
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
-// configMaps creates n ConfigMaps of size bytes each in ns, 8 at a time.
-func (e *e2e) configMaps(t *testing.T, ns string, n, size int) {
+// configMaps creates n ConfigMaps of size bytes each in a new namespace
+// (base and the run's suffix), 8 at a time.
+func (e *e2e) configMaps(t *testing.T, base string, n, size int) {
 	t.Helper()
-	e.namespace(t, ns)
+	ns := e.namespace(t, base)
 	// client-go's default of 5 requests a second would take 33 minutes.
 	cfg := rest.CopyConfig(e.c.Config)
 	cfg.QPS, cfg.Burst = 1000, 1000
@@ -161,8 +162,7 @@ func (e *e2e) alwaysOn(t *testing.T, ns, svc string) {
 	logMemory(t, "serverless wiring (adapters, wakeup source)", e.memory(t, map[string][]string{ns: {"apiserversource-", svc + "-wakeup-source"}}))
 	logMemory(t, "Knative's PingSource adapter (one for every PingSource)", e.memory(t, map[string][]string{"knative-eventing": {"pingsource-mt-adapter"}}))
 
-	const hubNS, classicNS = "e2e-hub", "e2e-classic"
-	e.namespace(t, hubNS)
+	hubNS := e.namespace(t, "e2e-hub")
 	e.deploy(t, hubNS, "--operator", "./examples/configwatcher", "--idle", "6s", "--source=hub")
 	e.waitAvailable(t, "opzero-system", "opzero-hub")
 	e.ready(t, hubNS, gvrKsvc, 1)
@@ -170,7 +170,7 @@ func (e *e2e) alwaysOn(t *testing.T, ns, svc string) {
 	settled(45 * time.Second)
 	logMemory(t, "hub wiring (opzero-hub, one for every operator)", e.memory(t, map[string][]string{"opzero-system": {"opzero-hub"}}))
 
-	e.namespace(t, classicNS)
+	classicNS := e.namespace(t, "e2e-classic")
 	t.Setenv("GOFLAGS", "-tags=opzero_classic")
 	e.deploy(t, classicNS, "--operator", "./examples/configwatcher", "--mode=classic")
 	e.waitAvailable(t, classicNS, svc)

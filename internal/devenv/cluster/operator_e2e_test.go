@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ type e2e struct {
 	dyn    dynamic.Interface
 	root   string
 	opzero string
+	run    string // suffix of this run's namespaces
 }
 
 // knativeCluster is the cluster recorded in $OPZERO_E2E_CLUSTER_DIR (or
@@ -84,7 +86,7 @@ func TestKnativeOperators(t *testing.T) {
 	if os.Getenv(operatorsEnv) == "" {
 		t.Skipf("set %s=1 (make e2e-knative) to run the examples on a real cluster with Knative; it needs root", operatorsEnv)
 	}
-	e := &e2e{c: knativeCluster(t)}
+	e := &e2e{c: knativeCluster(t), run: strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)}
 	var err error
 	if e.cs, err = kubernetes.NewForConfig(e.c.Config); err != nil {
 		t.Fatal(err)
@@ -138,16 +140,16 @@ func (e *e2e) deploy(t *testing.T, ns string, flags ...string) string {
 	return dir
 }
 
-// namespace creates ns, deleted when the test ends (which removes the
-// operator and its sources with it).
-func (e *e2e) namespace(t *testing.T, ns string) {
+// namespace creates a namespace named base plus this run's suffix (a
+// namespace of an earlier run may still be terminating: Knative's
+// finalizers and the namespace controller's backoff can take minutes) and
+// returns its name; it is deleted when the test ends.
+func (e *e2e) namespace(t *testing.T, base string) string {
 	t.Helper()
-	ctx := context.Background()
-	_ = e.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	testkit.Eventually(t, 3*time.Minute, "namespace "+ns+" created", func(ctx context.Context) (bool, error) {
-		_, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		return err == nil, err
-	})
+	ns := base + "-" + e.run
+	if _, err := e.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("kubectl get all,ksvc,apiserversources,pingsources -n %s:\n%s", ns, kubectl(t, e.c, "get", "all,ksvc,apiserversources,pingsources,wakeups", "-n", ns))
@@ -157,6 +159,7 @@ func (e *e2e) namespace(t *testing.T, ns string) {
 			_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 		}
 	})
+	return ns
 }
 
 // ready waits until every object of gvr in ns has condition Ready True.
