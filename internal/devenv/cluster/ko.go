@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/opzero/opzero/internal/devenv/image"
 )
 
@@ -115,13 +117,65 @@ func ReadManifests(p string) (string, error) {
 }
 
 // Apply applies manifest server-side with the pinned kubectl as the
-// cluster's admin and returns kubectl's output.
+// cluster's admin and returns kubectl's output. The CustomResourceDefinitions
+// and Namespaces go first, and the rest once those CRDs are Established:
+// kubectl maps every object's kind before it applies any, so a CRD and an
+// object of its kind in one apply fail ("no matches for kind"), as
+// `opzero manifests --source=hub` writes them (crds.yaml, sources.yaml).
 func (c *Cluster) Apply(ctx context.Context, manifest string) (string, error) {
-	cmd := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
+	first, crds, rest := splitCRDs(manifest)
+	var out strings.Builder
+	if first != "" && rest != "" {
+		o, err := c.kubectl(ctx, first, "apply", "--server-side", "-f", "-")
+		out.WriteString(o)
+		if err != nil {
+			return out.String(), err
+		}
+		if len(crds) > 0 {
+			o, err := c.kubectl(ctx, "", append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crds...)...)
+			if err != nil {
+				return out.String() + o, err
+			}
+		}
+		manifest = rest
+	}
+	o, err := c.kubectl(ctx, manifest, "apply", "--server-side", "-f", "-")
+	out.WriteString(o)
+	return out.String(), err
+}
+
+func (c *Cluster) kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("kubectl apply: %w: %s", err, out)
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", args[0], err, out)
 	}
 	return string(out), nil
+}
+
+// splitCRDs splits a multi-document manifest into its
+// CustomResourceDefinitions and Namespaces (first, with the CRDs as
+// crd/<name>) and everything else (rest).
+func splitCRDs(manifest string) (first string, crds []string, rest string) {
+	var a, b strings.Builder
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var meta struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind == "" {
+			continue
+		}
+		out := &b
+		switch meta.Kind {
+		case "CustomResourceDefinition":
+			crds = append(crds, "crd/"+meta.Metadata.Name)
+			out = &a
+		case "Namespace":
+			out = &a
+		}
+		fmt.Fprintf(out, "---\n%s\n", strings.TrimPrefix(strings.TrimPrefix(doc, "---"), "\n"))
+	}
+	return a.String(), crds, b.String()
 }
