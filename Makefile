@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative
+.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative e2e-knative
 
 all: opzero
 
@@ -31,6 +31,10 @@ e2e-cluster: bins cluster-bins ## (root) a real one-node cluster: CoreDNS Runnin
 e2e-cluster-knative: bins cluster-bins ## (root) e2e-cluster with Knative Serving and Eventing v0.50.0 installed from their release YAMLs: every component Running, a Knative Service's revision Ready
 	$(GO) run ./cmd/opzero install knative-cluster
 	OPZERO_E2E_CLUSTER=1 OPZERO_E2E_KNATIVE=1 $(GO) test -race -count=1 -timeout 30m -run '^TestCluster$$' -v ./internal/devenv/cluster
+
+e2e-knative: bins cluster-bins ## (root) what `opzero manifests` generates for the examples, applied unchanged on real Knative (a running `opzero cluster up --knative`, else one of its own): create, ConfigMap edit, scale to zero, a Wakeup at zero, OIDC, cold start figures; not part of make test
+	$(GO) run ./cmd/opzero install knative-cluster
+	OPZERO_E2E_KNATIVE_OPERATORS=1 $(GO) test -race -count=1 -timeout 60m -run '^TestKnativeOperators$$' -v ./internal/devenv/cluster
 
 postgres: ## find PostgreSQL's server binaries (initdb, postgres), or install Debian's postgresql package when root (for examples/postgres)
 	@bash hack/install-postgres.sh >/dev/null

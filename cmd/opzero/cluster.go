@@ -37,7 +37,7 @@ rules, kernel settings, the state folder.`,
 	}
 	dir := cluster.DefaultDir
 	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "keep the cluster's state here: logs, containerd's and kubelet's data, kubeconfig")
-	cmd.AddCommand(newClusterUpCmd(&dir), newClusterDownCmd(&dir), newClusterStatusCmd(&dir))
+	cmd.AddCommand(newClusterUpCmd(&dir), newClusterDownCmd(&dir), newClusterStatusCmd(&dir), newClusterApplyCmd(&dir))
 	return cmd
 }
 
@@ -138,4 +138,46 @@ func newClusterStatusCmd(dir *string) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newClusterApplyCmd(dir *string) *cobra.Command {
+	var file, buildDir string
+	cmd := &cobra.Command{
+		Use:   "apply -f MANIFESTS",
+		Short: "Build the ko:// images manifests name, load them into the node and kubectl apply the manifests",
+		Long: `apply does what 'ko apply' does, without a registry: every ko://<import path>
+image in the manifests (a file or a folder, e.g. what 'opzero manifests' wrote) is
+built with 'go build' in --build-dir as a static binary, put on an empty base,
+imported into the node's containerd as opzero.local/<import path>:<digest> and
+the reference replaced; the manifests are then applied server-side with the
+pinned kubectl, otherwise unchanged.`,
+		Example: `  opzero manifests --operator ./examples/configwatcher --namespace demo -o out/
+  kubectl create namespace demo
+  sudo opzero cluster apply -f out/`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cluster.Load(*dir)
+			if err != nil {
+				return fmt.Errorf("no cluster in %s: %w", *dir, err)
+			}
+			manifest, err := cluster.ReadManifests(file)
+			if err != nil {
+				return err
+			}
+			resolved, refs, err := c.ResolveKo(cmd.Context(), buildDir, manifest)
+			if err != nil {
+				return err
+			}
+			for pkg, ref := range refs {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ko://%s -> %s\n", pkg, ref)
+			}
+			out, err := c.Apply(cmd.Context(), resolved)
+			fmt.Fprint(cmd.OutOrStdout(), out)
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the manifests: a YAML file or a folder of them")
+	cmd.Flags().StringVar(&buildDir, "build-dir", ".", "run 'go build' here (the module that resolves the ko:// import paths)")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
 }

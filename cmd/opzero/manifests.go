@@ -166,7 +166,7 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringVar(&o.Source, "source", manifests.SourceKnative, "serverless: how events reach the operator: knative (an ApiServerSource per kind, PingSources, a wakeup source) or hub (a Subscription to the cluster's opzero hub, which is deployed too)")
 	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
-	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (scale-to-zero-pod-retention-period; 0: Knative's default)")
+	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (Knative keeps it for its stable window, then the retention period: under 60s autoscaling.knative.dev/window, at least 6s; above, scale-to-zero-pod-retention-period of the rest; 0: Knative's defaults, 60s or more)")
 	f.StringVar(&o.Broker, "broker", "", "the Broker's name (default: the operator's when it takes Broker events); without WatchesEvents, serverless: also emit a Broker of this name and a Trigger to the operator")
 	f.StringVar(&o.TriggerType, "trigger-type", "", "with --broker and no WatchesEvents: only CloudEvents of this type")
 	f.IntVar(&o.Delivery.Retry, "retry", 5, "Broker and Triggers: delivery retries")

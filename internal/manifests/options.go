@@ -53,8 +53,10 @@ type Options struct {
 	// TimeoutSeconds bounds one request to the Service (default 300).
 	TimeoutSeconds int
 	// Idle is how long an idle instance is kept before scaling to zero
-	// (autoscaling.knative.dev/scale-to-zero-pod-retention-period; 0 leaves
-	// Knative's default).
+	// (Knative keeps it for autoscaling.knative.dev/window, then
+	// scale-to-zero-pod-retention-period: below 60 s the window alone, at
+	// least 6 s; above, Knative's 60 s window and the rest as retention;
+	// 0 leaves Knative's defaults).
 	Idle time.Duration
 	// Broker, if set, adds a Broker of this name and a Trigger that
 	// subscribes the operator with Delivery.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,13 +48,8 @@ func (u *upper) deploy(ctx context.Context, what, manifest string, data map[stri
 
 // apply runs the pinned kubectl apply with the admin kubeconfig.
 func (u *upper) apply(ctx context.Context, manifest string) error {
-	cmd := exec.CommandContext(ctx, u.c.Kubectl, "--kubeconfig", u.c.Kubeconfig, "apply", "--server-side", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("kubectl apply: %w: %s", err, out)
-	}
-	return nil
+	_, err := u.c.Apply(ctx, manifest)
+	return err
 }
 
 // coreDNSManifest: the upstream CoreDNS deployment, cut down. The Corefile

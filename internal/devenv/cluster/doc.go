@@ -14,6 +14,14 @@
 // experimental Knative provider) as Serving's ingress: config-network's
 // ingress-class is Traefik's.
 //
+// Cluster.ResolveKo (`opzero cluster apply`) is `ko apply` without a
+// registry: every ko:// image of a manifest is built here (a static linux
+// binary, `go build`), imported into the node (Cluster.Import, what `kind
+// load image-archive` does) as opzero.local/<import path>:<binary digest>
+// and replaced; nothing else in the manifest changes. `make e2e-knative`
+// (operator_e2e_test.go) applies the examples' generated manifests that way
+// and checks them on real Knative.
+//
 // # Expected flow
 //
 // Up checks the machine (Check), finds or builds the binaries (package

@@ -36,7 +36,10 @@ func (u *upper) controlPlane(ctx context.Context) error {
 	return nil
 }
 
-func (u *upper) sock() string { return filepath.Join(u.c.Dir, "containerd", "containerd.sock") }
+func (u *upper) sock() string { return u.c.sock() }
+
+// sock is containerd's socket.
+func (c *Cluster) sock() string { return filepath.Join(c.Dir, "containerd", "containerd.sock") }
 
 // containerd writes containerd's configuration and starts it in the node's
 // namespace.
@@ -82,11 +85,10 @@ func (u *upper) images(ctx context.Context) error {
 	)
 }
 
-// importImages writes specs' images into one tarball in the state folder,
-// imports it with ctr and records each reference under its name.
+// importImages imports specs' images (Cluster.Import) and records each
+// reference under its name.
 func (u *upper) importImages(ctx context.Context, tarName string, specs ...image.Spec) error {
-	tar := filepath.Join(u.c.Dir, tarName)
-	built, err := image.Write(tar, specs...)
+	built, err := u.c.importImages(ctx, tarName, specs...)
 	if err != nil {
 		return err
 	}
@@ -94,12 +96,30 @@ func (u *upper) importImages(ctx context.Context, tarName string, specs ...image
 	for i, s := range specs {
 		u.c.Images[s.Name], refs[i] = built[i].Ref, built[i].Ref
 	}
-	if err := run(ctx, "", "ctr", "--address", u.sock(), "-n", "k8s.io", "images", "import", tar); err != nil {
-		return err
-	}
-	_ = os.Remove(tar)
 	u.step("images imported: %s", strings.Join(refs, ", "))
 	return nil
+}
+
+// Import builds specs' images, writes them into one tarball in the state
+// folder and imports it into the node's containerd (k8s.io namespace, what
+// kubelet runs from), as `kind load image-archive` does. It returns the
+// references in the order of specs; a pod names them with any pull policy
+// but Always, and nothing is pulled.
+func (c *Cluster) Import(ctx context.Context, specs ...image.Spec) ([]image.Built, error) {
+	return c.importImages(ctx, "import.tar", specs...)
+}
+
+func (c *Cluster) importImages(ctx context.Context, tarName string, specs ...image.Spec) ([]image.Built, error) {
+	tar := filepath.Join(c.Dir, tarName)
+	built, err := image.Write(tar, specs...)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tar)
+	if err := run(ctx, "", "ctr", "--address", c.sock(), "-n", "k8s.io", "images", "import", tar); err != nil {
+		return nil, err
+	}
+	return built, nil
 }
 
 // kubelet creates the node's cgroup, writes kubelet's configuration and

@@ -23,7 +23,6 @@ spec:
     metadata:
       annotations:
         autoscaling.knative.dev/max-scale: "3"
-        autoscaling.knative.dev/scale-to-zero-pod-retention-period: "500ms"
     spec:
       containerConcurrency: 1
       containers:
@@ -33,7 +32,8 @@ spec:
 
 // TestScaleUpThroughDev: the Service's containerConcurrency 1 and
 // max-scale 3 give three instances (no more) for six slow requests at once,
-// every one answered; the retention-period annotation scales them to zero.
+// every one answered; an idle period of 500 ms (Options.Idle: Knative's
+// least, a 6 s window, would only slow the test) scales them to zero.
 func TestScaleUpThroughDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane")
@@ -45,7 +45,7 @@ func TestScaleUpThroughDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs[0].SetNamespace(ns)
-	p := start(t, env, objs, 0)
+	p := start(t, env, objs, 500*time.Millisecond)
 	svc := p.Services[0]
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -77,6 +77,6 @@ func TestScaleUpThroughDev(t *testing.T) {
 	t0 := time.Now()
 	testkit.Eventually(t, 10*time.Second, "scale to zero", func(context.Context) (bool, error) { return svc.Activator.Instances() == 0, nil })
 	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("scaled to zero %s after the last answer; the annotation says 500ms", d)
+		t.Errorf("scaled to zero %s after the last answer; the idle period is 500ms", d)
 	}
 }

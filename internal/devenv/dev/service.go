@@ -25,9 +25,9 @@ const (
 
 // Defaults where a Service's annotations say nothing.
 const (
-	// DefaultIdle is the scale-to-zero period without a retention-period or
-	// window annotation: Knative's default scale-to-zero grace period.
-	DefaultIdle = 30 * time.Second
+	// DefaultIdle is the scale-to-zero period without a window annotation:
+	// Knative's default stable window (a retention period adds to it).
+	DefaultIdle = 60 * time.Second
 	// DefaultTimeout is Knative's revision-timeout-seconds default, for a
 	// Service without timeoutSeconds.
 	DefaultTimeout = 300 * time.Second
@@ -146,12 +146,13 @@ func localCommand(u *unstructured.Unstructured, where string) ([]string, error) 
 	return argv, nil
 }
 
-// idleFrom is the scale-to-zero period: the pod retention period if set
-// and positive, else the autoscaling window, else DefaultIdle. (Knative
-// scales to zero after the window plus a grace period plus the retention
-// period; locally one number keeps the loop short and predictable.)
+// idleFrom is the scale-to-zero period, as real Knative (v0.50.0)
+// measures it: the autoscaling window (DefaultIdle without one), then the
+// pod retention period. (Knative's grace period overlaps them: the
+// activator is already in the path.)
 func idleFrom(ann map[string]string) (time.Duration, error) {
-	for _, k := range []string{annRetention, annWindow} {
+	idle := DefaultIdle
+	for _, k := range []string{annWindow, annRetention} {
 		v, ok := ann[k]
 		if !ok {
 			continue
@@ -160,11 +161,16 @@ func idleFrom(ann map[string]string) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("annotation %s: %q is not a duration (e.g. 30s)", k, v)
 		}
-		if d > 0 {
-			return d, nil
+		switch {
+		case d < 0:
+			return 0, fmt.Errorf("annotation %s: %q is negative", k, v)
+		case k == annWindow:
+			idle = d
+		default:
+			idle += d
 		}
 	}
-	return DefaultIdle, nil
+	return idle, nil
 }
 
 func intAnn(ann map[string]string, k string, def int) (int, error) {

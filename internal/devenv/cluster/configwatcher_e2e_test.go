@@ -1,0 +1,310 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/internal/wakeup"
+)
+
+// The demo's application (examples/configwatcher/config/samples/webapp.yaml)
+// with the cluster's netcheck image: the sample's k8spatterns/mini-http-server
+// would be pulled, and nothing is.
+const webapp = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: webapp-config, namespace: %[1]s}
+data: {message: "Hello, World"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: webapp, namespace: %[1]s}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: webapp}}
+  template:
+    metadata: {labels: {app: webapp}}
+    spec:
+      containers:
+      - name: webapp
+        image: %[2]s
+        args: [serve, ":8080"]
+        env:
+        - name: MESSAGE
+          valueFrom: {configMapKeyRef: {name: webapp-config, key: message}}
+`
+
+// configWatcher is the demo's steps (hack/demo) on real Knative: the
+// ConfigWatcher created at zero pods starts the operator; a ConfigMap edit
+// restarts the pods it selects; the operator's real pod scales to zero; a
+// Wakeup due while at zero is delivered by the wakeup source, which wakes
+// it; the sources' OIDC tokens are accepted and others refused.
+func (e *e2e) configWatcher(t *testing.T) {
+	const svc = "configwatcher"
+	ctx := context.Background()
+	ns := e.namespace(t, "e2e-configwatcher")
+	if _, err := e.c.Apply(ctx, fmt.Sprintf(webapp, ns, e.c.Images["netcheck"])); err != nil {
+		t.Fatal(err)
+	}
+	var before []string
+	testkit.Eventually(t, 2*time.Minute, "2 webapp pods Running", func(ctx context.Context) (bool, error) {
+		var err error
+		before, err = e.podNames(ctx, ns, "app=webapp")
+		return err == nil && len(before) == 2, fmt.Errorf("%v: %v", err, before)
+	})
+
+	e.deploy(t, ns, "--operator", "./examples/configwatcher", "--idle", "6s")
+	t0 := time.Now()
+	e.ready(t, ns, gvrKsvc, 1)
+	e.ready(t, ns, gvrAPIServerSrc, 2)
+	e.ready(t, ns, gvrPingSource, 2)
+	testkit.Eventually(t, 2*time.Minute, "the wakeup source available", func(ctx context.Context) (bool, error) {
+		d, err := e.cs.AppsV1().Deployments(ns).Get(ctx, svc+"-wakeup-source", metav1.GetOptions{})
+		return err == nil && d.Status.AvailableReplicas == 1, err
+	})
+	t.Logf("Knative Service, 2 ApiServerSources, 2 PingSources Ready and the wakeup source available %s after apply", time.Since(t0).Round(time.Millisecond))
+	t.Logf("the revision's first pod gone %s later", e.waitZero(t, ns, svc).Round(time.Second))
+
+	// Create: the first event starts the operator.
+	t0 = time.Now()
+	if _, err := e.c.Apply(ctx, "apiVersion: k8spatterns.io/v1\nkind: ConfigWatcher\nmetadata: {name: webapp-config-watcher, namespace: "+ns+
+		"}\nspec: {configMap: webapp-config, podSelector: {app: webapp}}\n"); err != nil {
+		t.Fatal(err)
+	}
+	cw := e.configWatcherStatus(t, ns, func(s map[string]any) bool { return s["configMapVersion"] != nil })
+	t.Logf("ConfigWatcher created at zero pods: reconciled %s later (status %v)", time.Since(t0).Round(time.Millisecond), cw)
+	t.Logf("scaled to zero %s after the reconcile", e.waitZero(t, ns, svc).Round(time.Second))
+
+	// Edit the ConfigMap: the operator restarts the selected pods.
+	t0 = time.Now()
+	rv := e.editConfigMap(t, ns, "Hello, opzero")
+	e.configWatcherStatus(t, ns, func(s map[string]any) bool { return s["configMapVersion"] == rv })
+	reconciled := time.Since(t0)
+	testkit.Eventually(t, 2*time.Minute, "the webapp pods replaced", func(ctx context.Context) (bool, error) {
+		after, err := e.podNames(ctx, ns, "app=webapp")
+		if err != nil || len(after) != 2 {
+			return false, fmt.Errorf("%v: %v", err, after)
+		}
+		for _, p := range after {
+			if slices.Contains(before, p) {
+				return false, fmt.Errorf("%s still runs: %v", p, after)
+			}
+		}
+		t.Logf("pods restarted %s after the edit: %v -> %v", time.Since(t0).Round(time.Millisecond), before, after)
+		return true, nil
+	})
+	t.Logf("ConfigMap edited at zero pods: reconciled %s later", reconciled.Round(time.Millisecond))
+	t.Logf("scaled to zero %s after the reconcile", e.waitZero(t, ns, svc).Round(time.Second))
+
+	t.Run("a Wakeup due at zero pods wakes the operator", func(t *testing.T) { e.wakeupAtZero(t, ns, svc) })
+	t.Run("OIDC: the sources' audience and senders only", func(t *testing.T) { e.oidc(t, ns, svc) })
+	t.Run("cold start figures", func(t *testing.T) {
+		n := 10
+		if v := os.Getenv("OPZERO_E2E_COLD_STARTS"); v != "" {
+			n, _ = strconv.Atoi(v)
+		}
+		if n <= 0 {
+			t.Skipf("OPZERO_E2E_COLD_STARTS=%d", n)
+		}
+		e.coldStarts(t, ns, svc, n)
+	})
+	t.Run("always-on memory at 10k ConfigMaps", func(t *testing.T) { e.alwaysOn(t, ns, svc) })
+}
+
+// configWatcherStatus waits until the ConfigWatcher's status satisfies ok
+// and returns it.
+func (e *e2e) configWatcherStatus(t *testing.T, ns string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var status map[string]any
+	testkit.Eventually(t, 3*time.Minute, "the ConfigWatcher's status", func(ctx context.Context) (bool, error) {
+		o, err := e.dyn.Resource(gvrConfigWatcher).Namespace(ns).Get(ctx, "webapp-config-watcher", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		status, _, _ = unstructured.NestedMap(o.Object, "status")
+		return ok(status), fmt.Errorf("status %v", status)
+	})
+	return status
+}
+
+// editConfigMap sets webapp-config's message and returns its new
+// resourceVersion.
+func (e *e2e) editConfigMap(t *testing.T, ns, message string) string {
+	t.Helper()
+	cm, err := e.cs.CoreV1().ConfigMaps(ns).Patch(context.Background(), "webapp-config", types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"data":{"message":%q}}`, message)), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.ResourceVersion
+}
+
+// wakeupAtZero records a Wakeup for the ConfigWatcher, as the operator's
+// engine does for a RequeueAfter (the same Store), due while the operator
+// is at zero pods: the wakeup source must deliver it through Knative (the
+// activator starts a pod), not before it is due, and delete it.
+func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
+	ctx := context.Background()
+	ctrllog.SetLogger(logr.Discard())
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(e.c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := wakeup.NewStore(c, wakeup.StoreOptions{Operator: svc, Namespace: ns,
+		Target: schema.GroupVersionKind{Group: "k8spatterns.io", Version: "v1", Kind: "ConfigWatcher"},
+		Sink:   fmt.Sprintf("http://%s.%s.svc.cluster.local", svc, ns)})
+	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "webapp-config-watcher"}}
+	const after = 15 * time.Second
+	due := time.Now().Add(after)
+	if err := store.Requeue(ctx, key, after); err != nil {
+		t.Fatal(err)
+	}
+	name := wakeup.Name(svc, key.NamespacedName)
+	var woke time.Time
+	testkit.Eventually(t, 2*time.Minute, "the operator started by the wakeup", func(ctx context.Context) (bool, error) {
+		pods, err := e.servicePods(ctx, ns, svc)
+		if err == nil && len(pods) > 0 && woke.IsZero() {
+			woke = time.Now()
+		}
+		return len(pods) > 0, err
+	})
+	if early := due.Sub(woke); early > time.Second {
+		t.Errorf("a pod started %s before the Wakeup was due", early)
+	}
+	testkit.Eventually(t, time.Minute, "the Wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.Wakeup{})
+		return client.IgnoreNotFound(err) == nil && err != nil, err
+	})
+	logs := e.operatorLogs(t, ns, svc)
+	if !strings.Contains(logs, `"eventType":"`+cloudevent.WakeupType+`"`) {
+		t.Errorf("the operator's log has no %s delivery:\n%s", cloudevent.WakeupType, logs)
+	}
+	t.Logf("Wakeup due %s after it was written, at zero pods: a pod started %s after the due time, the record deleted", after, woke.Sub(due).Round(time.Millisecond))
+	t.Logf("scaled to zero %s after", e.waitZero(t, ns, svc).Round(time.Second))
+}
+
+// operatorLogs returns the operator container's log of every running pod
+// of svc.
+func (e *e2e) operatorLogs(t *testing.T, ns, svc string) string {
+	t.Helper()
+	pods, err := e.servicePods(context.Background(), ns, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, p := range pods {
+		out, err := e.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "operator"}).DoRaw(context.Background())
+		if err != nil {
+			t.Logf("logs of %s: %v", p.Name, err)
+		}
+		b.Write(out)
+	}
+	return b.String()
+}
+
+// oidc sends a CloudEvent straight to a running operator pod's queue-proxy
+// (the host reaches pod addresses), with tokens made by TokenRequest: the
+// wakeup source's service account with the operator's audience is
+// accepted; the same account for another audience, an account not among
+// --allowed-senders, and no token are refused.
+func (e *e2e) oidc(t *testing.T, ns, svc string) {
+	ctx := context.Background()
+	// An event at zero pods starts one; it stays ~20 s (--idle 6s).
+	e.editConfigMap(t, ns, "oidc")
+	var ip string
+	testkit.Eventually(t, 2*time.Minute, "a running operator pod", func(ctx context.Context) (bool, error) {
+		pods, err := e.servicePods(ctx, ns, svc)
+		for _, p := range pods {
+			if p.Status.PodIP != "" && p.Status.Phase == "Running" {
+				ip = p.Status.PodIP
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	audience := fmt.Sprintf("opzero:%s:%s", ns, svc)
+	token := func(sa, aud string) string {
+		tr, err := e.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{aud}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	for _, c := range []struct {
+		name, token string
+		refused     bool
+	}{
+		{"the wakeup source's account, the operator's audience", token(svc+"-wakeup-source", audience), false},
+		{"the wakeup source's account, another audience", token(svc+"-wakeup-source", "opzero:"+ns+":another"), true},
+		{"an account not among the allowed senders", token("default", audience), true},
+		{"no token", "", true},
+	} {
+		ev := cloudevent.NewWakeup(cloudevent.Wakeup{Source: "e2e", Operator: svc, APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher",
+			Namespace: ns, Name: "webapp-config-watcher", Reason: "RequeueAfter"})
+		req, err := cloudevent.NewRequest(ctx, "http://"+ip+":8012/", ev, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		refused := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden
+		if refused != c.refused || (!refused && resp.StatusCode >= 300) {
+			t.Errorf("%s: %d %s", c.name, resp.StatusCode, bytes.TrimSpace(body))
+		} else {
+			t.Logf("%s: %d %s", c.name, resp.StatusCode, bytes.TrimSpace(body))
+		}
+	}
+}
+
+// coldStarts measures n cold starts: at zero pods, a ConfigMap edit until
+// the ConfigWatcher's status records it (the event through the
+// ApiServerSource adapter, the activator, a new pod, the reconcile), then
+// the time until the revision is back at zero pods.
+func (e *e2e) coldStarts(t *testing.T, ns, svc string, n int) {
+	var cold, zero []time.Duration
+	for i := range n {
+		e.waitZero(t, ns, svc)
+		t0 := time.Now()
+		rv := e.editConfigMap(t, ns, fmt.Sprintf("cold start %d", i))
+		e.configWatcherStatus(t, ns, func(s map[string]any) bool { return s["configMapVersion"] == rv })
+		cold = append(cold, time.Since(t0))
+		zero = append(zero, e.waitZero(t, ns, svc))
+	}
+	t.Logf("FIGURE real Knative: event at zero pods -> reconciled: %s", durations(cold))
+	t.Logf("FIGURE real Knative: reconciled -> zero pods (--idle 6s): %s", durations(zero))
+}
