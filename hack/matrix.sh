@@ -28,6 +28,10 @@ rows=(
 )
 stages=${MATRIX_STAGES:-build,unit,e2e}
 unit_pkgs=(./internal/adopt/... ./internal/engine/serverless/... ./internal/standin/... ./operator/... ./reconcileutil/...)
+# the programs tests build from testdata (./... leaves them out)
+testdata_pkgs=(./operator/testdata/webhooksop ./internal/manifests/testdata/notdescribing ./internal/manifests/testdata/refusing
+	./internal/manifests/testdata/serving ./internal/devenv/dev/testdata/envop ./internal/devenv/dev/testdata/eventsop
+	./internal/devenv/dev/testdata/failop ./internal/devenv/dev/testdata/slowop ./internal/profile/testdata/hook)
 e2e_run='^(TestKubebuilderMultigroupAdopted|TestReadmeAdoptProject|TestKubebuilderWebhookAdopted)$'
 
 want=("$@")
@@ -65,7 +69,7 @@ for row in "${rows[@]}"; do
 			step go mod tidy &&
 			step go list -m sigs.k8s.io/controller-runtime k8s.io/client-go &&
 			step go build ./... &&
-			step go vet ./... &&
+			step go vet ./... "${testdata_pkgs[@]}" &&
 			if [[ $stages == *unit* ]]; then step go test -race -count=1 -timeout 20m "${unit_pkgs[@]}"; fi &&
 			if [[ $stages == *e2e* ]]; then
 				step env OPZERO_KUBEBUILDER="$kb" go test -race -count=1 -timeout 40m -run "$e2e_run" -v ./examples/kubebuilder
