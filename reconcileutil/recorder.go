@@ -13,7 +13,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/record"
 	ref "k8s.io/client-go/tools/reference"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,12 +67,12 @@ func namespaceOf(r *corev1.ObjectReference) string {
 }
 
 // Recorder is controller-runtime's recorder.EventRecorder (v0.23 and
-// later) by another name: client-go's events.EventRecorder and
-// AnnotatedEventf. The method sets are the same, so a Recorder can be
+// later) by another name: the Eventf of client-go's events.EventRecorder
+// and AnnotatedEventf. The method sets are the same, so a Recorder can be
 // assigned to a field of either type. It is declared here because
 // controller-runtime before v0.23 has no package recorder.
 type Recorder interface {
-	events.EventRecorder
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
 	AnnotatedEventf(regarding, related runtime.Object, annotations map[string]string, eventtype, reason, action, note string, args ...interface{})
 }
 
