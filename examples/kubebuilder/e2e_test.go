@@ -122,6 +122,10 @@ func generated(t *testing.T) (dir string, mainBefore []byte) {
 	// tutorial's reconciler, the generated deep copies.
 	types := filepath.Join(dir, "api/v1alpha1/memcached_types.go")
 	replaceIn(t, types, "Foo *string `json:\"foo,omitempty\"`", "Size int32 `json:\"size,omitempty\"`")
+	if b, _ := os.ReadFile(types); !bytes.Contains(b, []byte("Conditions []metav1.Condition")) {
+		// kubebuilder before v4.10 scaffolds no status conditions: the tutorial adds them
+		replaceIn(t, types, "type MemcachedStatus struct {\n", "type MemcachedStatus struct {\n\tConditions []metav1.Condition `json:\"conditions,omitempty\"`\n")
+	}
 	src, err := os.ReadFile("testdata/memcached_controller.go")
 	if err != nil {
 		t.Fatal(err)
