@@ -20,11 +20,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-# name  controller-runtime  k8s.io  controller-tools  kubebuilder (scaffolds that controller-runtime)
+# name  controller-runtime  k8s.io  controller-tools  kubebuilder (scaffolds that controller-runtime:
+# the copy requires what the project has, so the adoption changes none of its versions;
+# v0.25.2, the newest patch, is what examples/postgres requires in make test)
 rows=(
 	"oldest v0.21.0 v0.33.0 v0.18.0 v4.7.1"
 	"middle v0.23.3 v0.35.0 v0.20.1 v4.13.1"
-	"newest v0.25.2 v0.37.0 v0.23.0 v4.16.0"
+	"newest v0.25.0 v0.37.0 v0.23.0 v4.16.0"
 )
 stages=${MATRIX_STAGES:-build,unit,e2e}
 unit_pkgs=(./internal/adopt/... ./internal/engine/serverless/... ./internal/standin/... ./operator/... ./reconcileutil/...)
