@@ -58,7 +58,11 @@ func TestInFlightLimit(t *testing.T) {
 func TestSecretDataStaysOut(t *testing.T) {
 	var logs bytes.Buffer
 	var logsMu sync.Mutex // client-go (v0.35) logs its requests from the reconcile's goroutine too
-	log := funcr.New(func(prefix, args string) { logsMu.Lock(); defer logsMu.Unlock(); logs.WriteString(prefix + args + "\n") }, funcr.Options{Verbosity: 10})
+	log := funcr.New(func(prefix, args string) {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		logs.WriteString(prefix + args + "\n")
+	}, funcr.Options{Verbosity: 10})
 	p := newProbe()
 	p.result = func(reconcile.Request, int) (reconcile.Result, error) { return reconcile.Result{}, errTest }
 	h := newHarness(t, p, func(b *builder.Builder) *builder.Builder {
