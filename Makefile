@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative e2e-knative
+.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit matrix demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative e2e-knative
 
 all: opzero
 
@@ -51,6 +51,9 @@ FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for FUZZTIME (default 10s; e.g. FUZZTIME=1000000x for a million executions)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./internal/cloudevent
 	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/engine/serverless/fuzztest
+
+matrix: bins knative-bins ## the supported controller-runtime range (v0.21 to v0.25): build, vet, adoption unit and e2e tests on the oldest, one between and the newest (hack/matrix.sh; not part of make test)
+	@bash hack/matrix.sh
 
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/builder"
@@ -162,7 +161,7 @@ func (r *Runtime) GetClient() client.Client { return r.client }
 
 // GetEventRecorder returns an events.k8s.io recorder; serverless writes each
 // Event before returning.
-func (r *Runtime) GetEventRecorder(name string) recorder.EventRecorder {
+func (r *Runtime) GetEventRecorder(name string) reconcileutil.Recorder {
 	if r.mgr != nil {
 		return r.mgr.GetEventRecorder(name)
 	}

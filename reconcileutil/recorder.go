@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	ref "k8s.io/client-go/tools/reference"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
 const eventTimeout = 5 * time.Second
@@ -67,11 +66,21 @@ func namespaceOf(r *corev1.ObjectReference) string {
 	return r.Namespace
 }
 
-// EventRecorder writes events.k8s.io/v1 Events synchronously; it is
-// controller-runtime's recorder.EventRecorder.
+// Recorder is controller-runtime's recorder.EventRecorder (v0.23 and
+// later) by another name: the Eventf of client-go's events.EventRecorder
+// and AnnotatedEventf. The method sets are the same, so a Recorder can be
+// assigned to a field of either type. It is declared here because
+// controller-runtime before v0.23 has no package recorder.
+type Recorder interface {
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
+	AnnotatedEventf(regarding, related runtime.Object, annotations map[string]string, eventtype, reason, action, note string, args ...interface{})
+}
+
+// EventRecorder writes events.k8s.io/v1 Events synchronously; it is a
+// Recorder.
 type EventRecorder struct{ eventWriter }
 
-var _ recorder.EventRecorder = (*EventRecorder)(nil)
+var _ Recorder = (*EventRecorder)(nil)
 
 // NewEventRecorder returns a recorder reporting as component.
 func NewEventRecorder(c client.Client, scheme *runtime.Scheme, component string) *EventRecorder {

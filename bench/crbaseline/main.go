@@ -19,7 +19,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clientevents "k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -57,7 +59,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	r := &cwcontroller.ConfigWatcherReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("configwatcher")}
+	// The events.k8s.io recorder controller-runtime's manager gives from
+	// v0.23 on (GetEventRecorder), built the same way from client-go, so
+	// that the baseline builds with every supported controller-runtime.
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	events := clientevents.NewBroadcaster(&clientevents.EventSinkImpl{Interface: cs.EventsV1()})
+	events.StartRecordingToSink(make(chan struct{}))
+	r := &cwcontroller.ConfigWatcherReconciler{Client: mgr.GetClient(), Recorder: events.NewRecorder(scheme, "configwatcher")}
 	err = ctrl.NewControllerManagedBy(mgr).For(&v1.ConfigWatcher{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {

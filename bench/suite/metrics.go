@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -16,13 +16,22 @@ import (
 // format.
 type metrics map[string]*dto.MetricFamily
 
+// parseMetrics decodes with expfmt.NewDecoder, which every supported
+// prometheus/common has (NewTextParser is v0.65 and later).
 func parseMetrics(r io.Reader) (metrics, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing metrics: %w", err)
+	dec := expfmt.NewDecoder(r, expfmt.NewFormat(expfmt.TypeTextPlain))
+	fams := metrics{}
+	for {
+		f := &dto.MetricFamily{}
+		err := dec.Decode(f)
+		if errors.Is(err, io.EOF) {
+			return fams, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parsing metrics: %w", err)
+		}
+		fams[f.GetName()] = f
 	}
-	return fams, nil
 }
 
 // sum adds up the samples of the family name whose labels keep accepts

@@ -73,6 +73,7 @@ func TestKubebuilderMultigroupAdopted(t *testing.T) {
 `, m[1], a.kind))
 	}
 	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./api/...")
+	keepGoMod(t, dir)
 
 	// The migration: the same 7 lines of cmd/main.go as docs/migrating.md.
 	mainGo := filepath.Join(dir, "cmd/main.go")
@@ -97,6 +98,7 @@ func TestKubebuilderMultigroupAdopted(t *testing.T) {
 	}
 	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t))
 	run(t, dir, "go", "mod", "tidy")
+	keptVersions(t, dir)
 	run(t, dir, "go", "build", "./...")
 
 	env := testenv.Get(t)

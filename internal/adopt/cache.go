@@ -79,7 +79,7 @@ func (c *Cache) informer(gvk schema.GroupVersionKind, obj client.Object) *Inform
 	if i, ok := c.informers[gvk]; ok {
 		return i
 	}
-	i := &Informer{gvk: gvk, prototype: obj}
+	i := &Informer{hasSynced: synced, gvk: gvk, prototype: obj}
 	c.informers[gvk] = i
 	return i
 }
@@ -151,6 +151,8 @@ type Informer struct {
 	gvk       schema.GroupVersionKind
 	prototype client.Object
 
+	hasSynced // always synced: HasSynced, HasSyncedChecker
+
 	mu       sync.Mutex
 	handlers []*registration
 }
@@ -164,26 +166,28 @@ func (i *Informer) GVK() schema.GroupVersionKind { return i.gvk }
 func (i *Informer) Prototype() client.Object { return i.prototype }
 
 type registration struct {
+	hasSynced
 	h toolscache.ResourceEventHandler
 }
 
-func (*registration) HasSynced() bool { return true }
+// hasSynced is what the Informer shim and its registrations embed for
+// their "synced" methods: HasSynced, and HasSyncedChecker with client-go
+// v0.36 and later, which this file cannot declare (client-go v0.33 has no
+// toolscache.DoneChecker). Its one value, synced, is a client-go FIFO that
+// an empty Replace has synced, used for nothing else.
+type hasSynced = toolscache.ResourceEventHandlerRegistration
 
-func (*registration) HasSyncedChecker() toolscache.DoneChecker { return synced{} }
-
-type synced struct{}
-
-func (synced) Name() string { return "opzero serverless (no informer)" }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (synced) Done() <-chan struct{} { return closed }
+var synced hasSynced = func() *toolscache.FIFO {
+	f := toolscache.NewFIFO(toolscache.MetaNamespaceKeyFunc)
+	_ = f.Replace(nil, "")
+	return f
+}()
 
 // AddEventHandler records h.
 func (i *Informer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	r := &registration{h: h}
+	r := &registration{hasSynced: synced, h: h}
 	i.handlers = append(i.handlers, r)
 	return r, nil
 }
@@ -226,12 +230,6 @@ func (i *Informer) Handlers() []toolscache.ResourceEventHandler {
 func (i *Informer) AddIndexers(toolscache.Indexers) error {
 	return fmt.Errorf("serverless: %s has no informer store to index (reads go to the API server)", i.gvk.Kind)
 }
-
-// HasSynced is always true.
-func (*Informer) HasSynced() bool { return true }
-
-// HasSyncedChecker is always done.
-func (*Informer) HasSyncedChecker() toolscache.DoneChecker { return synced{} }
 
 // IsStopped is always false.
 func (*Informer) IsStopped() bool { return false }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -65,6 +64,9 @@ func Adopt(r any, c *Cache, fallback func(reconcile.Request, time.Duration)) (_ 
 	if !isCtrl {
 		return nil, false, nil
 	}
+	if err := CheckControllerRuntime(linked()); err != nil {
+		return nil, true, fmt.Errorf("cannot run controller %T serverless: %w", r, err)
+	}
 	v := reflect.ValueOf(r)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return nil, true, shapeError(r, "not a pointer to a struct")
@@ -98,19 +100,12 @@ func Adopt(r any, c *Cache, fallback func(reconcile.Request, time.Duration)) (_ 
 }
 
 func shapeError(r any, what string) error {
-	v := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "sigs.k8s.io/controller-runtime" {
-				v = d.Version
-				if d.Replace != nil {
-					v += " (replaced by " + d.Replace.Path + " " + d.Replace.Version + ")"
-				}
-			}
-		}
+	v := LinkedControllerRuntime()
+	if v == "" {
+		v = "of an unknown version"
 	}
-	return fmt.Errorf("cannot run controller %T serverless: %s; this opzero adopts the controllers of sigs.k8s.io/controller-runtime v0.25 "+
-		"and this binary links controller-runtime %s: require v0.25 in go.mod, or run --mode=classic", r, what, v)
+	return fmt.Errorf("cannot run controller %T serverless: %s; this opzero adopts the controllers of sigs.k8s.io/controller-runtime %s to %s "+
+		"and this binary links controller-runtime %s: require one of those in go.mod, or run --mode=classic", r, what, OldestControllerRuntime, NewestControllerRuntime, v)
 }
 
 // Do is the user's reconciler (the controller's Do field), for describing

@@ -39,9 +39,11 @@
 //
 // # Caveats
 //
-// The shape of controller-runtime's internal controller (the exported
-// fields Name, NewQueue, LogConstructor) is what v0.25 has; another shape is
-// refused with an error naming the linked version. Requests added outside a
+// Controllers of controller-runtime v0.21 to v0.25 are adopted; a binary
+// linking another version is refused with an error naming it and the
+// range (CheckControllerRuntime), and so is a controller whose shape (the
+// exported fields Name, NewQueue, LogConstructor of controller-runtime's
+// internal controller) is not the one those versions have. Requests added outside a
 // Deliver (a custom source, a goroutine of the user's) go to the fallback
 // function given to Adopt. Field indexes (IndexField) are applied by
 // listing without the indexed requirement and filtering with the index

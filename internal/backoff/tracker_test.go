@@ -218,7 +218,9 @@ func TestConcurrent(t *testing.T) {
 	}()
 	var wg sync.WaitGroup
 	for w := range 8 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range 500 {
 				k := fmt.Sprint("key", (w+i)%5)
 				switch i % 4 {
@@ -231,7 +233,7 @@ func TestConcurrent(t *testing.T) {
 				}
 				tr.Pending(k)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	close(stop)

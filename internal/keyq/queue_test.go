@@ -85,7 +85,8 @@ func TestCoalesce(t *testing.T) {
 	tickets := make([]*keyq.Ticket, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { tickets[i] = q.Submit("k", i) })
+		wg.Add(1)
+		go func() { defer wg.Done(); tickets[i] = q.Submit("k", i) }()
 	}
 	wg.Wait()
 	if r, qd, l := q.Running(), q.Queued(), q.Len(); r != 1 || qd != 0 || l != 1 {
@@ -289,14 +290,16 @@ func TestStress(t *testing.T) {
 	subs := make([][]sub, stressWorkers)
 	var wg sync.WaitGroup
 	for w := range stressWorkers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range stressPerW {
 				x := sub{id: w*stressPerW + i, key: (w + i) % stressKeys}
 				x.at = s.seq.Add(1)
 				x.ticket = q.Submit(x.key, x.id)
 				subs[w] = append(subs[w], x)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	for w := range stressWorkers {

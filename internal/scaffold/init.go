@@ -12,7 +12,7 @@ import (
 )
 
 // GoVersion is the go directive of generated projects: opzero's own.
-const GoVersion = "1.26.0"
+const GoVersion = "1.24.0"
 
 // InitOptions configures Init.
 type InitOptions struct {

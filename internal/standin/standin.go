@@ -16,7 +16,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -194,13 +193,13 @@ func (c Client) Delete(ctx context.Context, obj client.Object, opts ...client.De
 
 // Status is the status subresource's writer, recording versions too.
 func (c Client) Status() client.SubResourceWriter {
-	return subWriter{c: c, w: c.Client.Status()}
+	return subWriter{SubResourceWriter: c.Client.Status(), c: c}
 }
 
 // SubResource is a subresource's client, recording versions of its writes.
 func (c Client) SubResource(name string) client.SubResourceClient {
 	sc := c.Client.SubResource(name)
-	return subClient{SubResourceReader: sc, subWriter: subWriter{c: c, w: sc}}
+	return subClient{SubResourceReader: sc, subWriter: subWriter{SubResourceWriter: sc, c: c}}
 }
 
 // primary returns the reconcile's state if obj is of the reconciled kind
@@ -254,25 +253,24 @@ func (c Client) observe(ctx context.Context, obj client.Object, err error) error
 	return nil
 }
 
+// subWriter embeds the writer it wraps, so that a method controller-runtime
+// adds to client.SubResourceWriter (Apply, v0.22) passes through unchanged
+// with every supported version.
 type subWriter struct {
+	client.SubResourceWriter
 	c Client
-	w client.SubResourceWriter
 }
 
 func (s subWriter) Create(ctx context.Context, obj client.Object, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	return s.w.Create(ctx, obj, sub, opts...) // writes sub, not obj
+	return s.SubResourceWriter.Create(ctx, obj, sub, opts...) // writes sub, not obj
 }
 
 func (s subWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	return s.c.observe(ctx, obj, s.w.Update(ctx, obj, opts...))
+	return s.c.observe(ctx, obj, s.SubResourceWriter.Update(ctx, obj, opts...))
 }
 
 func (s subWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	return s.c.observe(ctx, obj, s.w.Patch(ctx, obj, patch, opts...))
-}
-
-func (s subWriter) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-	return s.w.Apply(ctx, obj, opts...)
+	return s.c.observe(ctx, obj, s.SubResourceWriter.Patch(ctx, obj, patch, opts...))
 }
 
 type subClient struct {

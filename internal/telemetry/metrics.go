@@ -87,8 +87,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "How long in seconds an item stays in workqueue before being requested", Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12)}), queue)),
 		QueueWork: register(reg, prometheus.NewHistogramVec(native(prometheus.HistogramOpts{Subsystem: "workqueue", Name: "work_duration_seconds",
 			Help: "How long in seconds processing an item from workqueue takes.", Buckets: prometheus.ExponentialBuckets(10e-9, 10, 12)}), queue)),
-		QueueRetries: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "retries_total",
-			Help: "Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)"}, queue)),
+		QueueRetries: registerRetries(reg, queue),
 		Events: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "opzero_events_total",
 			Help: "Deliveries (CloudEvents) per controller, by wake reason (create, update, delete, sweep, full_sweep, ping, wakeup, external) and HTTP code"},
 			[]string{"controller", "reason", "code"})),
@@ -107,6 +106,32 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Writes to the API server by kind (lease: per-key Leases; wakeup: durable time; other), verb and HTTP code"},
 			[]string{"kind", "verb", "code"})),
 	}
+}
+
+// retriesHelp is controller-runtime's help of workqueue_retries_total:
+// the newer first, then the one before v0.24. The registry refuses a name
+// registered twice with two helps, so the counter is registered with the
+// one the linked controller-runtime registered, if it did.
+var retriesHelp = []string{
+	"Total number of items added to the workqueue with a non-zero delay (rate-limited requeues, explicit RequeueAfter or AddAfter calls)",
+	"Total number of retries handled by workqueue",
+}
+
+func registerRetries(reg prometheus.Registerer, labels []string) *prometheus.CounterVec {
+	var err error
+	for _, help := range retriesHelp {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "retries_total", Help: help}, labels)
+		if err = reg.Register(c); err == nil {
+			return c
+		}
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if have, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return have
+			}
+		}
+	}
+	panic("telemetry: " + err.Error())
 }
 
 // register registers c, or returns the collector registered before under

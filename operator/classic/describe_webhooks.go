@@ -23,7 +23,7 @@ const convertPath = "/convert"
 // serverless binary with ENABLE_WEBHOOKS=false.
 func (m *adopted) describeWebhooks() *description.Webhooks {
 	paths := m.webhooks.paths()
-	if len(paths) == 0 && m.converters.n == 0 {
+	if len(paths) == 0 {
 		return nil
 	}
 	w := &description.Webhooks{Port: webhook.DefaultPort}
@@ -42,16 +42,17 @@ func (m *adopted) describeWebhooks() *description.Webhooks {
 		}
 	}
 	sort.Strings(w.Paths)
-	if convert || m.converters.n > 0 {
-		w.Conversion = conversionKinds(m.GetScheme(), m.converters.kinds)
+	if convert {
+		w.Conversion = conversionKinds(m.GetScheme())
 	}
 	return w
 }
 
 // conversionKinds are the kinds of scheme with several versions that
-// /convert converts: those with a Hub and Convertible spokes, and those a
-// converter was registered for.
-func conversionKinds(scheme *runtime.Scheme, registered []schema.GroupKind) []description.ConversionKind {
+// /convert converts: those with a Hub and Convertible spokes.
+// (controller-runtime v0.24's converter registry is not read: opzero
+// supports v0.21, which has none.)
+func conversionKinds(scheme *runtime.Scheme) []description.ConversionKind {
 	if scheme == nil {
 		return nil
 	}
@@ -65,11 +66,9 @@ func conversionKinds(scheme *runtime.Scheme, registered []schema.GroupKind) []de
 		if len(vs) < 2 {
 			continue
 		}
-		ok := slices.Contains(registered, gk)
-		if !ok {
-			if obj, err := scheme.New(gk.WithVersion(vs[0].Version)); err == nil {
-				ok, _ = conversion.IsConvertible(scheme, obj)
-			}
+		ok := false
+		if obj, err := scheme.New(gk.WithVersion(vs[0].Version)); err == nil {
+			ok, _ = conversion.IsConvertible(scheme, obj)
 		}
 		if ok {
 			slices.SortFunc(vs, func(a, b description.Version) int { return cmp.Compare(a.Version, b.Version) })

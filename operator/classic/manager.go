@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/adopt"
@@ -123,9 +123,11 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 	if err != nil {
 		return nil, fmt.Errorf("a REST mapper for the API server: %w", err)
 	}
-	m := &adopted{Runtime: rt, describing: describing, cfg: o.Config, mo: mo, log: adopt.Logger(mo.Logger), http: hc, mapper: mapper,
-		healthz: map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{}, extra: map[string]http.Handler{},
-		converters: &converters{Registry: conversion.NewRegistry()}}
+	m := &adopted{opRuntime: opRuntime{rt}, describing: describing, cfg: o.Config, mo: mo, log: adopt.Logger(mo.Logger), http: hc, mapper: mapper,
+		healthz: map[string]healthz.Checker{}, readyz: map[string]healthz.Checker{}, extra: map[string]http.Handler{}}
+	if m.Manager, err = newerMethods(o.Config, mapper, mo); err != nil {
+		return nil, err
+	}
 	m.cache = adopt.NewCache(nil, rt.GetScheme())
 	m.client = m.cache.Indexed(rt.GetClient())
 	m.cache.Reader = readerOrNil(m.client)
@@ -146,7 +148,12 @@ func readerOrNil(c client.Client) client.Reader {
 
 // adopted is the serverless manager.Manager (and the describing one).
 type adopted struct {
-	*operator.Runtime
+	opRuntime
+	// Manager gives the methods of manager.Manager that adopted does not
+	// declare: those controller-runtime added after the oldest version
+	// opzero supports, whose types that version cannot name (see
+	// newerMethods). nil when the linked controller-runtime has none.
+	manager.Manager
 	// describing: OPZERO_DESCRIBE is set (the Runtime describes, not serves).
 	describing bool
 	cfg        *rest.Config
@@ -172,7 +179,6 @@ type adopted struct {
 	// mapperAsked: GetRESTMapper was the last call before GetCache (see GetCache).
 	mapperAsked bool
 	webhooks    *webhooks
-	converters  *converters
 
 	// stash carries one watched event's requests from the filter to the
 	// map function, keyed by the event's object (see filter).
@@ -244,13 +250,12 @@ func (m *adopted) check(to map[string]healthz.Checker, name string, c healthz.Ch
 	return nil
 }
 
-func (m *adopted) GetWebhookServer() webhook.Server          { return m.webhooks }
-func (m *adopted) GetLogger() logr.Logger                    { return m.log }
-func (m *adopted) GetControllerOptions() config.Controller   { return m.mo.Controller }
-func (m *adopted) GetConverterRegistry() conversion.Registry { return m.converters }
-func (m *adopted) GetHTTPClient() *http.Client               { return m.http }
-func (m *adopted) GetFieldIndexer() client.FieldIndexer      { return m.cache }
-func (m *adopted) GetAPIReader() client.Reader               { return readerOrNil(m.Runtime.GetClient()) }
+func (m *adopted) GetWebhookServer() webhook.Server        { return m.webhooks }
+func (m *adopted) GetLogger() logr.Logger                  { return m.log }
+func (m *adopted) GetControllerOptions() config.Controller { return m.mo.Controller }
+func (m *adopted) GetHTTPClient() *http.Client             { return m.http }
+func (m *adopted) GetFieldIndexer() client.FieldIndexer    { return m.cache }
+func (m *adopted) GetAPIReader() client.Reader             { return readerOrNil(m.Runtime.GetClient()) }
 
 // GetClient is the runtime's client (uncached), with field indexes applied to List.
 func (m *adopted) GetClient() client.Client { return m.client }
@@ -290,14 +295,16 @@ func (m *adopted) refusals() error {
 	defer m.mu.Unlock()
 	errs := append([]error(nil), m.errs...)
 	// Describing, webhooks are described instead (describeWebhooks).
-	if p := m.webhooks.paths(); len(p) > 0 && !m.describing {
+	p := m.webhooks.paths()
+	if i := slices.Index(p, convertPath); i >= 0 && !m.describing {
+		p = slices.Delete(p, i, i+1)
+		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; "+
+			"serve them with --mode=webhooks (opzero manifests generates it) and leave them out of the serverless binary (ENABLE_WEBHOOKS=false), or run --mode=classic"))
+	}
+	if len(p) > 0 && !m.describing {
 		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
 			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
 			"the manifests opzero manifests writes for a binary with webhooks run it so, beside a --mode=webhooks Deployment); or run --mode=classic", strings.Join(p, ", ")))
-	}
-	if m.converters.n > 0 && !m.describing {
-		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; "+
-			"serve them with --mode=webhooks (opzero manifests generates it) and leave them out of the serverless binary (ENABLE_WEBHOOKS=false), or run --mode=classic"))
 	}
 	if len(m.controllers) == 0 {
 		errs = append(errs, errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start"))

@@ -9,12 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 )
 
 // The parts of the adopted manager that serve beside the engine (health
@@ -102,18 +100,4 @@ func (w *webhooks) paths() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.regs...)
-}
-
-// converters counts registered converters, which Start refuses (and
-// describes).
-type converters struct {
-	conversion.Registry
-	n     int
-	kinds []schema.GroupKind
-}
-
-func (c *converters) RegisterConverter(gk schema.GroupKind, cv conversion.Converter) error {
-	c.n++
-	c.kinds = append(c.kinds, gk)
-	return c.Registry.RegisterConverter(gk, cv)
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +18,7 @@ import (
 	"github.com/opzero/opzero/internal/engine/classic"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/operator/internal/seam"
+	"github.com/opzero/opzero/reconcileutil"
 )
 
 // Importing this package is what links classic mode.
@@ -48,6 +50,19 @@ func (m managed) Setup(op *builder.Controller, c client.Client) error {
 		}
 	}
 	return classic.Setup(m.Manager, op, co)
+}
+
+// GetEventRecorder is the manager's events.k8s.io recorder where its
+// controller-runtime has one (v0.23 and later: a method whose result type
+// older versions cannot name, so it is found by name); with an older one,
+// opzero's, which writes each Event before returning, as in serverless.
+func (m managed) GetEventRecorder(name string) reconcileutil.Recorder {
+	if get := reflect.ValueOf(m.Manager).MethodByName("GetEventRecorder"); get.IsValid() && get.Type().NumIn() == 1 && get.Type().NumOut() == 1 {
+		if r, ok := get.Call([]reflect.Value{reflect.ValueOf(name)})[0].Interface().(reconcileutil.Recorder); ok {
+			return r
+		}
+	}
+	return reconcileutil.NewEventRecorder(m.GetClient(), m.GetScheme(), name).WithLogger(m.o.Logger)
 }
 
 func newManager(cfg, clientCfg *rest.Config, o operator.Options) (seam.Manager, error) {

@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/reconcileutil"
@@ -31,7 +31,7 @@ import (
 // ConfigMap changes.
 type ConfigWatcherReconciler struct {
 	client.Client
-	Recorder recorder.EventRecorder
+	Recorder events.EventRecorder
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }

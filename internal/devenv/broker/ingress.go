@@ -138,7 +138,8 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		e := ev.Clone()
-		in.wg.Go(func() { in.dispatch(t, &e) })
+		in.wg.Add(1)
+		go func() { defer in.wg.Done(); in.dispatch(t, &e) }()
 	}
 	w.WriteHeader(http.StatusAccepted)
 }

@@ -314,7 +314,8 @@ func (p *Platform) Stop() {
 		}
 		var wg sync.WaitGroup
 		for _, s := range p.procs {
-			wg.Go(s.stop) // SIGTERM to all at once, SIGKILL after 10 s
+			wg.Add(1)
+			go func() { defer wg.Done(); s.stop() }() // SIGTERM to all at once, SIGKILL after 10 s
 		}
 		wg.Wait()
 		p.deleteWebhookConfigs()

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +57,12 @@ func TestInFlightLimit(t *testing.T) {
 // data in its logs or answers, whatever the event.
 func TestSecretDataStaysOut(t *testing.T) {
 	var logs bytes.Buffer
-	log := funcr.New(func(prefix, args string) { logs.WriteString(prefix + args + "\n") }, funcr.Options{Verbosity: 10})
+	var logsMu sync.Mutex // client-go (v0.35) logs its requests from the reconcile's goroutine too
+	log := funcr.New(func(prefix, args string) {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		logs.WriteString(prefix + args + "\n")
+	}, funcr.Options{Verbosity: 10})
 	p := newProbe()
 	p.result = func(reconcile.Request, int) (reconcile.Result, error) { return reconcile.Result{}, errTest }
 	h := newHarness(t, p, func(b *builder.Builder) *builder.Builder {
@@ -75,7 +81,10 @@ func TestSecretDataStaysOut(t *testing.T) {
 		a := h.post(ev, false)
 		bodies = append(bodies, a.body, a.result)
 	}
-	for _, out := range append(bodies, logs.String()) {
+	logsMu.Lock()
+	all := logs.String()
+	logsMu.Unlock()
+	for _, out := range append(bodies, all) {
 		if strings.Contains(out, sentinel) || strings.Contains(out, "aHVudGVy") {
 			t.Fatalf("Secret data leaked: %q", out)
 		}

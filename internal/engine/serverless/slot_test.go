@@ -278,11 +278,13 @@ func TestReconcilesBoundedWithLeases(t *testing.T) {
 	h.srv.Config.Handler = e
 	var wg sync.WaitGroup
 	for i := range 40 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if a := h.post(h.event(cloudevent.Reference, cloudevent.Update, newWidget(h.ns, fmt.Sprintf("k%d", i%10)), "widgets"), false); a.code != 200 {
 				t.Errorf("event %d: %d %s", i, a.code, a.body)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	if most := p.most.Load(); most != 2 {

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/resourceversion"
-
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/resourceversion"
 )
 
 // DueBucketLabel indexes a Wakeup by its due time, so that the wakeup

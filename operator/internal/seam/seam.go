@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/reconcileutil"
 )
 
 // NewManager builds classic mode's manager: cfg serves the manager's
@@ -31,7 +31,7 @@ type NewManager[O any] func(cfg, clientCfg *rest.Config, o O) (Manager, error)
 // Manager is classic mode's controller-runtime manager as a Runtime uses it.
 type Manager interface {
 	GetClient() client.Client
-	GetEventRecorder(name string) recorder.EventRecorder
+	GetEventRecorder(name string) reconcileutil.Recorder
 	GetEventRecorderFor(name string) record.EventRecorder
 	Start(ctx context.Context) error
 	// Setup adds op's controller; c is the client reconcilers get.

@@ -7,13 +7,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"github.com/go-logr/logr"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -62,12 +65,46 @@ func (configWatcherWebhook) ValidateCreate(_ context.Context, cw *v1.ConfigWatch
 	return nil, nil
 }
 
-func (w configWatcherWebhook) ValidateUpdate(ctx context.Context, _, cw *v1.ConfigWatcher) (admission.Warnings, error) {
-	return w.ValidateCreate(ctx, cw)
-}
-
-func (configWatcherWebhook) ValidateDelete(context.Context, *v1.ConfigWatcher) (admission.Warnings, error) {
-	return nil, nil
+// registerWebhooks serves configWatcherWebhook at the paths
+// controller-runtime's webhook builder gives ConfigWatcher, as admission
+// handlers: the builder's form changed in controller-runtime v0.23
+// (ctrl.NewWebhookManagedBy(mgr, obj)), and this program builds with every
+// version opzero supports (TestKubebuilderWebhookAdopted builds
+// kubebuilder's own scaffold of each).
+func registerWebhooks(mgr ctrl.Manager) {
+	decode := func(req admission.Request) (*v1.ConfigWatcher, error) {
+		cw := &v1.ConfigWatcher{}
+		return cw, json.Unmarshal(req.Object.Raw, cw)
+	}
+	mgr.GetWebhookServer().Register("/mutate-k8spatterns-io-v1-configwatcher", &webhook.Admission{Handler: admission.HandlerFunc(
+		func(ctx context.Context, req admission.Request) admission.Response {
+			cw, err := decode(req)
+			if err == nil {
+				err = configWatcherWebhook{}.Default(ctx, cw)
+			}
+			var b []byte
+			if err == nil {
+				b, err = json.Marshal(cw)
+			}
+			if err != nil {
+				return admission.Errored(http.StatusBadRequest, err)
+			}
+			return admission.PatchResponseFromRaw(req.Object.Raw, b)
+		})})
+	mgr.GetWebhookServer().Register("/validate-k8spatterns-io-v1-configwatcher", &webhook.Admission{Handler: admission.HandlerFunc(
+		func(ctx context.Context, req admission.Request) admission.Response {
+			if req.Operation == admissionv1.Delete {
+				return admission.Allowed("")
+			}
+			cw, err := decode(req)
+			if err != nil {
+				return admission.Errored(http.StatusBadRequest, err)
+			}
+			if _, err := (configWatcherWebhook{}).ValidateCreate(ctx, cw); err != nil {
+				return admission.Denied(err.Error())
+			}
+			return admission.Allowed("")
+		})})
 }
 
 func main() {
@@ -101,7 +138,7 @@ func main() {
 			Complete(&reconciler{Client: mgr.GetClient()})
 	}
 	if err == nil && os.Getenv("ENABLE_WEBHOOKS") != "false" {
-		err = ctrl.NewWebhookManagedBy(mgr, &v1.ConfigWatcher{}).WithDefaulter(configWatcherWebhook{}).WithValidator(configWatcherWebhook{}).Complete()
+		registerWebhooks(mgr)
 	}
 	if err == nil {
 		err = mgr.AddHealthzCheck("healthz", healthz.Ping)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -33,27 +34,40 @@ import (
 // +kubebuilder:webhook:path=/mutate-gadgets-opzero-dev-v2-gadget,mutating=true,failurePolicy=fail,sideEffects=None,groups=gadgets.opzero.dev,resources=gadgets,verbs=create;update,versions=v2,name=mgadget-v2.opzero.dev,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-gadgets-opzero-dev-v2-gadget,mutating=false,failurePolicy=fail,sideEffects=None,groups=gadgets.opzero.dev,resources=gadgets,verbs=create;update,versions=v2,name=vgadget-v2.opzero.dev,admissionReviewVersions=v1
 
+// gadgetWebhook is kubebuilder v4.7's webhook (controller-runtime v0.21's
+// CustomDefaulter and CustomValidator, on runtime.Object): the form of the
+// oldest controller-runtime opzero supports, which go.mod requires.
 type gadgetWebhook struct{}
 
-func (gadgetWebhook) Default(_ context.Context, g *v2.Gadget) error {
-	if g.Spec.Color == "" {
+func gadget(obj runtime.Object) (*v2.Gadget, error) {
+	g, ok := obj.(*v2.Gadget)
+	if !ok {
+		return nil, fmt.Errorf("expected a Gadget, got %T", obj)
+	}
+	return g, nil
+}
+
+func (gadgetWebhook) Default(_ context.Context, obj runtime.Object) error {
+	g, err := gadget(obj)
+	if err == nil && g.Spec.Color == "" {
 		g.Spec.Color = "blue"
 	}
-	return nil
+	return err
 }
 
-func (gadgetWebhook) ValidateCreate(_ context.Context, g *v2.Gadget) (admission.Warnings, error) {
-	if g.Spec.Length > 100 {
-		return nil, errors.New("length over 100 is not allowed")
+func (gadgetWebhook) ValidateCreate(_ context.Context, obj runtime.Object) (admission.Warnings, error) {
+	g, err := gadget(obj)
+	if err == nil && g.Spec.Length > 100 {
+		err = errors.New("length over 100 is not allowed")
 	}
-	return nil, nil
+	return nil, err
 }
 
-func (w gadgetWebhook) ValidateUpdate(ctx context.Context, _, g *v2.Gadget) (admission.Warnings, error) {
-	return w.ValidateCreate(ctx, g)
+func (w gadgetWebhook) ValidateUpdate(ctx context.Context, _, obj runtime.Object) (admission.Warnings, error) {
+	return w.ValidateCreate(ctx, obj)
 }
 
-func (gadgetWebhook) ValidateDelete(context.Context, *v2.Gadget) (admission.Warnings, error) {
+func (gadgetWebhook) ValidateDelete(context.Context, runtime.Object) (admission.Warnings, error) {
 	return nil, nil
 }
 
@@ -86,7 +100,7 @@ func main() {
 		err = (&controller.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	}
 	if err == nil && os.Getenv("ENABLE_WEBHOOKS") != "false" {
-		err = ctrl.NewWebhookManagedBy(mgr, &v2.Gadget{}).WithDefaulter(gadgetWebhook{}).WithValidator(gadgetWebhook{}).Complete()
+		err = ctrl.NewWebhookManagedBy(mgr).For(&v2.Gadget{}).WithDefaulter(gadgetWebhook{}).WithValidator(gadgetWebhook{}).Complete()
 	}
 	if err == nil {
 		err = mgr.AddHealthzCheck("healthz", healthz.Ping)
