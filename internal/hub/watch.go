@@ -156,6 +156,9 @@ type sharedWatch struct {
 	taps    []*refIndex   // referrer indexes fed by this watch's changes
 	restart chan struct{} // a subscriber needs changes older than the watch's position
 	rv      string        // where the watch is
+
+	positioned chan struct{} // closed once the watch knows where it starts
+	posOnce    sync.Once
 }
 
 func (w *sharedWatch) addTap(ix *refIndex) {
@@ -202,7 +205,7 @@ func (w *sharedWatch) feedTaps(obj runtime.Object, deleted bool) {
 // progress.
 func (h *Hub) startWatch(ctx context.Context, k watchKey, atts []*attachment) *sharedWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &sharedWatch{h: h, key: k, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1), subs: atts}
+	w := &sharedWatch{h: h, key: k, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1), subs: atts, positioned: make(chan struct{})}
 	go func() { defer close(w.done); w.run(ctx) }()
 	return w
 }
@@ -304,6 +307,7 @@ func (w *sharedWatch) setRV(rv string) {
 	w.mu.Lock()
 	w.rv = rv
 	w.mu.Unlock()
+	w.posOnce.Do(func() { close(w.positioned) })
 }
 
 var errRestart = fmt.Errorf("restart")
@@ -691,6 +695,13 @@ func newer(rv, since string) bool {
 // applies what is newer than the list.
 func (ix *refIndex) runTapped(ctx context.Context) {
 	log := ix.h.opts.Log.WithValues("index", ix.key.gvr.GroupResource().String()+" "+ix.key.field)
+	// List only once the watch knows the version it starts from: a list
+	// before it would miss the changes between the list and that version.
+	select {
+	case <-ix.tap.positioned:
+	case <-ctx.Done():
+		return
+	}
 	for ctx.Err() == nil {
 		ix.mu.Lock()
 		ix.listing, ix.pending = true, nil

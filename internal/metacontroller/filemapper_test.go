@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
 	"github.com/opzero/opzero/testenv"
@@ -27,6 +29,7 @@ func TestFileMapperAgreesWithTheAPIServer(t *testing.T) {
 	}
 	fm := newFileMapper(nil)
 	checked := 0
+	var newer []string
 	for _, l := range lists {
 		if strings.HasSuffix(l.GroupVersion, ".example.com/v1") || l.GroupVersion == "example.com/v1" ||
 			strings.Contains(l.GroupVersion, "metacontroller.k8s.io") ||
@@ -38,6 +41,12 @@ func TestFileMapperAgreesWithTheAPIServer(t *testing.T) {
 				continue // subresources; create-only reviews are not controllable
 			}
 			res, err := resolveResource(v1alpha1.ResourceRule{APIVersion: l.GroupVersion, Resource: r.Name}, fm)
+			if gv, _ := schema.ParseGroupVersion(l.GroupVersion); err != nil && !clientgoscheme.Scheme.Recognizes(gv.WithKind(r.Kind)) {
+				// Served by an API server newer than the linked client-go (opzero's
+				// go.mod has the oldest it supports): offline, nothing knows it.
+				newer = append(newer, l.GroupVersion+" "+r.Name)
+				continue
+			}
 			if err != nil {
 				t.Errorf("%s %s: %v", l.GroupVersion, r.Name, err)
 				continue
@@ -48,6 +57,9 @@ func TestFileMapperAgreesWithTheAPIServer(t *testing.T) {
 			}
 			checked++
 		}
+	}
+	if len(newer) > 0 {
+		t.Logf("not in the linked client-go's scheme, not resolved offline: %s", strings.Join(newer, ", "))
 	}
 	if checked < 40 {
 		t.Fatalf("checked %d resources: discovery returned too few", checked)
