@@ -37,8 +37,9 @@ func (e *e2e) kubebuilder(t *testing.T) {
 	e.deployIn(t, dir, ns, "./cmd", "--idle", "6s")
 	t0 = time.Now()
 	e.ready(t, ns, gvrKsvc, 1)
-	e.ready(t, ns, gvrAPIServerSrc, 2)
-	t.Logf("Knative Service and 2 ApiServerSources Ready %s after apply", time.Since(t0).Round(time.Millisecond))
+	e.ready(t, ns, gvrAPIServerSrc, 2) // Memcached (For) and Deployment (Owns)
+	e.ready(t, ns, gvrPingSource, 2)   // the sweeps, as generated
+	t.Logf("Knative Service, 2 ApiServerSources and 2 PingSources Ready %s after apply", time.Since(t0).Round(time.Millisecond))
 	ksvcs, err := e.dyn.Resource(gvrKsvc).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
