@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"strings"
 	"sync"
@@ -216,17 +217,25 @@ func (e *e2e) scaleOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total, late := 0, 0
+	total, late, perPod := 0, 0, map[int]int{}
 	for i, cw := range cws {
 		rs := runs[ns+"/"+cw.GetName()]
 		total += len(rs)
+		for _, r := range rs {
+			perPod[r.PID]++
+		}
 		if len(rs) == 0 || rs[len(rs)-1].Start.Before(lastSent[i]) {
 			late++
 		}
 	}
 	o := spanlog.Overlaps(runs, t.Logf)
-	t.Logf("%d reconciles in %d pods' logs (%v); %d overlapping reconciles of one key; %d keys whose last reconcile started before their last event was sent",
-		total, len(pods), pods, o, late)
+	var spread []string
+	for pod, n := range pods {
+		spread = append(spread, fmt.Sprintf("%s: %d", pod, perPod[n]))
+	}
+	sort.Strings(spread)
+	t.Logf("%d reconciles in %d of %d pods' logs (%s); %d overlapping reconciles of one key; %d keys whose last reconcile started before their last event was sent",
+		total, len(pods), len(logs), strings.Join(spread, ", "), o, late)
 	if o != 0 {
 		t.Errorf("%d overlapping reconciles of one key across pods", o)
 	}
