@@ -76,10 +76,13 @@ func (e *e2e) scaleOut(t *testing.T) {
 	url, host := "http://"+tp.Status.PodIP+":8001/", svc+"."+ns+".svc.cluster.local" // web-internal: cluster-local routes
 
 	// Watch the revision's pods while the load runs.
+	t0 := time.Now()
 	stop := make(chan struct{})
 	var watchWG sync.WaitGroup
 	var podMu sync.Mutex
 	seen, most := map[string]bool{}, 0
+	var timeline []string // pods running and going, from the start of the load
+	running0 := map[string]bool{}
 	watchWG.Add(1)
 	go func() {
 		defer watchWG.Done()
@@ -87,12 +90,25 @@ func (e *e2e) scaleOut(t *testing.T) {
 			if l, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + svc}); err == nil {
 				running := 0
 				podMu.Lock()
+				now := map[string]bool{}
 				for _, p := range l.Items {
 					seen[p.Name] = true
 					if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
 						running++
+						now[p.Name] = true
 					}
 				}
+				for p := range now {
+					if !running0[p] {
+						timeline = append(timeline, fmt.Sprintf("%s running at %s", p[len(p)-5:], time.Since(t0).Round(100*time.Millisecond)))
+					}
+				}
+				for p := range running0 {
+					if !now[p] {
+						timeline = append(timeline, fmt.Sprintf("%s going at %s", p[len(p)-5:], time.Since(t0).Round(100*time.Millisecond)))
+					}
+				}
+				running0 = now
 				most = max(most, running)
 				podMu.Unlock()
 			}
@@ -118,7 +134,6 @@ func (e *e2e) scaleOut(t *testing.T) {
 	forwarded, handedOff, failed := 0, 0, 0
 	next := make(chan int)
 	var wg sync.WaitGroup
-	t0 := time.Now()
 	for range senders {
 		wg.Add(1)
 		go func() {
@@ -179,6 +194,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 	watchWG.Wait()
 	t.Logf("%d events in %s by %d senders: answers %v (%d failed), %d forwarded to the key's holder, %d handed off; pods seen %d, at most %d running at once",
 		len(order), took.Round(time.Millisecond), senders, codes, failed, forwarded, handedOff, len(seen), most)
+	t.Logf("pods: %s", strings.Join(timeline, "; "))
 	if codes[http.StatusOK] != len(order) {
 		t.Errorf("answers %v: want %d x 200", codes, len(order))
 	}
