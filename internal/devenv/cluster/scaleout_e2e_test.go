@@ -130,6 +130,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders}, Timeout: time.Minute}
 	var mu sync.Mutex
 	lastSent := make([]time.Time, objects)
+	lastAnswer := make([]string, objects) // of the event sent last, for a key reconciled too early
 	codes := map[int]int{}
 	forwarded, handedOff, failed := 0, 0, 0
 	next := make(chan int)
@@ -167,6 +168,10 @@ func (e *e2e) scaleOut(t *testing.T) {
 				mu.Lock()
 				if sent.After(lastSent[i]) {
 					lastSent[i] = sent
+					if resp != nil {
+						lastAnswer[i] = fmt.Sprintf("%d %s=%q %s=%q, answered %s", resp.StatusCode, serverless.ResultHeader, resp.Header.Get(serverless.ResultHeader),
+							serverless.HolderHeader, resp.Header.Get(serverless.HolderHeader), time.Now().Format(time.StampMicro))
+					}
 				}
 				if resp == nil {
 					failed++
@@ -242,6 +247,11 @@ func (e *e2e) scaleOut(t *testing.T) {
 		}
 		if len(rs) == 0 || rs[len(rs)-1].Start.Before(lastSent[i]) {
 			late++
+			var last []string
+			for _, r := range rs[max(0, len(rs)-3):] {
+				last = append(last, fmt.Sprintf("pod %d [%s, %s]", r.PID, r.Start.Format(time.StampMicro), r.End.Format(time.StampMicro)))
+			}
+			t.Logf("%s: last event sent %s, answer %s; last reconciles %s", cw.GetName(), lastSent[i].Format(time.StampMicro), lastAnswer[i], strings.Join(last, ", "))
 		}
 	}
 	o := spanlog.Overlaps(runs, t.Logf)
