@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/spanlog"
+	"github.com/opzero/opzero/internal/testkit"
 )
 
 // scaleOut is max-scale 3 under load on real Knative: internal/testop's
@@ -58,6 +59,23 @@ func (e *e2e) scaleOut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// Their creates, through the ApiServerSource, start the operator; the
+	// load starts at zero pods again, so that every pod it sees runs then.
+	testkit.Eventually(t, 3*time.Minute, "every ConfigWatcher reconciled once", func(ctx context.Context) (bool, error) {
+		l, err := e.dyn.Resource(gvrConfigWatcher).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		done := 0
+		for _, o := range l.Items {
+			if n, _, _ := unstructured.NestedInt64(o.Object, "status", "restarts"); n > 0 {
+				done++
+			}
+		}
+		return done == objects, fmt.Errorf("%d of %d", done, objects)
+	})
+	t.Logf("the creates reconciled; back at zero pods %s later", e.waitZero(t, ns, svc).Round(time.Second))
 
 	tr, err := e.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, svc+"-wakeup-source", &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{fmt.Sprintf("opzero:%s:%s", ns, svc)}}}, metav1.CreateOptions{})
