@@ -76,6 +76,12 @@ func (e *e2e) scaleOut(t *testing.T) {
 		return done == objects, fmt.Errorf("%d of %d", done, objects)
 	})
 	t.Logf("the creates reconciled; back at zero pods %s later", e.waitZero(t, ns, svc).Round(time.Second))
+	t1 := time.Now()
+	testkit.Eventually(t, 3*time.Minute, "no pod left, terminating ones included", func(ctx context.Context) (bool, error) {
+		l, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + svc})
+		return err == nil && len(l.Items) == 0, err
+	})
+	t.Logf("the last pod gone %s later", time.Since(t1).Round(time.Second))
 
 	tr, err := e.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, svc+"-wakeup-source", &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{fmt.Sprintf("opzero:%s:%s", ns, svc)}}}, metav1.CreateOptions{})
