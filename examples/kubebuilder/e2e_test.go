@@ -28,7 +28,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/examples/kubebuilder/kbproject"
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/manifests"
@@ -45,133 +45,19 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, testenv.Options{KnativeCRDs: true, Scheme: scheme}))
 }
 
-func checkoutRoot(t *testing.T) string {
-	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-// run runs a command in dir and fails the test with its output.
+// The project's generation lives in kbproject, which the real-Knative
+// suite (internal/devenv/cluster) shares.
+func checkoutRoot(t *testing.T) string { return kbproject.CheckoutRoot(t) }
 func run(t *testing.T, dir string, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s (in %s): %v\n%s", name, strings.Join(args, " "), dir, err, out)
-	}
-	return string(out)
+	return kbproject.Run(t, dir, name, args...)
 }
-
-// tools builds kubebuilder (from the module proxy) and controller-gen
-// (from the checkout's module); the Go build cache makes later runs quick.
-func tools(t *testing.T) (kubebuilder, controllerGen string) {
-	t.Helper()
-	bin := t.TempDir()
-	var dl struct{ Dir, Error string }
-	if err := json.Unmarshal([]byte(run(t, bin, "go", "mod", "download", "-json", "sigs.k8s.io/kubebuilder/v4@"+kubebuilderVersion)), &dl); err != nil || dl.Dir == "" {
-		t.Fatalf("downloading kubebuilder %s: %v %s", kubebuilderVersion, err, dl.Error)
-	}
-	kubebuilder, controllerGen = filepath.Join(bin, "kubebuilder"), filepath.Join(bin, "controller-gen")
-	run(t, dl.Dir, "go", "build", "-o", kubebuilder, ".")
-	run(t, checkoutRoot(t), "go", "build", "-o", controllerGen, "sigs.k8s.io/controller-tools/cmd/controller-gen")
-	return kubebuilder, controllerGen
-}
-
-// project generates the kubebuilder project, writes the user's API field
-// and reconciler, and applies the migration to cmd/main.go and go.mod. It
-// returns the project's folder and the migration's diff of cmd/main.go.
-func project(t *testing.T) (dir, diff string) {
-	t.Helper()
-	dir, before := generated(t)
-	mainGo := filepath.Join(dir, "cmd/main.go")
-	run(t, dir, "go", "mod", "edit", "-replace", "github.com/opzero/opzero="+checkoutRoot(t),
-		"-require", "github.com/opzero/opzero@v0.0.0-00010101000000-000000000000")
-	run(t, dir, "go", "mod", "tidy")
-	keptVersions(t, dir)
-	run(t, dir, "go", "build", "./...")
-	orig := filepath.Join(t.TempDir(), "main.go")
-	if err := os.WriteFile(orig, before, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", "diff", "--no-index", "--numstat", orig, mainGo)
-	out, _ := cmd.Output() // exit 1: the files differ
-	return dir, strings.TrimSpace(string(out))
-}
-
-// generated generates the kubebuilder project with the user's API field
-// and reconciler, and changes cmd/main.go as docs/migrating.md shows
-// (testdata/main.go.diff). It returns the project's folder and cmd/main.go
-// as kubebuilder wrote it.
-func generated(t *testing.T) (dir string, mainBefore []byte) {
-	t.Helper()
-	kb, cg := tools(t)
-	dir = filepath.Join(t.TempDir(), "memcached")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run(t, dir, kb, "init", "--domain", "example.com", "--repo", "example.com/memcached", "--skip-go-version-check")
-	run(t, dir, kb, "create", "api", "--group", "cache", "--version", "v1alpha1", "--kind", "Memcached", "--resource", "--controller", "--make=false")
-	keepGoMod(t, dir)
-
-	// The user's operator, as it is before opzero: a size in the spec, the
-	// tutorial's reconciler, the generated deep copies.
-	types := filepath.Join(dir, "api/v1alpha1/memcached_types.go")
-	replaceIn(t, types, "Foo *string `json:\"foo,omitempty\"`", "Size int32 `json:\"size,omitempty\"`")
-	if b, _ := os.ReadFile(types); !bytes.Contains(b, []byte("Conditions []metav1.Condition")) {
-		// kubebuilder before v4.10 scaffolds no status conditions: the tutorial adds them
-		replaceIn(t, types, "type MemcachedStatus struct {\n", "type MemcachedStatus struct {\n\tConditions []metav1.Condition `json:\"conditions,omitempty\"`\n")
-	}
-	src, err := os.ReadFile("testdata/memcached_controller.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "internal/controller/memcached_controller.go"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./api/...")
-	// and the CRDs and RBAC that its make manifests writes (its envtest suite installs the CRDs)
-	run(t, dir, cg, "rbac:roleName=manager-role", "crd", "webhook", "paths=./...", "output:crd:artifacts:config=config/crd/bases")
-	// Its test gives the reconciler the event recorder it now has.
-	ctest := filepath.Join(dir, "internal/controller/memcached_controller_test.go")
-	replaceIn(t, ctest, "\t\"k8s.io/apimachinery/pkg/types\"\n", "\t\"k8s.io/apimachinery/pkg/types\"\n\t\"k8s.io/client-go/tools/record\"\n")
-	replaceIn(t, ctest, "Scheme: k8sClient.Scheme(),", "Scheme: k8sClient.Scheme(), Recorder: record.NewFakeRecorder(10),")
-
-	// The migration of cmd/main.go (testdata/main.go.diff).
-	mainGo := filepath.Join(dir, "cmd/main.go")
-	before, err := os.ReadFile(mainGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// -C1: kubebuilder releases differ around the lines (v4.7.1 has no CertDir lines before NewManager)
-	run(t, dir, "git", "apply", "-C1", "--unidiff-zero", filepath.Join(wd(t), "testdata/main.go.diff"))
-	return dir, before
-}
-
-func wd(t *testing.T) string {
-	d, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
+func tools(t *testing.T) (kubebuilder, controllerGen string) { return kbproject.Tools(t) }
+func project(t *testing.T) (dir, diff string)                { return kbproject.Adopted(t) }
+func generated(t *testing.T) (dir string, mainBefore []byte) { return kbproject.Generated(t) }
 func replaceIn(t *testing.T, path, old, new string) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Count(b, []byte(old)) != 1 {
-		t.Fatalf("%s: %q is not there once (kubebuilder %s scaffolds differently?)", path, old, kubebuilderVersion)
-	}
-	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	kbproject.ReplaceIn(t, path, old, new)
 }
 
 // TestKubebuilderProjectAdopted is the issue's proof: a project generated

@@ -10,7 +10,15 @@
 //	             status.observedGeneration (scale-out)
 //
 // With $TESTOP_SPANS set, each reconcile appends "start|end <key> <pid>
-// <unix-nanos>" lines to that file, for the overlap check across processes.
+// <unix-nanos>" lines to that file, for the overlap check across processes;
+// TESTOP_SPANS=stderr writes "testop-span start|end <key> <hostname>
+// <unix-nanos>" lines to stderr instead, for pods (a file is per container;
+// the hostname is the pod's name).
+//
+// With $TESTOP_SCALEOUT set for `opzero manifests` (real Knative's
+// scale-out test), the operator declares containerConcurrency 1, so that
+// Knative's autoscaler adds pods under load up to max-scale (the default,
+// 3), and TESTOP_SPANS=stderr in its pods.
 // With $TESTOP_HANG set, every reconcile blocks until the process dies (an
 // instance to be killed mid-reconcile).
 //
@@ -49,8 +57,14 @@ import (
 
 type scripted struct{ client.Client }
 
+var hostname, _ = os.Hostname()
+
 func span(what string, req reconcile.Request) {
-	if f := os.Getenv("TESTOP_SPANS"); f != "" {
+	switch f := os.Getenv("TESTOP_SPANS"); f {
+	case "":
+	case "stderr":
+		fmt.Fprintf(os.Stderr, "testop-span %s %s %s %d\n", what, req.String(), hostname, time.Now().UnixNano())
+	default:
 		spanlog.Append(f, what, req.String())
 	}
 }
@@ -107,6 +121,9 @@ func main() {
 		b := builder.ControllerManagedBy(rt).Named("testop").For(&v1.ConfigWatcher{})
 		if os.Getenv("TESTOP_SOAK") != "" {
 			b = b.Owns(&corev1.ConfigMap{}).WithAutoObservedGeneration()
+		}
+		if os.Getenv("TESTOP_SCALEOUT") != "" {
+			b = b.WithConcurrency(1).WithEnv("TESTOP_SPANS", "stderr")
 		}
 		err = b.Complete(&scripted{Client: rt.GetClient()})
 	}

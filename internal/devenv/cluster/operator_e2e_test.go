@@ -103,6 +103,8 @@ func TestKnativeOperators(t *testing.T) {
 	}
 	t.Logf("kubectl get pods -A:\n%s", kubectl(t, e.c, "get", "pods", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,STATUS:.status.phase,IMAGE:.spec.containers[0].image"))
 	t.Run("configwatcher", e.configWatcher)
+	t.Run("kubebuilder", e.kubebuilder)
+	t.Run("scale-out", e.scaleOut)
 }
 
 func (e *e2e) command(name string, args ...string) *exec.Cmd {
@@ -116,9 +118,19 @@ func (e *e2e) command(name string, args ...string) *exec.Cmd {
 // them; it returns the manifests' folder.
 func (e *e2e) deploy(t *testing.T, ns string, flags ...string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "manifests")
+	return e.deployIn(t, e.root, ns, flags...)
+}
+
+// deployIn is deploy run in the module dir (`opzero manifests` and the
+// images' go build), as a user runs it in the folder of their project.
+func (e *e2e) deployIn(t *testing.T, dir, ns string, flags ...string) string {
+	t.Helper()
+	module := dir
+	dir = filepath.Join(t.TempDir(), "manifests")
 	args := append([]string{"manifests", "--namespace", ns, "-o", dir}, flags...)
-	if out, err := e.command(e.opzero, args...).CombinedOutput(); err != nil {
+	cmd := e.command(e.opzero, args...)
+	cmd.Dir = module
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("opzero %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("$ opzero %s", strings.Join(args, " "))
@@ -127,7 +139,7 @@ func (e *e2e) deploy(t *testing.T, ns string, flags ...string) string {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	resolved, refs, err := e.c.ResolveKo(context.Background(), e.root, manifest)
+	resolved, refs, err := e.c.ResolveKo(context.Background(), module, manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
