@@ -99,9 +99,16 @@ func configWatcher(t *testing.T) *manifests.Target {
 	return cwTarget
 }
 
+// generate is the ConfigWatcher example's manifests for o.
 func generate(t *testing.T, o manifests.Options) []manifests.Object {
 	t.Helper()
-	in, err := manifests.Prepare(context.Background(), configWatcher(t), o)
+	return generateFor(t, configWatcher(t), o)
+}
+
+// generateFor is target's manifests for o.
+func generateFor(t *testing.T, target *manifests.Target, o manifests.Options) []manifests.Object {
+	t.Helper()
+	in, err := manifests.Prepare(context.Background(), target, o)
 	if err != nil {
 		t.Fatal(err)
 	}

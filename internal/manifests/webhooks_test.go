@@ -53,15 +53,7 @@ func fixedCert(t *testing.T) *manifests.WebhookCert {
 
 func generateGadgets(t *testing.T, o manifests.Options) []manifests.Object {
 	t.Helper()
-	in, err := manifests.Prepare(context.Background(), gadgets(t), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := manifests.Generate(in, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objs
+	return generateFor(t, gadgets(t), o)
 }
 
 // TestWebhooksDescribed: the binary's webhooks as described (the
