@@ -37,12 +37,20 @@ type Options struct {
 	Recheck time.Duration
 	// Flush is how often progress is written to the Subscriptions (2 s).
 	Flush time.Duration
-	// HTTP sends the events (a client with a 30 s timeout).
+	// HTTP sends the events (a client with a 30 s timeout that keeps
+	// deliveryIdleConns connections per sink open between deliveries).
 	HTTP *http.Client
 	Log  logr.Logger
 	// NoWakeups runs no wakeup source (tests of the event path).
 	NoWakeups bool
 }
+
+// deliveryIdleConns is how many idle connections the hub keeps to each
+// sink: a Subscription's default concurrency (16) and more. With
+// net/http's default of 2, 14 of 16 concurrent deliveries closed their
+// connection after each answer and the next one dialed again, which cost
+// the hub, the operator and the kernel a TCP connection per event.
+const deliveryIdleConns = 64
 
 // Hub serves every Subscription of a cluster: see the package
 // documentation.
@@ -76,7 +84,9 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 		o.Flush = 2 * time.Second
 	}
 	if o.HTTP == nil {
-		o.HTTP = &http.Client{Timeout: 30 * time.Second}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = deliveryIdleConns
+		o.HTTP = &http.Client{Transport: t, Timeout: 30 * time.Second}
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()

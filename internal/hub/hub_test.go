@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,11 +56,12 @@ type sink struct {
 	events []event.Event
 	auth   []string
 	answer func(ev event.Event, n int) (int, http.Header)
+	conns  atomic.Int32 // connections the hub opened to it
 }
 
 func newSink(t *testing.T) *sink {
 	s := &sink{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		ev, err := cehttp.NewEventFromHTTPRequest(r)
 		if err != nil {
 			t.Errorf("the hub sent something that is not a CloudEvent: %v", err)
@@ -79,6 +82,12 @@ func newSink(t *testing.T) *sink {
 		}
 		rw.WriteHeader(code)
 	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
@@ -607,6 +616,51 @@ func TestDelivery(t *testing.T) {
 	}
 	if sub := claims["sub"]; sub != "system:serviceaccount:"+ns+":hub" {
 		t.Errorf("token subject %v, want the hub's service account", sub)
+	}
+}
+
+// TestDeliveryKeepsConnections: deliveries at a Subscription's full
+// concurrency reuse their connections to the sink; the hub does not dial
+// one per event (net/http keeps 2 idle connections per host by default).
+func TestDeliveryKeepsConnections(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	operatorAccount(t, ns, "op", false, readConfigMaps)
+	s := newSink(t)
+	gate := make(chan struct{}) // held until every object exists: a backlog keeps every delivery slot busy
+	s.answer = func(event.Event, int) (int, http.Header) {
+		<-gate
+		time.Sleep(10 * time.Millisecond)
+		return http.StatusOK, nil
+	}
+	startHub(t, hub.Options{NoWakeups: true})
+	const concurrency, objects = 8, 120
+	sub := subscription(ns, "busy", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}})
+	sub.Spec.Delivery = &v1alpha1.Delivery{Concurrency: ptr.To[int32](concurrency)}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "busy", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	var wg sync.WaitGroup
+	for i := range objects {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := env.Client.Create(ctx, configMap(ns, fmt.Sprintf("cm-%03d", i), nil)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(gate)
+	testkit.Eventually(t, time.Minute, "every ConfigMap delivered", func(context.Context) (bool, error) {
+		return s.count(func(ev event.Event) bool { return ev.Type() == "dev.knative.apiserver.ref.add" }) >= objects, nil
+	})
+	// At most one connection per delivery at once, and a few dialed while
+	// another was being freed.
+	if n := s.conns.Load(); n > concurrency+concurrency/2 {
+		t.Errorf("the hub opened %d connections to the sink for %d events at concurrency %d: it does not keep them", n, objects, concurrency)
+	} else {
+		t.Logf("%d connections for %d events at concurrency %d", n, objects, concurrency)
 	}
 }
 
