@@ -105,7 +105,12 @@ func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 		}
 		return objectEvent(host, mode, act, gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, data)
 	}
-	d.put(gvk.Kind+"/"+ns+"/"+name, &delivery{build: build, mark: mk})
+	// One key per event an operator tells apart: the same object's changes
+	// in one mode carry the same event, and a newer one replaces the one
+	// waiting; a Reference-mode and a Resource-mode event of it are two
+	// (an operator may map them to different primaries), and so are two
+	// kinds of one name in different groups.
+	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk})
 }
 
 // put queues dl under key, replacing a change still waiting there.

@@ -26,9 +26,11 @@
 //     of referrer -> name, the only state that grows, with the referrers).
 //   - deliveries are Knative ApiServerSource events (types, extensions and
 //     data as the adapter sends them), per Subscription up to
-//     spec.delivery.concurrency at once, one at a time per object in watch
-//     order; a change that arrives while an earlier one of the same object
-//     waits replaces it (the operator reconciles state, not history).
+//     spec.delivery.concurrency at once, one at a time per object and mode
+//     in watch order; a change that arrives while an earlier one of the
+//     same object in the same mode waits replaces it (the operator
+//     reconciles state, not history). An object subscribed in both modes
+//     gets both events.
 //     Failed sends are retried on the answers Knative's ApiServerSource
 //     retries (transport errors, 404, 413, 425, 429, 502, 503, 504),
 //     exponentially from spec.delivery.backoffDelay, Retry-After honoured,

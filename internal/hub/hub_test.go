@@ -664,6 +664,40 @@ func TestDeliveryKeepsConnections(t *testing.T) {
 	}
 }
 
+// TestModesNotCoalesced: a change waiting behind a delivery of the same
+// object is replaced by a newer one of the same mode, but a Subscription
+// that has an object in both modes gets both events (the Resource-mode
+// one had replaced the Reference-mode one: TestReferencedBy, fed by the
+// shared watch, lost the named ConfigMap's add under load).
+func TestModesNotCoalesced(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	operatorAccount(t, ns, "op", false, readConfigMaps)
+	s := newSink(t)
+	gate := make(chan struct{})
+	s.answer = func(ev event.Event, _ int) (int, http.Header) {
+		if n, _ := ev.Extensions()["name"].(string); n == "blocker" {
+			<-gate
+		}
+		return http.StatusOK, nil
+	}
+	startHub(t, hub.Options{NoWakeups: true})
+	sub := subscription(ns, "both", s.URL,
+		v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}},
+		v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: v1alpha1.ModeResource, Namespaces: []string{ns}})
+	sub.Spec.Delivery = &v1alpha1.Delivery{Concurrency: ptr.To[int32](1)} // one delivery at a time: the rest wait
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "both", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	must(t, env.Client.Create(ctx, configMap(ns, "blocker", nil)))
+	s.find(t, "the blocker's first event, held by the sink", func(ev event.Event) bool { n, _ := ev.Extensions()["name"].(string); return n == "blocker" })
+	must(t, env.Client.Create(ctx, configMap(ns, "x", nil)))
+	time.Sleep(time.Second) // both watches see x and queue its events behind the blocker
+	close(gate)
+	s.find(t, "x's Reference-mode add", about("dev.knative.apiserver.ref.add", "x"))
+	s.find(t, "x's Resource-mode add", about("dev.knative.apiserver.resource.add", "x"))
+}
+
 // compact compacts etcd up to rv, as kube-apiserver does every 5 minutes:
 // watches from before it get 410 Gone.
 func compact(t *testing.T, etcd, rv string) {
