@@ -17,7 +17,7 @@ import (
 // sent, its metadata and observedGeneration, bookmarks, and a 410 as the
 // API error it is; a malformed frame is an error, not a half object.
 func TestRawWatchDecoding(t *testing.T) {
-	obj := `{"apiVersion":"opzero.dev/v1","kind":"Widget","metadata":{"name":"a","namespace":"n","resourceVersion":"7","generation":3,"labels":{"x":"y"}},"spec":{"ref":{"name":"cm"},"n":1},"status":{"observedGeneration":2}}`
+	obj := `{"apiVersion":"opzero.dev/v1","kind":"Widget","metadata":{"name":"a","namespace":"n","resourceVersion":"7","generation":3,"managedFields":[{"manager":"m","operation":"Update","time":"2026-01-01T00:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}],"labels":{"x":"y"}},"spec":{"ref":{"name":"cm"},"n":1},"status":{"observedGeneration":2}}`
 	odd := `{"apiVersion":"v1","kind":"Odd","metadata":{"name":"b","resourceVersion":"8"},"status":"fine"}`
 	stream := `{"type":"ADDED","object":` + obj + "}\n" +
 		`{"type":"MODIFIED","object":` + odd + "}\n" +
@@ -40,6 +40,9 @@ func TestRawWatchDecoding(t *testing.T) {
 	}
 	if ro.GetName() != "a" || ro.GetNamespace() != "n" || ro.GetResourceVersion() != "7" || ro.GetGeneration() != 3 || ro.GetLabels()["x"] != "y" || ro.Kind != "Widget" {
 		t.Errorf("metadata %+v %+v", ro.TypeMeta, ro.ObjectMeta)
+	}
+	if ro.ManagedFields != nil {
+		t.Errorf("managedFields decoded: %+v (the hub never reads them)", ro.ManagedFields)
 	}
 	if g, has := observedGeneration(ro); g != 2 || !has {
 		t.Errorf("observedGeneration %d %v, want 2 true", g, has)
