@@ -180,7 +180,10 @@ func Middleware(o Options, next http.Handler) http.Handler {
 			return
 		}
 		if len(allowed) > 0 && !allowed[id.Username] {
-			http.Error(w, fmt.Sprintf("sender %s is not allowed to deliver events here (allowed: %s)", id.Username, strings.Join(o.Allowed, ", ")), http.StatusForbidden)
+			// Who is allowed goes to the operator's log, not to the sender:
+			// the answer tells a caller nothing about other identities.
+			o.Log.Info("refused a delivery from a sender not in --allowed-senders", "sender", id.Username, "allowed", strings.Join(o.Allowed, ", "))
+			http.Error(w, fmt.Sprintf("sender %s is not allowed to deliver events here (the operator's --allowed-senders does not name it)", id.Username), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)

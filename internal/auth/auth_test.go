@@ -124,6 +124,9 @@ func TestRealTokens(t *testing.T) {
 			if passed := reached.Load() - before; (tc.code == 200) != (passed == 1) {
 				t.Fatalf("%d deliveries reached the operator, want %v", passed, tc.code == 200)
 			}
+			if strings.Contains(rec.Body.String(), ":source") {
+				t.Fatalf("the answer %q names the allowed sender: a caller learns nothing of other identities", rec.Body.String())
+			}
 			if tc.code == 401 && rec.Header().Get("WWW-Authenticate") == "" {
 				t.Fatal("401 without WWW-Authenticate")
 			}
