@@ -33,9 +33,14 @@ func (w *leaseWrites) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.next.RoundTrip(r)
 }
 
-// newLocker returns a Locker for identity id whose Leases go to ns, and
-// its count of Lease writes.
+// newLocker returns a Locker for identity id whose Leases (3 s) go to ns,
+// and its count of Lease writes.
 func newLocker(t *testing.T, h *harness, id string) (*lease.Locker, *leaseWrites) {
+	return newLockerFor(t, h, id, 3*time.Second)
+}
+
+// newLockerFor is newLocker with Leases of duration d.
+func newLockerFor(t *testing.T, h *harness, id string, d time.Duration) (*lease.Locker, *leaseWrites) {
 	t.Helper()
 	w := &leaseWrites{}
 	cfg := rest.CopyConfig(h.env.Config)
@@ -44,7 +49,7 @@ func newLocker(t *testing.T, h *harness, id string) (*lease.Locker, *leaseWrites
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lease.New(c, lease.Options{Operator: "widgets", Identity: id, Duration: 3 * time.Second, Namespace: h.ns})
+	l, err := lease.New(c, lease.Options{Operator: "widgets", Identity: id, Duration: d, Namespace: h.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +73,14 @@ func (h *harness) leases() []coordinationv1.Lease {
 func TestLeaseKeptAcrossAStream(t *testing.T) {
 	p := newProbe()
 	h := newHarness(t, p, nil, serverless.Options{})
-	la, wa := newLocker(t, h, "a")
-	a := mustEngine(t, h, serverless.Options{Locker: la, LeaseKeepIdle: 300 * time.Millisecond})
+	// Kept 2 s: the stream's events, sent one after the other, must each
+	// arrive while the Lease is kept, also on a loaded machine (300 ms was
+	// exceeded under make test and the Lease written again); Leases of
+	// 9 s, renewed every 3 s, so that a kept Lease is released before a
+	// renewal writes it.
+	const keepIdle, leaseFor = 2 * time.Second, 9 * time.Second
+	la, wa := newLockerFor(t, h, "a", leaseFor)
+	a := mustEngine(t, h, serverless.Options{Locker: la, LeaseKeepIdle: keepIdle})
 	srvA := httptest.NewServer(a)
 	defer srvA.Close()
 	h.srv.Config.Handler = a // h.post goes to a
@@ -93,8 +104,8 @@ func TestLeaseKeptAcrossAStream(t *testing.T) {
 	}
 
 	// Hand-off while a keeps the Lease of "k" between runs.
-	lb, _ := newLocker(t, h, "b")
-	b := mustEngine(t, h, serverless.Options{Locker: lb, LeaseKeepIdle: 300 * time.Millisecond})
+	lb, _ := newLockerFor(t, h, "b", leaseFor)
+	b := mustEngine(t, h, serverless.Options{Locker: lb, LeaseKeepIdle: keepIdle})
 	srvB := httptest.NewServer(b)
 	defer srvB.Close()
 	if r := h.post(h.event(cloudevent.Reference, cloudevent.Update, newWidget(h.ns, "k"), "widgets"), false); r.code != 200 {
