@@ -79,11 +79,13 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "internal/metacontroller", forbidden: cliOnly},
 		{pkg: mod + "cmd/opzero-metacontroller", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",
 			"github.com/spf13/cobra", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero/"}},
-		// The always-on wakeup source: its own small binary, with neither the
-		// CLI nor the controller-runtime manager (a client is all it needs).
-		{pkg: mod + "cmd/wakeup-source", forbidden: []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",
-			"github.com/spf13/cobra", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero",
-			"sigs.k8s.io/controller-runtime/pkg/manager", mod + "internal/engine"}},
+		// The always-on parts, the wakeup source and the hub: small binaries
+		// with neither the CLI nor controller-runtime beyond the scheme
+		// builder of the API types (client-go's dynamic client is all they
+		// need; controller-runtime's metrics package alone linked client-go's
+		// whole clientset into the wakeup source, twice its size).
+		{pkg: mod + "cmd/wakeup-source", forbidden: alwaysOn},
+		{pkg: mod + "cmd/opzero-hub", forbidden: alwaysOn},
 		{pkg: mod + "...", forbidden: []string{"k8s.io/kubernetes", "knative.dev", "go.etcd.io/etcd/server"}},
 	}
 	for _, r := range rules {
@@ -101,6 +103,14 @@ func TestDependencyBudget(t *testing.T) {
 		})
 	}
 }
+
+// alwaysOn is what the always-on binaries (wakeup source, hub) must not
+// link: the CLI, the engine, and controller-runtime beyond its scheme
+// builder, and client-go's typed clientset.
+var alwaysOn = []string{"sigs.k8s.io/controller-tools", "golang.org/x/tools/go/packages",
+	"github.com/spf13/cobra", "github.com/opzero/opzero/internal/manifests", "github.com/opzero/opzero/internal/devenv", "github.com/opzero/opzero/cmd/opzero/",
+	"github.com/opzero/opzero/internal/engine", "sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/metrics",
+	"sigs.k8s.io/controller-runtime/pkg/client", "sigs.k8s.io/controller-runtime/pkg/cache", "k8s.io/client-go/kubernetes"}
 
 // managerOnly is what only classic mode links: package operator must not
 // import it, so that a binary links it only when its main imports

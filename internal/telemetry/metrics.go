@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"github.com/opzero/opzero/internal/telemetry/otlpexport"
+
 	"errors"
 	"sync"
 	"time"
@@ -43,9 +45,9 @@ var (
 	metrics     *Metrics
 )
 
-// processStart is when this process's telemetry package was initialized:
-// close enough to exec for a cold start's time to first reconcile.
-var processStart = time.Now()
+// processStart is when this process's telemetry was initialized: close
+// enough to exec for a cold start's time to first reconcile.
+var processStart = otlpexport.ProcessStart
 
 // reconcileBuckets are controller-runtime's for reconcile time.
 var reconcileBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,

@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"github.com/opzero/opzero/internal/telemetry/otlpexport"
+
 	"context"
 	"net/http"
 	"strconv"
@@ -31,7 +33,7 @@ const (
 	TraceHeader = "Opzero-Trace-Id"
 )
 
-const tracerName = "github.com/opzero/opzero/serverless"
+const tracerName = otlpexport.ScopeName
 
 // Observer is what the serverless engine tells about its work: one
 // Delivery per HTTP request, one Run per reconcile. It keeps the metrics,

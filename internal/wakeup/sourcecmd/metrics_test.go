@@ -4,19 +4,20 @@ import (
 	"testing"
 	"time"
 
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestDeliveryMetrics: the Delivered callback counts fired and late
 // wakeups, and the pending gauge reads the source.
 func TestDeliveryMetrics(t *testing.T) {
 	pending := 7
-	delivered := observeDeliveries(func() int { return pending })
+	reg := prometheus.NewRegistry()
+	delivered := observeDeliveries(reg, func() int { return pending })
 	due := time.Now()
 	delivered("ns", "a", due, due.Add(100*time.Millisecond)) // on time
 	delivered("ns", "b", due, due.Add(3*time.Second))        // late
 	got := map[string]float64{}
-	fams, err := crmetrics.Registry.Gather()
+	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

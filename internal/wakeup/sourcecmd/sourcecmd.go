@@ -17,12 +17,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/opzero/opzero/internal/telemetry"
+	"github.com/opzero/opzero/internal/telemetry/otlpexport"
 	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
@@ -109,9 +109,13 @@ func (f Flags) Run(ctx context.Context) error {
 		o.Token = wakesource.TokenRequester(dyn, sans, saname, f.Audience)
 	}
 	var src *wakesource.Source
-	o.Delivered = observeDeliveries(func() int { return src.Pending() })
+	// Its own registry, with the Go and process collectors
+	// controller-runtime's has: /metrics serves it, telemetry pushes it.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.Delivered = observeDeliveries(reg, func() int { return src.Pending() })
 	src = wakesource.NewSource(wakesource.Dynamic(dyn), o)
-	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: strings.TrimSuffix("wakeup-source-"+f.Operator, "-"), InstanceID: os.Getenv("POD_NAME")})
+	tp, err := otlpexport.Setup(ctx, otlpexport.Options{ServiceName: strings.TrimSuffix("wakeup-source-"+f.Operator, "-"), InstanceID: os.Getenv("POD_NAME"), Gatherer: reg})
 	if err != nil {
 		return err
 	}
@@ -127,7 +131,7 @@ func (f Flags) Run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/", src.HealthHandler())
-		mux.Handle("/metrics", promhttp.HandlerFor(crmetrics.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
@@ -136,12 +140,11 @@ func (f Flags) Run(ctx context.Context) error {
 	return src.Run(ctx)
 }
 
-// observeDeliveries registers the wakeup source's metrics and returns the
+// observeDeliveries registers the wakeup source's metrics in reg and returns the
 // Source's Delivered callback that feeds them: records pending (a gauge
 // read from pending), fired, and how late each fired after its due time
 // (late: more than a second).
-func observeDeliveries(pending func() int) func(ns, name string, due, at time.Time) {
-	reg := crmetrics.Registry // telemetry pushes it too
+func observeDeliveries(reg prometheus.Registerer, pending func() int) func(ns, name string, due, at time.Time) {
 	fired := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_fired_total", Help: "Wakeups delivered with a 2xx answer"})
 	late := prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_wakeups_late_total", Help: "Wakeups delivered more than a second after they were due"})
 	lateness := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "opzero_wakeup_lateness_seconds",
@@ -149,7 +152,7 @@ func observeDeliveries(pending func() int) func(ns, name string, due, at time.Ti
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_wakeups_pending", Help: "Wakeups held waiting to be delivered (at most the --window earliest)"},
 		func() float64 { return float64(pending()) })
 	for _, c := range []prometheus.Collector{fired, late, lateness, gauge} {
-		_ = reg.Register(c) // a second Run in one process (tests) keeps the first's
+		reg.MustRegister(c)
 	}
 	return func(_, _ string, due, at time.Time) {
 		fired.Inc()

@@ -1,4 +1,4 @@
-package telemetry
+package otlpexport
 
 import (
 	"bytes"
@@ -138,7 +138,7 @@ func startPusher(p *poster, g prometheus.Gatherer, res *resource.Resource) *metr
 	if ms, err := strconv.Atoi(os.Getenv("OTEL_METRIC_EXPORT_INTERVAL")); err == nil && ms > 0 {
 		interval = time.Duration(ms) * time.Millisecond
 	}
-	m := &metricPusher{p: p, g: g, res: resourceProto(res), start: uint64(processStart.UnixNano()),
+	m := &metricPusher{p: p, g: g, res: resourceProto(res), start: uint64(ProcessStart.UnixNano()),
 		stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
@@ -178,7 +178,7 @@ func (m *metricPusher) push(ctx context.Context) error {
 		}
 	}
 	rm := &metricspb.ResourceMetrics{Resource: m.res, ScopeMetrics: []*metricspb.ScopeMetrics{{
-		Scope: &commonpb.InstrumentationScope{Name: tracerName}, Metrics: ms}}}
+		Scope: &commonpb.InstrumentationScope{Name: ScopeName}, Metrics: ms}}}
 	return m.p.post(ctx, []proto.Message{rm})
 }
 
