@@ -121,7 +121,7 @@ func fleetProject(t *testing.T, kb, cg string) (dir string, mainBefore []byte) {
 `, m[1], a.kind))
 	}
 	run(t, dir, kb, "create", "webhook", "--group", "ship", "--version", "v1", "--kind", "Frigate", "--defaulting", "--programmatic-validation", "--make=false")
-	frigateWebhook(t, filepath.Join(dir, "internal/webhook/ship/v1/frigate_webhook.go"))
+	frigateWebhook(t, filepath.Join(dir, "internal/webhook/ship/v1"))
 	run(t, dir, cg, "object:headerFile=hack/boilerplate.go.txt", "paths=./...")
 	keepGoMod(t, dir)
 	mainBefore, err := os.ReadFile(filepath.Join(dir, "cmd/main.go"))
@@ -132,11 +132,30 @@ func fleetProject(t *testing.T, kb, cg string) (dir string, mainBefore []byte) {
 }
 
 // frigateWebhook writes the user's logic into the webhook kubebuilder
-// scaffolded: the defaulter gives a Frigate without a class label the
-// class "frigate", the validator refuses to create one of class
-// "battleship". The object's variable is the scaffold's (frigate for
-// runtime.Object webhooks, obj for typed ones).
-func frigateWebhook(t *testing.T, hookGo string) {
+// scaffolded in dir: the defaulter gives a Frigate without a class label
+// the class "frigate", the validator refuses to create one of class
+// "battleship" (the object's variable is the scaffold's: frigate for
+// runtime.Object webhooks, obj for typed ones); and the user's tests of
+// them into the webhook's envtest suite, which creates through its API
+// server (the scaffolded suite has no spec but examples in comments, and
+// Ginkgo skips the suite's envtest when no spec runs).
+func frigateWebhook(t *testing.T, dir string) {
+	testGo := filepath.Join(dir, "frigate_webhook_test.go")
+	replaceIn(t, testGo, "// TODO (user): Add logic for defaulting webhooks\n", `// TODO (user): Add logic for defaulting webhooks
+		It("labels a Frigate without a class, called by the API server", func() {
+			obj.Name, obj.Namespace = "defaulted", "default"
+			Expect(k8sClient.Create(ctx, obj)).To(Succeed())
+			Expect(obj.Labels).To(HaveKeyWithValue("class", "frigate"))
+		})
+`)
+	replaceIn(t, testGo, "// TODO (user): Add logic for validating webhooks\n", `// TODO (user): Add logic for validating webhooks
+		It("refuses a battleship, called by the API server", func() {
+			obj.Name, obj.Namespace = "battleship", "default"
+			obj.Labels = map[string]string{"class": "battleship"}
+			Expect(k8sClient.Create(ctx, obj)).To(MatchError(ContainSubstring("a Frigate cannot be of class battleship")))
+		})
+`)
+	hookGo := filepath.Join(dir, "frigate_webhook.go")
 	src, err := os.ReadFile(hookGo)
 	if err != nil {
 		t.Fatal(err)
