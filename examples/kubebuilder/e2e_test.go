@@ -77,7 +77,9 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 	env := testenv.Get(t)
 	t.Run("flags", func(t *testing.T) { oneFlagPerSetting(t, dir) })
 	t.Run("serverless", func(t *testing.T) { serverless(t, env, dir) })
-	t.Run("classic", func(t *testing.T) { classic(t, env, dir) })
+	t.Run("classic", func(t *testing.T) {
+		classic(t, env, dir, func(t *testing.T, c client.Client, ns string) { exercise(t, c, ns, nil) })
+	})
 }
 
 // oneFlagPerSetting: the adopted binary's -h lists the project's own
@@ -107,24 +109,10 @@ func oneFlagPerSetting(t *testing.T, dir string) {
 
 func serverless(t *testing.T, env *testenv.Env, dir string) {
 	ns := env.Namespace(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := manifests.Stream(objs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	us, err := dev.ReadManifests("-", bytes.NewReader(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
+	us := devObjects(t, dir, manifests.Options{Namespace: ns})
 	var sources []string
 	for _, o := range us {
-		switch o.GetKind() {
-		case "PingSource": // no sweep tick during the test
-			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
-		case "ApiServerSource":
+		if o.GetKind() == "ApiServerSource" {
 			res, _, _ := unstructured.NestedSlice(o.Object, "spec", "resources")
 			for _, r := range res {
 				m, _ := r.(map[string]any)
@@ -137,19 +125,15 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 	}
 	p := devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
 		BuildDir: dir, Idle: time.Second})
-	instances := func() int { return p.Services[0].Activator.Instances() }
-	exercise(t, env.Client, ns, func(step string) {
-		testkit.Eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) { return instances() == 0, nil })
-	})
+	exercise(t, env.Client, ns, idleWait(t, p))
 }
 
-// classic runs the generated classic manifests through opzero dev: the
-// Deployment passes the project's own --leader-elect and
-// --health-probe-bind-address (opzero dev probes it), and the manager holds
-// its leader-election Lease in the namespace.
-func classic(t *testing.T, env *testenv.Env, dir string) {
-	ns := env.Namespace(t)
-	objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: ns, Mode: manifests.Classic})
+// devObjects are the manifests `opzero manifests` writes for the project
+// in dir (./cmd), as opzero dev reads them, with the sweeps' PingSources
+// moved out of the way (no sweep tick during the test).
+func devObjects(t *testing.T, dir string, o manifests.Options) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := manifests.Build(context.Background(), dir, "./cmd", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +145,43 @@ func classic(t *testing.T, env *testenv.Env, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, u := range us {
+		if u.GetKind() == "PingSource" {
+			_ = unstructured.SetNestedField(u.Object, "0 0 1 1 *", "spec", "schedule")
+		}
+	}
+	return us
+}
+
+// idleWait returns a wait for the platform's (one) Knative Service to
+// scale to zero, after the step it names.
+func idleWait(t *testing.T, p *dev.Platform) func(step string) {
+	return func(step string) {
+		testkit.Eventually(t, 60*time.Second, "scale to zero after "+step, func(context.Context) (bool, error) {
+			return p.Services[0].Activator.Instances() == 0, nil
+		})
+	}
+}
+
+// classic runs the generated classic manifests through opzero dev and
+// exercise on them: the Deployment passes the project's own --leader-elect
+// and --health-probe-bind-address (opzero dev probes it), and the manager
+// holds its leader-election Lease in the namespace.
+func classic(t *testing.T, env *testenv.Env, dir string, exercise func(t *testing.T, c client.Client, ns string)) {
+	ns := env.Namespace(t)
+	us := devObjects(t, dir, manifests.Options{Namespace: ns, Mode: manifests.Classic})
 	for _, o := range us {
 		if o.GetKind() == "Deployment" {
 			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 			args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-			t.Logf("classic Deployment args: %s", strings.Join(args, " "))
+			t.Logf("classic Deployment %s args: %s", o.GetName(), strings.Join(args, " "))
 			if !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--health-probe-bind-address=:8081") {
 				t.Fatalf("classic Deployment args %q: want the project's --leader-elect and --health-probe-bind-address", args)
 			}
 		}
 	}
 	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(), BuildDir: dir})
-	exercise(t, env.Client, ns, nil)
+	exercise(t, env.Client, ns)
 	leases := &coordinationv1.LeaseList{}
 	if err := env.Client.List(context.Background(), leases, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -18,11 +19,16 @@ func Tracing() *Provider { return &Provider{tracing: true} }
 // the API server (opzero_api_writes_total: Leases, Wakeups, the rest) and,
 // when p exports traces, makes a client span per API call (otelhttp) named
 // after the verb and resource ("create wakeups"), in the trace of the
-// request's context (calls outside any trace are not traced).
+// request's context (calls outside any trace are not traced). The span
+// carries the stable HTTP attributes http.request.method and
+// http.response.status_code whichever otelhttp the binary links (before
+// v0.60 it writes only the older http.method and http.status_code unless
+// OTEL_SEMCONV_STABILITY_OPT_IN says otherwise, and an adopted project may
+// link one as old as v0.58).
 func (p *Provider) WrapTransport(rt http.RoundTripper) http.RoundTripper {
 	rt = counting{next: rt, m: Default()}
 	if p.Traces() {
-		rt = otelhttp.NewTransport(rt, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		rt = otelhttp.NewTransport(stableHTTPAttributes{next: rt}, otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			verb, res := apiCall(r)
 			return verb + " " + res
 		}), otelhttp.WithFilter(func(r *http.Request) bool {
@@ -32,6 +38,21 @@ func (p *Provider) WrapTransport(rt http.RoundTripper) http.RoundTripper {
 		}))
 	}
 	return rt
+}
+
+// stableHTTPAttributes runs inside otelhttp's client span (the span of the
+// request's context) and sets the stable semantic conventions' method and
+// status code on it.
+type stableHTTPAttributes struct{ next http.RoundTripper }
+
+func (s stableHTTPAttributes) RoundTrip(r *http.Request) (*http.Response, error) {
+	span := trace.SpanFromContext(r.Context())
+	span.SetAttributes(attribute.String("http.request.method", r.Method))
+	resp, err := s.next.RoundTrip(r)
+	if err == nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
+	return resp, err
 }
 
 type counting struct {
