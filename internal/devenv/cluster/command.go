@@ -48,6 +48,11 @@ const AppDir = "/app"
 // It returns the new manifest and each object's image (<kind>/<namespace>/
 // <name> -> reference).
 func (c *Cluster) ResolveCommands(ctx context.Context, buildDir, manifest string) (string, map[string]string, error) {
+	return resolveCommands(ctx, buildDir, manifest, c.Import)
+}
+
+// resolveCommands is ResolveCommands with the images imported by load.
+func resolveCommands(ctx context.Context, buildDir, manifest string, load func(context.Context, ...image.Spec) ([]image.Built, error)) (string, map[string]string, error) {
 	docs := strings.Split(manifest, "\n---")
 	type target struct {
 		doc  int
@@ -84,7 +89,7 @@ func (c *Cluster) ResolveCommands(ctx context.Context, buildDir, manifest string
 	for i, t := range targets {
 		specs[i] = t.spec
 	}
-	built, err := c.Import(ctx, specs...)
+	built, err := load(ctx, specs...)
 	if err != nil {
 		return "", nil, err
 	}

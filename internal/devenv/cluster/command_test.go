@@ -169,3 +169,117 @@ func untar(r io.ReadCloser, dir string) error {
 		}
 	}
 }
+
+// TestResolveCommands: a Knative Service and a Deployment annotated
+// dev.opzero.dev/command get their command's image in their first
+// container (the rest of the object kept); a Deployment without the
+// annotation, and a ConfigMap that only mentions it, stay as written,
+// byte for byte.
+func TestResolveCommands(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 (Debian's python3)")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"hooks/sync.py", "hooks/helper.py"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("print('hi')\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	untouched := []string{`
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: plain}
+spec:
+  template:
+    spec:
+      containers: [{name: c, image: example.com/plain:v1}]
+`, `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: notes}
+data: {note: "dev.opzero.dev/command runs a hook locally"}
+`}
+	manifest := `---
+apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: Hook
+  namespace: ns
+  annotations:
+    dev.opzero.dev/command: '["python3", "hooks/sync.py", "--flag"]'
+spec:
+  template:
+    spec:
+      containers:
+      - image: ghcr.io/example/hook:latest
+        env: [{name: A, value: b}]
+---` + untouched[0] + `---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: deployed-hook
+  annotations:
+    dev.opzero.dev/command: '["python3", "hooks/sync.py"]'
+spec:
+  template:
+    spec:
+      containers:
+      - {name: hook, image: example.com/hook:v1, ports: [{containerPort: 80}]}
+      - {name: sidecar, image: example.com/sidecar:v1}
+---` + untouched[1]
+	var got []image.Spec
+	load := func(_ context.Context, specs ...image.Spec) ([]image.Built, error) {
+		got = specs
+		out := make([]image.Built, len(specs))
+		for i, s := range specs {
+			out[i].Ref = image.Registry + "/" + s.Name + ":test"
+		}
+		return out, nil
+	}
+	resolved, refs, err := resolveCommands(context.Background(), dir, manifest, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "command/hook" || got[1].Name != "command/deployed-hook" {
+		t.Fatalf("images %+v", got)
+	}
+	if want := []string{"hooks/sync.py", "--flag"}; strings.Join(got[0].Args, " ") != strings.Join(want, " ") {
+		t.Errorf("args %q, want %q", got[0].Args, want)
+	}
+	var app []string
+	for _, f := range got[0].Files {
+		if strings.HasPrefix(f.Path, AppDir+"/") {
+			app = append(app, f.Path)
+		}
+	}
+	if strings.Join(app, " ") != AppDir+"/hooks/helper.py "+AppDir+"/hooks/sync.py" {
+		t.Errorf("files under %s: %v (want the script's folder)", AppDir, app)
+	}
+	if refs["Service/ns/Hook"] != "opzero.local/command/hook:test" || refs["Deployment//deployed-hook"] != "opzero.local/command/deployed-hook:test" {
+		t.Errorf("refs %v", refs)
+	}
+	for _, u := range untouched {
+		if !strings.Contains(resolved, u) {
+			t.Errorf("changed:%s\nin:\n%s", u, resolved)
+		}
+	}
+	for _, want := range []string{"image: opzero.local/command/hook:test", "image: opzero.local/command/deployed-hook:test",
+		"image: example.com/sidecar:v1", "containerPort: 80", "value: b", "dev.opzero.dev/command"} {
+		if !strings.Contains(resolved, want) {
+			t.Errorf("no %q in:\n%s", want, resolved)
+		}
+	}
+	if strings.Contains(resolved, "ghcr.io/example/hook") || strings.Contains(resolved, "example.com/hook:v1") {
+		t.Errorf("an image not replaced:\n%s", resolved)
+	}
+
+	// A command whose arguments name no file of the build folder has no
+	// image to build: an error naming it, nothing applied.
+	bad := strings.Replace(manifest, `"hooks/sync.py", "--flag"`, `"-c", "print(1)"`, 1)
+	if _, _, err := resolveCommands(context.Background(), dir, bad, load); err == nil || !strings.Contains(err.Error(), "Hook") {
+		t.Errorf("a command without a script: %v", err)
+	}
+}
