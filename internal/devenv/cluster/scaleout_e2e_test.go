@@ -157,6 +157,11 @@ func (e *e2e) scaleOut(t *testing.T) {
 	lastSent := make([]time.Time, objects)
 	lastAnswer := make([]string, objects) // of the event sent last, for a key reconciled too early
 	codes := map[int]int{}
+	type handOff struct {
+		i  int
+		at time.Time // answered
+	}
+	var handOffs []handOff
 	forwarded, handedOff, failed := 0, 0, 0
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -207,6 +212,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 					}
 					if strings.Contains(resp.Header.Get(serverless.ResultHeader), "handed off") {
 						handedOff++
+						handOffs = append(handOffs, handOff{i, time.Now()})
 					}
 				}
 				mu.Unlock()
@@ -296,6 +302,25 @@ func (e *e2e) scaleOut(t *testing.T) {
 			}
 			t.Logf("%s: last event sent %s, answer %s; last reconciles %s", cw.GetName(), lastSent[i].Format(time.StampMicro), lastAnswer[i], strings.Join(last, ", "))
 		}
+	}
+	// A handed-off event's reconcile: the key's first run that starts
+	// after the answer (the holder's rerun for the mark, at its release
+	// of the Lease), and how long after the answer.
+	var rerun []time.Duration
+	afterEnd := 0
+	for _, h := range handOffs {
+		for _, r := range runs[ns+"/"+cws[h.i].GetName()] {
+			if r.Start.After(h.at) {
+				rerun = append(rerun, r.Start.Sub(h.at))
+				if r.Start.After(loadEnd) {
+					afterEnd++
+				}
+				break
+			}
+		}
+	}
+	if len(rerun) > 0 {
+		t.Logf("handed-off events: the key's next reconcile started after the answer by %s; %d of them after the load's last answer", durations(rerun), afterEnd)
 	}
 	o := spanlog.Overlaps(runs, t.Logf)
 	var spread []string
