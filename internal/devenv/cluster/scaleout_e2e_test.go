@@ -303,6 +303,8 @@ func (e *e2e) scaleOut(t *testing.T) {
 		}
 		if len(rs) > 0 && rs[len(rs)-1].Start.After(loadEnd) {
 			afterLoad++
+		}
+		if len(rs) > 0 && rs[len(rs)-1].Start.After(loadEnd) && strings.Contains(lastAnswer[i], "handed off") {
 			t.Logf("%s: last event sent %s, answer %s; its last reconcile started %s after the load's last answer", cw.GetName(),
 				lastSent[i].Format(time.StampMicro), lastAnswer[i], rs[len(rs)-1].Start.Sub(loadEnd).Round(time.Millisecond))
 		}
