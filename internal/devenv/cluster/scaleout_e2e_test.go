@@ -301,6 +301,8 @@ func (e *e2e) scaleOut(t *testing.T) {
 			missedAtOnce++
 			t.Logf("%s: read at the load's end, the logs had no reconcile after its last event (answer %s)", cw.GetName(), lastAnswer[i])
 		}
+		// Reconciled after the load: a hand-off's rerun, or an event the
+		// load did not send (the ApiServerSource's, of the status writes).
 		if len(rs) > 0 && rs[len(rs)-1].Start.After(loadEnd) {
 			afterLoad++
 		}
