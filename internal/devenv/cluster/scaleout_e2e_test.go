@@ -237,7 +237,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 		return err == nil && len(l.Items) == 0, fmt.Errorf("%v: %d Leases", err, len(l.Items))
 	})
 	released := time.Since(loadEnd)
-	time.Sleep(500 * time.Millisecond) // the last spans from the containers' stderr into their log files
+	time.Sleep(500 * time.Millisecond)    // the last spans from the containers' stderr into their log files
 	logs := e.allOperatorLogs(t, ns, svc) // before the pods go
 	close(stop)
 	watchWG.Wait()
