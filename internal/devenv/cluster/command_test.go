@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,11 +101,16 @@ func TestCommandImageRunsTheHook(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	var out bytes.Buffer
+	logFile := filepath.Join(t.TempDir(), "hook.log")
+	logOut, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logOut.Close()
 	cmd := exec.Command(cf.Config.Entrypoint[0], cf.Config.Entrypoint[1:]...)
 	cmd.Dir = cf.Config.WorkingDir
 	cmd.Env = []string{fmt.Sprintf("PORT=%d", port), "HOOK_TOKEN=t"}
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = logOut, logOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
 	if cf.Config.User != image.NonRoot {
 		t.Errorf("user %s", cf.Config.User)
@@ -121,7 +125,8 @@ func TestCommandImageRunsTheHook(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer t")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return false, fmt.Errorf("%w; output: %s", err, out.String())
+			out, _ := os.ReadFile(logFile)
+			return false, fmt.Errorf("%w; output: %s", err, out)
 		}
 		defer resp.Body.Close()
 		var answer struct{ Status map[string]any }
