@@ -107,12 +107,7 @@ func (e *e2e) metacontroller(t *testing.T) {
 	}
 	step := func(name string, do func() error, done string, check func(ctx context.Context) (bool, error)) {
 		t.Helper()
-		t0 := time.Now()
-		if err := do(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		testkit.Eventually(t, 2*time.Minute, done, check)
-		t.Logf("%s at zero pods: synced %s later; the operator scaled to zero %s after", name, time.Since(t0).Round(time.Millisecond), e.waitZero(t, "default", svc).Round(time.Second))
+		e.atZero(t, "default", svc, name, do, done, check)
 	}
 
 	// The README's helloworld.yaml, in this run's namespace.
