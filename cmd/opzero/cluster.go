@@ -150,7 +150,15 @@ image in the manifests (a file or a folder, e.g. what 'opzero manifests' wrote) 
 built with 'go build' in --build-dir as a static binary, put on an empty base,
 imported into the node's containerd as opzero.local/<import path>:<digest> and
 the reference replaced; the manifests are then applied server-side with the
-pinned kubectl, otherwise unchanged.`,
+pinned kubectl, otherwise unchanged.
+
+A Knative Service or Deployment annotated dev.opzero.dev/command (what 'opzero
+dev' runs as a local process, e.g. a hook in Python or JavaScript) gets that
+command's image, built here as the node pulls nothing: the program (Debian's
+/usr/bin one first), the shared libraries ldd lists, Python's standard library
+for python3, and the files of the script's folder at /app/<path from
+--build-dir>, run in /app as user 65532; it replaces the first container's
+image (imported as opzero.local/command/<name>:<hash>).`,
 		Example: `  opzero manifests --operator ./examples/configwatcher --namespace demo -o out/
   kubectl create namespace demo
   sudo opzero cluster apply -f out/`,
@@ -171,13 +179,20 @@ pinned kubectl, otherwise unchanged.`,
 			for pkg, ref := range refs {
 				fmt.Fprintf(cmd.ErrOrStderr(), "ko://%s -> %s\n", pkg, ref)
 			}
+			resolved, refs, err = c.ResolveCommands(cmd.Context(), buildDir, resolved)
+			if err != nil {
+				return err
+			}
+			for obj, ref := range refs {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s (%s) -> %s\n", obj, cluster.CommandAnnotation, ref)
+			}
 			out, err := c.Apply(cmd.Context(), resolved)
 			fmt.Fprint(cmd.OutOrStdout(), out)
 			return err
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "the manifests: a YAML file or a folder of them")
-	cmd.Flags().StringVar(&buildDir, "build-dir", ".", "run 'go build' here (the module that resolves the ko:// import paths)")
+	cmd.Flags().StringVar(&buildDir, "build-dir", ".", "run 'go build' here (the module that resolves the ko:// import paths); dev.opzero.dev/command's relative paths are from here")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

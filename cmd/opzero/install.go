@@ -30,7 +30,8 @@ the tests send telemetry to. The cluster set, installed only when named, is
 what 'opzero cluster up' runs besides the control plane: kubelet, kube-proxy
 and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of the
 cluster's own images (pause, netcheck); as root it also installs Debian's
-containerd, runc, CNI plugins and iptables when they are missing. The
+containerd, runc, CNI plugins and iptables, and python3 and nodejs (the
+interpreters of hooks' images, opzero cluster apply), when they are missing. The
 knative-cluster set is what 'opzero cluster up --knative' adds: Knative
 Serving's and Eventing's components (v0.50.0) and Traefik (v3.6.12), static,
 for images. They are built from the pinned Go modules this CLI

@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -214,19 +213,7 @@ func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
 // of svc.
 func (e *e2e) operatorLogs(t *testing.T, ns, svc string) string {
 	t.Helper()
-	pods, err := e.servicePods(context.Background(), ns, svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range pods {
-		out, err := e.cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "operator"}).DoRaw(context.Background())
-		if err != nil {
-			t.Logf("logs of %s: %v", p.Name, err)
-		}
-		b.Write(out)
-	}
-	return b.String()
+	return e.containerLogs(t, ns, svc, "operator")
 }
 
 // oidc sends a CloudEvent straight to a running operator pod's queue-proxy

@@ -18,7 +18,12 @@
 // registry: every ko:// image of a manifest is built here (a static linux
 // binary, `go build`), imported into the node (Cluster.Import, what `kind
 // load image-archive` does) as opzero.local/<import path>:<binary digest>
-// and replaced; nothing else in the manifest changes. `make e2e-knative`
+// and replaced; nothing else in the manifest changes. Cluster.ResolveCommands
+// does the same for a Knative Service or Deployment annotated
+// dev.opzero.dev/command (a hook `opzero dev` runs as a local process):
+// the command's program (Debian's, an ELF file), the libraries ldd lists,
+// Python's standard library for python3, the script's folder at /app,
+// imported as opzero.local/command/<name>:<hash>. `make e2e-knative`
 // (operator_e2e_test.go) applies the examples' generated manifests that way
 // and checks them on real Knative.
 //

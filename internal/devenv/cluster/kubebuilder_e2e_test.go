@@ -58,12 +58,7 @@ func (e *e2e) kubebuilder(t *testing.T) {
 	mc := e.dyn.Resource(gvrMemcached).Namespace(ns)
 	step := func(name string, do func() error, done string, check func(ctx context.Context) (bool, error)) {
 		t.Helper()
-		t0 := time.Now()
-		if err := do(); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		testkit.Eventually(t, 2*time.Minute, done, check)
-		t.Logf("%s at zero pods: reconciled %s later; scaled to zero %s after", name, time.Since(t0).Round(time.Millisecond), e.waitZero(t, ns, svc).Round(time.Second))
+		e.atZero(t, ns, svc, name, do, done, check)
 	}
 
 	m := &unstructured.Unstructured{Object: map[string]any{
@@ -125,4 +120,17 @@ func (e *e2e) hasEvent(ctx context.Context, ns, reason string) bool {
 		}
 	}
 	return false
+}
+
+// atZero does a step while svc is at zero pods: do, then waits for check
+// (done says what it waits for), then for svc back at zero pods, and logs
+// both times.
+func (e *e2e) atZero(t *testing.T, ns, svc, name string, do func() error, done string, check func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	t0 := time.Now()
+	if err := do(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	testkit.Eventually(t, 2*time.Minute, done, check)
+	t.Logf("%s at zero pods: reconciled %s later; scaled to zero %s after", name, time.Since(t0).Round(time.Millisecond), e.waitZero(t, ns, svc).Round(time.Second))
 }

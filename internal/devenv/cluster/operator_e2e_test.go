@@ -105,6 +105,7 @@ func TestKnativeOperators(t *testing.T) {
 	t.Run("configwatcher", e.configWatcher)
 	t.Run("kubebuilder", e.kubebuilder)
 	t.Run("scale-out", e.scaleOut)
+	t.Run("metacontroller", e.metacontroller)
 }
 
 func (e *e2e) command(name string, args ...string) *exec.Cmd {

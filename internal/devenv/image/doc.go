@@ -4,18 +4,24 @@
 // empty.Image and mutate.AppendLayers), an entrypoint, user 65532 (Knative's
 // pods set runAsNonRoot), written as one docker-archive tarball that
 // `ctr -n k8s.io images import` (what `kind load image-archive` does) loads
-// into containerd.
+// into containerd. Spec.Files adds more files to the layer (a dynamically
+// linked interpreter's libraries and standard library, a script), at
+// their own paths, with Spec.Path placing the binary and Spec.WorkDir the
+// working folder.
 //
 // # Guarantees
 //
 //   - The tag is the first 12 hex digits of the binary's SHA-256 (Tag), so
 //     a reference names exactly one binary and never "latest": kubelet's
 //     default pull policy for such a tag (IfNotPresent) never pulls.
+//     With Files, the tag hashes every file, its place and mode, and the
+//     entrypoint's arguments, user and working folder.
 //   - The layer is reproducible: fixed modification times and owners, so
-//     the same binary gives the same image digest.
+//     the same files give the same image digest.
 //
 // # Caveats
 //
-// The image holds the binary and an empty /tmp, nothing else: no shell, no
-// CA certificates, no /etc/passwd (the user is numeric).
+// The image holds the binary, Files and an empty /tmp, nothing else: no
+// shell, no CA certificates, no /etc/passwd (the user is numeric). Files
+// are copied (links followed), never linked.
 package image

@@ -1,6 +1,8 @@
 package image
 
 import (
+	archivetar "archive/tar"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,4 +59,62 @@ func ExampleWrite() {
 		return
 	}
 	_ = built[0].Ref // opzero.local/pause:<12 hex digits of the binary's SHA-256>; `ctr -n k8s.io images import /tmp/images.tar`
+}
+
+// TestWriteFiles: a program with more files is placed where Path says,
+// the files at theirs, the folders above them made; the tag hashes the
+// files, so a changed file is a new tag.
+func TestWriteFiles(t *testing.T) {
+	dir := t.TempDir()
+	bin, lib := filepath.Join(dir, "interp"), filepath.Join(dir, "lib.so")
+	for f, content := range map[string]string{bin: "#!/not/really\n", lib: "lib"} {
+		if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := Spec{Name: "cmd/x", Binary: bin, Path: "/usr/bin/interp", Args: []string{"s.py"}, WorkDir: "/app",
+		Files: []File{{Path: "/usr/lib/x/lib.so", Source: lib}, {Path: "/app/s.py", Source: lib}}}
+	tar := filepath.Join(dir, "x.tar")
+	built, err := Write(tar, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.NewTag(built[0].Ref)
+	img, err := tarball.ImageFromPath(tar, &ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cf.Config.Entrypoint, " ") != "/usr/bin/interp s.py" || cf.Config.WorkingDir != "/app" {
+		t.Errorf("entrypoint %q in %q", cf.Config.Entrypoint, cf.Config.WorkingDir)
+	}
+	layers, _ := img.Layers()
+	rc, _ := layers[0].Uncompressed()
+	defer rc.Close()
+	tr := archivetar.NewReader(rc)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, fmt.Sprintf("%s %o", h.Name, h.Mode))
+	}
+	want := "tmp/ 1777,app/ 755,app/s.py 644,usr/ 755,usr/bin/ 755,usr/bin/interp 755,usr/lib/ 755,usr/lib/x/ 755,usr/lib/x/lib.so 644"
+	if got := strings.Join(names, ","); got != want {
+		t.Errorf("layer:\n got %s\nwant %s", got, want)
+	}
+	if err := os.WriteFile(lib, []byte("lib 2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Write(filepath.Join(dir, "y.tar"), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Ref == built[0].Ref {
+		t.Errorf("a changed file kept the tag %s", built[0].Ref)
+	}
 }
