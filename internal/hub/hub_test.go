@@ -180,6 +180,16 @@ func operatorAccount(t *testing.T, ns, name string, cluster bool, rules ...rbacv
 		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}}))
 }
 
+// withReader is most tests' start: a namespace of their own whose service
+// account "op" may read its ConfigMaps.
+func withReader(t *testing.T) (*testenv.Env, context.Context, string) {
+	t.Helper()
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	operatorAccount(t, ns, "op", false, readConfigMaps)
+	return env, context.Background(), ns
+}
+
 var readConfigMaps = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}
 
 func must(t *testing.T, err error) {
@@ -244,10 +254,7 @@ func configMap(ns, name string, data map[string]string) *corev1.ConfigMap {
 // for add, update and delete, with the adapter's types, subject,
 // extensions and data.
 func TestDeliversInApiServerSourceFormat(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	ref, res := newSink(t), newSink(t)
 	startHub(t, hub.Options{NoWakeups: true})
 	must(t, env.Client.Create(ctx, subscription(ns, "byref", ref.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: "Reference", Namespaces: []string{ns}})))
@@ -321,10 +328,7 @@ func TestReferencedBy(t *testing.T) {
 		indexWatches float64
 	}{{"its own watch", false, 1}, {"fed by the shared watch", true, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := testenv.Get(t)
-			ctx := context.Background()
-			ns := env.Namespace(t)
-			operatorAccount(t, ns, "op", false, readConfigMaps)
+			env, ctx, ns := withReader(t)
 			s := newSink(t)
 			h, _ := startHub(t, hub.Options{NoWakeups: true})
 			// Referrers are ConfigMaps labelled role=referrer naming another ConfigMap in data.target.
@@ -402,10 +406,7 @@ func TestReferencedBy(t *testing.T) {
 // Secrets gets nothing of them, a condition and an Event; once granted, it
 // does (the hub rechecks when RBAC changes).
 func TestNoPrivilegeThroughTheHub(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	startHub(t, hub.Options{NoWakeups: true, Recheck: time.Hour}) // Ready ones: only RBAC changes recheck
 	must(t, env.Client.Create(ctx, subscription(ns, "secrets", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Secret", Namespaces: []string{ns}})))
@@ -448,10 +449,7 @@ func TestNoPrivilegeThroughTheHub(t *testing.T) {
 // and a sink that does not resolve each get a condition and an Event; a
 // good Subscription next to them is served.
 func TestBadInputStaysLocal(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	startHub(t, hub.Options{NoWakeups: true})
 	cm := v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}}
@@ -489,10 +487,7 @@ func TestBadInputStaysLocal(t *testing.T) {
 // progress the API server no longer has (410), by a list of what changed
 // and a sweep tick at once.
 func TestResumesFromProgress(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	_, stop := startHub(t, hub.Options{NoWakeups: true})
 	sub := subscription(ns, "resume", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: "Resource", Namespaces: []string{ns}})
@@ -553,10 +548,7 @@ func TestResumesFromProgress(t *testing.T) {
 // dead-letter sink with Knative's extensions, a 500 (the operator's own
 // retry) is final, tokens carry the audience.
 func TestDelivery(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hub"}}))
 	s, dls := newSink(t), newSink(t)
 	s.answer = func(ev event.Event, n int) (int, http.Header) {
@@ -623,10 +615,7 @@ func TestDelivery(t *testing.T) {
 // concurrency reuse their connections to the sink; the hub does not dial
 // one per event (net/http keeps 2 idle connections per host by default).
 func TestDeliveryKeepsConnections(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	gate := make(chan struct{}) // held until every object exists: a backlog keeps every delivery slot busy
 	s.answer = func(event.Event, int) (int, http.Header) {
@@ -670,10 +659,7 @@ func TestDeliveryKeepsConnections(t *testing.T) {
 // one had replaced the Reference-mode one: TestReferencedBy, fed by the
 // shared watch, lost the named ConfigMap's add under load).
 func TestModesNotCoalesced(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	gate := make(chan struct{})
 	s.answer = func(ev event.Event, _ int) (int, http.Header) {
@@ -728,10 +714,7 @@ func jwtClaims(t *testing.T, tok string) map[string]any {
 // TestSweepsAndWakeups: sweep ticks on their schedule, and the operator's
 // Wakeups delivered to its Subscription's sink, not to the record's.
 func TestSweepsAndWakeups(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	s := newSink(t)
 	startHub(t, hub.Options{})
 	sub := subscription(ns, "timer", s.URL)
@@ -768,10 +751,7 @@ func TestSweepsAndWakeups(t *testing.T) {
 // status.address.url; when that address changes, failed sends read it
 // again and go to the new one, without waiting for the periodic recheck.
 func TestSinkMoves(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := context.Background()
-	ns := env.Namespace(t)
-	operatorAccount(t, ns, "op", false, readConfigMaps)
+	env, ctx, ns := withReader(t)
 	old, moved := newSink(t), newSink(t)
 	old.answer = func(event.Event, int) (int, http.Header) { return http.StatusNotFound, nil } // gone, as a removed route answers
 	ksvc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service",

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -32,15 +33,7 @@ func TestWrite(t *testing.T) {
 	if want := "opzero.local/hello:" + tag; built[0].Ref != want || len(tag) != 12 {
 		t.Fatalf("ref %s, want %s", built[0].Ref, want)
 	}
-	ref, _ := name.NewTag(built[0].Ref)
-	img, err := tarball.ImageFromPath(tar, &ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cf := load(t, tar, built[0].Ref)
 	if cf.Config.User != NonRoot || strings.Join(cf.Config.Entrypoint, " ") != "/hello serve" || cf.OS != "linux" {
 		t.Errorf("config: user %q, entrypoint %q, os %q", cf.Config.User, cf.Config.Entrypoint, cf.OS)
 	}
@@ -51,6 +44,24 @@ func TestWrite(t *testing.T) {
 	if again[0].Digest != built[0].Digest {
 		t.Errorf("digest %s then %s: not reproducible", built[0].Digest, again[0].Digest)
 	}
+}
+
+// load reads the image ref from the tarball tar, and its config.
+func load(t *testing.T, tar, ref string) (v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(tar, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, cf
 }
 
 func ExampleWrite() {
@@ -79,15 +90,7 @@ func TestWriteFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := name.NewTag(built[0].Ref)
-	img, err := tarball.ImageFromPath(tar, &ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, cf := load(t, tar, built[0].Ref)
 	if strings.Join(cf.Config.Entrypoint, " ") != "/usr/bin/interp s.py" || cf.Config.WorkingDir != "/app" {
 		t.Errorf("entrypoint %q in %q", cf.Config.Entrypoint, cf.Config.WorkingDir)
 	}
