@@ -392,3 +392,60 @@ func TestWaitGivesUp(t *testing.T) {
 		t.Fatalf("after the run: %v, want the run's error", err)
 	}
 }
+
+// goroutineID is the number runtime.Stack prints for the calling goroutine.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)] // "goroutine 42 [running]:..."
+	var id string
+	fmt.Sscanf(string(buf), "goroutine %s", &id)
+	return id
+}
+
+// Keys waiting for a slot run on the goroutine whose run freed it, which
+// keeps its grown stack, and not each on a new goroutine; a run that calls
+// runtime.Goexit ends its goroutine, and the keys behind it still run.
+func TestWaitingKeysRunOnTheFreedGoroutine(t *testing.T) {
+	var mu sync.Mutex
+	ids := map[string]string{} // key -> goroutine
+	block := make(chan struct{})
+	done := make(chan struct{}, 100)
+	q := keyq.New(keyq.Options{MaxConcurrent: 1}, func(_ context.Context, key string, _ []int) error {
+		mu.Lock()
+		ids[key] = goroutineID()
+		mu.Unlock()
+		defer func() { done <- struct{}{} }()
+		if key == "k0" {
+			<-block
+		}
+		if key == "exit" {
+			runtime.Goexit()
+		}
+		return nil
+	})
+	defer q.Shutdown(context.Background())
+	q.Submit("k0", 0)
+	for i := 1; i < 10; i++ {
+		q.Submit(fmt.Sprintf("k%d", i), i)
+	}
+	q.Submit("exit", 0)
+	q.Submit("after", 0)
+	close(block)
+	for range 12 {
+		select {
+		case <-done:
+		case <-time.After(hang):
+			t.Fatal("timed out waiting for the runs")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < 10; i++ {
+		if k := fmt.Sprintf("k%d", i); ids[k] != ids["k0"] {
+			t.Errorf("%s ran on goroutine %s, k0 on %s: a new goroutine per run", k, ids[k], ids["k0"])
+		}
+	}
+	if ids["after"] == "" || ids["after"] == ids["exit"] {
+		t.Errorf("the key behind a run that called runtime.Goexit ran on goroutine %q (the exited one: %s)", ids["after"], ids["exit"])
+	}
+}
