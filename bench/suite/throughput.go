@@ -88,6 +88,13 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	inFlight := map[string][]float64{}            // variant -> reconciler calls in flight on average, per run
 	requests := map[string]map[string][]float64{} // variant -> "VERB resource" -> API requests per object, per run
 	variants := tpSelected()
+	if tpSplitCores {
+		restore, err := e.splitCores()
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	for i := 0; i < runs; i++ {
 		// Each run starts at another variant: a fixed order put the same
 		// variant first on a fresh API server and the raw limit always last,
@@ -122,6 +129,11 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs. Each run's objects are deleted once it has ended, so that every run starts on the same cluster (before the sixth session of issue 16 they were left, and each controller-runtime manager reconciled the earlier runs' objects again while it was measured). The variants take turns: run k starts at the k-th variant, so no variant always runs first on a fresh API server or last after every other's deletions.\n\n", tpObjects, runs)
+	figPrefix := "tp-"
+	if tpSplitCores {
+		figPrefix = "tp-split-" // not the goals' figures: those share the 2 cores
+		fmt.Fprintf(&b, "**Cores split (OPZERO_BENCH_TP_CPUS=split): kube-apiserver and etcd on CPU 0, the suite and every process it starts (operators, adapters, the hub) on CPU 1**, as a cluster keeps its control plane off its operators' nodes.\n\n")
+	}
 	fmt.Fprintf(&b, "| variant | objects/s | vs controller-runtime | vs raw limit |\n|---|---|---|---|\n")
 	cr, raw := fmedian(res["controller-runtime"]), fmedian(res["raw"])
 	for _, v := range variants {
@@ -138,8 +150,8 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
 		m := fmedian(res[v])
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f |\n", name, fstatsInt(res[v]), m/cr, m/raw)
-		r.fig("tp-"+v+"-cr", m/cr)
-		r.fig("tp-"+v+"-raw", m/raw)
+		r.fig(figPrefix+v+"-cr", m/cr)
+		r.fig(figPrefix+v+"-raw", m/raw)
 	}
 	fmt.Fprintf(&b, "\nCPU per object, ms (user + system, from /proc, from the first create until the last object converged; median of %d runs): where the 2 cores go. The suite is the creating client and the watch that sees the objects converge. In flight: the opzero operator's reconciler calls at once, on average over the run (the sum of their durations, `controller_runtime_reconcile_time_seconds_sum`, over the run's), against its `--max-concurrent-reconciles` (8 by default).\n\n", runs)
 	groups := []string{"api server", "etcd", "operator", "adapters", "suite"}
@@ -165,11 +177,11 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 		fmt.Fprintf(&b, " %.2f | %.2f |", total(v), total(v)/total("raw"))
 		if f := inFlight[v]; len(f) > 0 {
 			fmt.Fprintf(&b, " %.1f |\n", fmedian(f))
-			r.fig("tp-"+v+"-inflight", fmedian(f))
+			r.fig(figPrefix+v+"-inflight", fmedian(f))
 		} else {
 			fmt.Fprintf(&b, " - |\n")
 		}
-		r.fig("tp-"+v+"-cpu", total(v))
+		r.fig(figPrefix+v+"-cpu", total(v))
 	}
 	fmt.Fprintf(&b, "\nAPI requests per object (apiserver_request_total over the same window, median of %d runs; WATCH counts watches opened, not the events they carry), requests of at least 0.01 per object:\n\n| variant | total | requests |\n|---|---|---|\n", runs)
 	for _, v := range variants {
@@ -187,7 +199,7 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			parts[i] = fmt.Sprintf("%s %.2f", k, fmedian(requests[v][k]))
 		}
 		fmt.Fprintf(&b, "| %s | %.2f | %s |\n", v, total, strings.Join(parts, ", "))
-		r.fig("tp-"+v+"-requests", total)
+		r.fig(figPrefix+v+"-requests", total)
 	}
 	r.add("Throughput", b.String())
 	return nil
