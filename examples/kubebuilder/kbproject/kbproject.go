@@ -83,8 +83,12 @@ func KeptVersions(t testing.TB, dir string) {
 			moved = append(moved, r.Mod.Path+" "+r.Mod.Version+" -> "+v)
 		}
 	}
-	t.Logf("kubebuilder %s project's go.mod before and after the adoption: go %s kept; %d of %d requirements kept, %d moved %s, %d added (opzero and what only it needs)",
-		Version, after.Go.Version, len(before.Require)-len(moved), len(before.Require), len(moved), strings.Join(moved, ", "), len(after.Require)-len(before.Require))
+	list := ""
+	if len(moved) > 0 {
+		list = " (" + strings.Join(moved, ", ") + ")"
+	}
+	t.Logf("kubebuilder %s project's go.mod before and after the adoption: go %s kept; %d of %d requirements kept, %d moved%s, %d added (opzero and what only it needs)",
+		Version, after.Go.Version, len(before.Require)-len(moved), len(before.Require), len(moved), list, len(after.Require)-len(before.Require))
 }
 
 // CheckoutRoot returns the root of the opzero checkout.
