@@ -189,8 +189,8 @@ func frigateWebhook(t *testing.T, dir string) {
 // internet, is a script that prints the folder `opzero install --print-dir
 // controlplane` prints (pinned.Resolver.Install, the code behind it), so
 // the suites' KUBEBUILDER_ASSETS is opzero's pinned control plane; and
-// CONTROLLER_GEN is the controller-gen built from the checkout's module
-// (the project's pinned v0.18.0 on the default kubebuilder).
+// CONTROLLER_GEN is the controller-gen opzero runs (internal/controllergen,
+// v0.18.0: the project's pinned one on the default kubebuilder).
 func makeTest(t *testing.T, dir, controllerGen string) {
 	assets, err := pinned.Resolver{Progress: testkit.LogWriter(t)}.Install(context.Background(), "controlplane")
 	if err != nil {

@@ -3,7 +3,7 @@
 // the operator binary itself), so there is no second, hand-kept list:
 //
 //   - CRDs of the kinds it reconciles, generated from their Go types with
-//     controller-tools (and the Wakeup CRD when durable time is on);
+//     controller-gen (and the Wakeup CRD when durable time is on);
 //   - the operator's ServiceAccount and least-privilege RBAC: the primary
 //     kind, owned and watched kinds, events, leases, wakeups, tokenreviews,
 //     plus the reconciler package's +kubebuilder:rbac markers;
@@ -39,7 +39,7 @@
 //     certificate in a Secret, the CA in every caBundle; or a cert-manager
 //     Issuer and Certificate with inject-ca-from), the
 //     Mutating/ValidatingWebhookConfigurations of the project's
-//     +kubebuilder:webhook markers (controller-tools' webhook generator)
+//     +kubebuilder:webhook markers (`controller-gen webhook`)
 //     pointed at the Service, and spec.conversion on the CRDs of the kinds
 //     its /convert converts; the Knative Service gets ENABLE_WEBHOOKS=false.
 //

@@ -66,7 +66,7 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 	return Generate(in, o)
 }
 
-// Prepare runs controller-tools for a description: CRDs and marker rules.
+// Prepare runs controller-gen for a description: CRDs and marker rules.
 func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if o.Mode == Classic && t.Desc.ServerlessOnly {
 		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+

@@ -4,20 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/controller-tools/pkg/genall"
-	"sigs.k8s.io/controller-tools/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opzero/opzero/internal/controllergen"
 	"github.com/opzero/opzero/internal/description"
 )
 
@@ -25,8 +21,7 @@ import (
 // (description.Webhooks): the same image with --mode=webhooks as an
 // always-on Deployment, its Service, its serving certificate, and the
 // webhook configurations (from the project's +kubebuilder:webhook markers,
-// read by controller-tools' webhook generator as controller-gen reads
-// them) and CRD conversion pointing at that Service.
+// read by `controller-gen webhook`) and CRD conversion pointing at that Service.
 
 // How the webhooks' serving certificate is made (Options.WebhookCerts).
 const (
@@ -52,54 +47,37 @@ const (
 	webhookServicePort = 443
 )
 
-// WebhookMarkers runs controller-tools' webhook generator on the Go
-// packages pkgs (resolved in dir): the webhooks their +kubebuilder:webhook
-// markers declare, as controller-gen writes them to
-// config/webhook/manifests.yaml.
+// WebhookMarkers runs `controller-gen webhook` on the Go packages pkgs
+// (resolved in dir): the webhooks their +kubebuilder:webhook markers
+// declare, as controller-gen writes them to config/webhook/manifests.yaml.
 func WebhookMarkers(dir string, pkgs ...string) ([]admissionregv1.MutatingWebhook, []admissionregv1.ValidatingWebhook, error) {
 	if len(pkgs) == 0 {
 		return nil, nil, nil
 	}
-	var gen genall.Generator = webhook.Generator{}
-	files, err := runGenerator(dir, gen, pkgs)
+	files, err := controllergen.Generate(context.Background(), dir, "webhook", pkgs...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading +kubebuilder:webhook markers in %s: %w", strings.Join(pkgs, ", "), err)
 	}
 	var mut []admissionregv1.MutatingWebhook
 	var val []admissionregv1.ValidatingWebhook
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(files[name]), 4096)
-		for {
-			var raw json.RawMessage
-			if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return nil, nil, fmt.Errorf("reading the generated %s: %w", name, err)
+	err = eachObject(files, func(_, kind string, raw []byte) error {
+		switch kind {
+		case "MutatingWebhookConfiguration":
+			var c admissionregv1.MutatingWebhookConfiguration
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return err
 			}
-			var head struct{ Kind string }
-			_ = json.Unmarshal(raw, &head)
-			switch head.Kind {
-			case "MutatingWebhookConfiguration":
-				var c admissionregv1.MutatingWebhookConfiguration
-				if err := json.Unmarshal(raw, &c); err != nil {
-					return nil, nil, err
-				}
-				mut = append(mut, c.Webhooks...)
-			case "ValidatingWebhookConfiguration":
-				var c admissionregv1.ValidatingWebhookConfiguration
-				if err := json.Unmarshal(raw, &c); err != nil {
-					return nil, nil, err
-				}
-				val = append(val, c.Webhooks...)
+			mut = append(mut, c.Webhooks...)
+		case "ValidatingWebhookConfiguration":
+			var c admissionregv1.ValidatingWebhookConfiguration
+			if err := json.Unmarshal(raw, &c); err != nil {
+				return err
 			}
+			val = append(val, c.Webhooks...)
 		}
-	}
-	return mut, val, nil
+		return nil
+	})
+	return mut, val, err
 }
 
 // modulePackages are the packages of module mod that the main package pkg

@@ -11,8 +11,8 @@
 //     error that says what to do, before any file is written.
 //   - Go files are written gofmt-formatted; after CreateAPI the project
 //     builds: `go mod tidy` has run and the DeepCopy methods are generated
-//     with controller-tools' object generator, run as a library (the same
-//     generator `make generate` runs as `go tool controller-gen`).
+//     by controller-gen (`object`, run as a program: internal/controllergen),
+//     the release go.mod requires for `make generate` (`go tool controller-gen`).
 //   - The generated controller test passes as written (`make test`).
 //
 // # Caveats

@@ -8,40 +8,23 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/tools/go/packages"
-	"sigs.k8s.io/controller-tools/pkg/deepcopy"
-	"sigs.k8s.io/controller-tools/pkg/genall"
+	"github.com/opzero/opzero/internal/controllergen"
 )
 
 // GenerateDeepCopy writes zz_generated.deepcopy.go into the packages pkgs
-// (resolved in dir) that have +kubebuilder:object markers, as
-// `controller-gen object:headerFile=hack/boilerplate.go.txt` does.
+// (resolved in dir) that have +kubebuilder:object markers: it runs
+// `controller-gen object:headerFile=hack/boilerplate.go.txt`.
 func GenerateDeepCopy(dir string, pkgs ...string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	var gen genall.Generator = &deepcopy.Generator{HeaderFile: filepath.Join(abs, "hack", "boilerplate.go.txt")}
-	rt, err := genall.Generators{&gen}.ForRootsWithConfig(&packages.Config{Dir: abs}, pkgs...)
-	if err != nil {
-		return fmt.Errorf("loading %s for the DeepCopy generation: %w", strings.Join(pkgs, ", "), err)
+	args := []string{"object:headerFile=" + filepath.Join(abs, "hack", "boilerplate.go.txt")}
+	for _, p := range pkgs {
+		args = append(args, "paths="+p)
 	}
-	var msgs []string
-	for _, p := range rt.Roots {
-		for _, e := range p.Errors {
-			if e.Kind != packages.TypeError { // the methods being generated are missing
-				msgs = append(msgs, e.Error())
-			}
-		}
-	}
-	if len(msgs) > 0 {
-		return fmt.Errorf("loading %s: %s", strings.Join(pkgs, ", "), strings.Join(msgs, "; "))
-	}
-	rt.OutputRules = genall.OutputRules{Default: genall.OutputArtifacts{}}
-	var errs bytes.Buffer
-	rt.ErrorWriter = &errs
-	if rt.Run() {
-		return fmt.Errorf("generating DeepCopy methods in %s: %s", strings.Join(pkgs, ", "), strings.TrimSpace(errs.String()))
+	if err := controllergen.Run(context.Background(), abs, args...); err != nil {
+		return fmt.Errorf("generating DeepCopy methods in %s: %w", strings.Join(pkgs, ", "), err)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/opzero/opzero/internal/controllergen"
 )
 
 // GoVersion is the go directive of generated projects: opzero's own.
@@ -43,6 +45,9 @@ type projectData struct {
 	Domain, Repo, ProjectName, Owner, Year  string
 	GoVersion, OpzeroVersion, OpzeroReplace string
 	Boilerplate                             string
+	// ControllerGen is the controller-tools release of `make generate`:
+	// the one `opzero create api` runs, so both write the same code.
+	ControllerGen string
 }
 
 // Init writes a new project into o.Dir: go.mod, PROJECT, cmd/main.go,
@@ -101,6 +106,7 @@ func (o *InitOptions) check() (*projectData, error) {
 		Domain: o.Domain, Repo: o.Repo, ProjectName: o.ProjectName, Owner: o.Owner,
 		Year: strconv.Itoa(time.Now().Year()), GoVersion: GoVersion,
 		OpzeroVersion: unpublished, OpzeroReplace: o.OpzeroReplace,
+		ControllerGen: controllergen.Version,
 	}
 	if o.OpzeroReplace == "" {
 		d.OpzeroVersion = opzeroVersion()

@@ -8,6 +8,7 @@ package kbproject
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/mod/modfile"
 
+	"github.com/opzero/opzero/internal/controllergen"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 )
 
@@ -48,46 +50,11 @@ func KeepGoMod(t testing.TB, dir string) {
 	}
 }
 
-// forcedByTheCLI returns the module versions ("path@version") that
-// sigs.k8s.io/controller-tools requires, directly or through what it
-// requires, in the checkout's module graph (go mod graph). Only opzero's
-// CLI imports controller-tools (the manifest generator, controller-gen),
-// but the CLI is in the library's module, so a project that requires the
-// library gets these versions too (at the oldest supported: cobra v1.9.1,
-// pflag v1.0.6, golang.org/x/tools v0.32.0 and with it x/net, x/sync,
-// x/sys, x/term, x/text; docs/migrating.md).
-func forcedByTheCLI(t testing.TB) map[string]bool {
-	t.Helper()
-	edges := map[string][]string{}
-	var todo []string
-	for _, l := range strings.Split(Run(t, CheckoutRoot(t), "go", "mod", "graph"), "\n") {
-		from, to, ok := strings.Cut(strings.TrimSpace(l), " ")
-		if !ok {
-			continue
-		}
-		edges[from] = append(edges[from], to)
-		if strings.HasPrefix(from, "sigs.k8s.io/controller-tools@") {
-			todo = append(todo, from)
-		}
-	}
-	seen := map[string]bool{}
-	for len(todo) > 0 {
-		n := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		for _, m := range edges[n] {
-			if !seen[m] {
-				seen[m] = true
-				todo = append(todo, m)
-			}
-		}
-	}
-	return seen
-}
-
 // KeptVersions: adopting opzero (requiring it, go mod tidy) changed
 // neither the project's go directive nor the version of any module it
-// requires, directly or indirectly, except indirect ones moved to a
-// version forcedByTheCLI; it logs the comparison.
+// requires, directly or indirectly; it logs the comparison. (opzero's CLI
+// runs controller-gen as a program, so the library's module requires no
+// controller-tools and none of the newer modules it would bring.)
 func KeptVersions(t testing.TB, dir string) {
 	t.Helper()
 	parse := func(path string) *modfile.File {
@@ -109,21 +76,19 @@ func KeptVersions(t testing.TB, dir string) {
 	for _, r := range after.Require {
 		now[r.Mod.Path] = r.Mod.Version
 	}
-	cli := forcedByTheCLI(t)
-	var kept, moved []string
+	var moved []string
 	for _, r := range before.Require {
-		v, ok := now[r.Mod.Path]
-		switch {
-		case v == r.Mod.Version:
-			kept = append(kept, r.Mod.Path)
-		case !r.Indirect || !ok || !cli[r.Mod.Path+"@"+v]:
+		if v := now[r.Mod.Path]; v != r.Mod.Version {
 			t.Errorf("go.mod's requirement %s %s became %q", r.Mod.Path, r.Mod.Version, v)
-		default:
 			moved = append(moved, r.Mod.Path+" "+r.Mod.Version+" -> "+v)
 		}
 	}
-	t.Logf("kubebuilder %s project's go.mod before and after the adoption: go %s kept; %d of %d requirements kept, %d added (opzero and what only it needs); indirect ones moved to what opzero's CLI needs (controller-tools): %d %s",
-		Version, after.Go.Version, len(kept), len(before.Require), len(after.Require)-len(before.Require), len(moved), strings.Join(moved, ", "))
+	list := ""
+	if len(moved) > 0 {
+		list = " (" + strings.Join(moved, ", ") + ")"
+	}
+	t.Logf("kubebuilder %s project's go.mod before and after the adoption: go %s kept; %d of %d requirements kept, %d moved%s, %d added (opzero and what only it needs)",
+		Version, after.Go.Version, len(before.Require)-len(moved), len(before.Require), len(moved), list, len(after.Require)-len(before.Require))
 }
 
 // CheckoutRoot returns the root of the opzero checkout.
@@ -153,8 +118,9 @@ func Run(t testing.TB, dir string, name string, args ...string) string {
 	return string(out)
 }
 
-// Tools builds kubebuilder (from the module proxy) and controller-gen
-// (from the checkout's module); the Go build cache makes later runs quick.
+// Tools builds kubebuilder (from the module proxy) and returns it with the
+// controller-gen opzero runs (internal/controllergen: built once into the
+// user cache); the Go build cache makes later runs quick.
 func Tools(t testing.TB) (kubebuilder, controllerGen string) {
 	t.Helper()
 	bin := t.TempDir()
@@ -162,9 +128,12 @@ func Tools(t testing.TB) (kubebuilder, controllerGen string) {
 	if err := json.Unmarshal([]byte(Run(t, bin, "go", "mod", "download", "-json", "sigs.k8s.io/kubebuilder/v4@"+Version)), &dl); err != nil || dl.Dir == "" {
 		t.Fatalf("downloading kubebuilder %s: %v %s", Version, err, dl.Error)
 	}
-	kubebuilder, controllerGen = filepath.Join(bin, "kubebuilder"), filepath.Join(bin, "controller-gen")
+	kubebuilder = filepath.Join(bin, "kubebuilder")
 	Run(t, dl.Dir, "go", "build", "-o", kubebuilder, ".")
-	Run(t, CheckoutRoot(t), "go", "build", "-o", controllerGen, "sigs.k8s.io/controller-tools/cmd/controller-gen")
+	controllerGen, err := controllergen.Binary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return kubebuilder, controllerGen
 }
 

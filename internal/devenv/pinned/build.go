@@ -25,7 +25,7 @@ func (r *Resolver) install(ctx context.Context, dir string, names []string) erro
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s for opzero's pinned binaries: %w", dir, err)
 	}
-	unlock, err := lock(ctx, dir, r.progress())
+	unlock, err := Lock(ctx, dir, r.progress())
 	if err != nil {
 		return err
 	}
@@ -81,8 +81,9 @@ func estimate(work float64, cores int) string {
 	return fmt.Sprintf("about %d %s the first time on %d cores, a minute or two when Go's build cache already holds them", m, unit, cores)
 }
 
-// lock takes an exclusive lock on dir/.lock, saying so if it has to wait.
-func lock(ctx context.Context, dir string, w io.Writer) (func(), error) {
+// Lock takes an exclusive lock on dir/.lock, saying on w if it has to wait:
+// one process at a time fills a cache folder.
+func Lock(ctx context.Context, dir string, w io.Writer) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err

@@ -81,7 +81,7 @@ func (r *Resolver) installCRDs(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(filepath.Join(dir, CRDFolder), 0o755); err != nil {
 		return err
 	}
-	unlock, err := lock(ctx, dir, r.progress())
+	unlock, err := Lock(ctx, dir, r.progress())
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-//go:generate go tool controller-gen object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../config/crd
+//go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.18.0 object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../config/crd
 
 // GroupVersion is k8spatterns.io/v1.
 var GroupVersion = schema.GroupVersion{Group: "k8spatterns.io", Version: "v1"}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-//go:generate go tool -modfile=../../../../go.mod controller-gen object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../config/crd
+//go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0 object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../config/crd
 
 // GroupVersion is postgres.example.opzero.dev/v1alpha1.
 var GroupVersion = schema.GroupVersion{Group: "postgres.example.opzero.dev", Version: "v1alpha1"}

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-//go:generate go tool controller-gen object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../../../config/metacontroller
+//go:generate go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.18.0 object paths=. crd:crdVersions=v1 output:crd:artifacts:config=../../../../config/metacontroller
 
 // GroupVersion is metacontroller.k8s.io/v1alpha1.
 var GroupVersion = schema.GroupVersion{Group: "metacontroller.k8s.io", Version: "v1alpha1"}
