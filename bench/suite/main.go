@@ -759,26 +759,42 @@ goal met; two unprofiled runs in the notes gave 0.87x and 0.41x.
   its status write, as controller-runtime's does. It gave 100 against 76
   objects/s in the notes' run 3 (48 against 33 and 48 against 47 on the saturated
   machine): the API server's headroom decides how much a saved GET shows.
-- **Fed by the hub (issue 26): 0.94x and 0.99x controller-runtime in two
-  runs of three (` + "`" + `OPZERO_BENCH_TP_VARIANTS=opzero,opzero-admitted,opzero-hub,opzero-hub-admitted go run ./bench/suite -only throughput -runs 3` + "`" + `,
-  2026-11-26, the machine otherwise idle), with ` + "`" + `--answer=admitted --event-cache` + "`" + `;
-  0.89x and 0.81x answering after the reconcile.** Three changes took it
-  from 0.68x: the event cache keeps what a Get read until an event of that
-  object arrives (the ConfigMap, which the hub delivers in Reference mode,
-  was read from the API server by every reconcile: the requests table
-  shows it gone, 2 requests per object as controller-runtime); the hub's
-  ` + "`" + `skipObserved` + "`" + ` drops the echo of each status write before it is sent
-  (one delivery per object instead of two); and the referrer index is fed
-  by the shared watch of the ConfigWatchers instead of a second watch of
-  them (the hub decoded every ConfigWatcher change twice). The hub now
-  costs 0.47 ms of CPU per object and the operator 0.66-0.70, against
-  controller-runtime's 0.76-0.78 alone; the 2 cores are the bound, so the
-  hub's half millisecond (a second process decoding the watch and an HTTP
-  hop) is what separates the two: 6.0-6.4 ms of CPU per object against
-  5.8-6.1. What is left to take: the hub decodes each watched object into
-  a map (client-go's dynamic client, ~25% of its CPU); a decode of the
-  metadata alone, forwarding the watch's bytes as the event's data, would
-  save part of it.
+- **Fed by the hub (issue 26): at parity with controller-runtime, not
+  clearly above it.** With ` + "`--answer=admitted --event-cache`" + `: 0.97x in
+  the run above (347 against 359 objects/s, median of 5; 0.80x answering
+  after the reconcile), 1.00x (284 against 284) in a run of the same
+  command on 2026-11-27 before issue 28c was merged, and 0.98x with the
+  API server on a core of its own (below). The goal, >= 1.0x, is met in
+  one run of three and missed by 2-3% in the others, less than the
+  figures move between quiet runs (controller-runtime's median was 284
+  in one and 359 in the next). CPU per object in the run above: 5.68 ms
+  against 5.50; the API server and etcd take the same (3.60 and 0.52
+  against 3.62 and 0.58; 2 requests per object each), the operator
+  less than controller-runtime's manager (0.64 against 0.72), and the
+  hub adds 0.35. What changed since the 0.93x run: the engine's key
+  queue runs the next waiting key on the goroutine of the run that
+  ended (its grown stack kept) instead of a new goroutine per run.
+  - *Where the bound is.* ` + "`" + `OPZERO_BENCH_TP_CPUS=split OPZERO_BENCH_TP_VARIANTS=opzero-hub-admitted go run ./bench/suite -only throughput -runs 5 -out ""` + "`" + `
+    pins kube-apiserver and etcd to CPU 0 and the suite with every
+    process it starts (operators, the hub) to CPU 1, as a cluster keeps
+    its control plane off its operators' nodes: controller-runtime 278
+    (268-319), the hub wiring 274 (263-312), the raw limit 295; both
+    wirings at 0.93-0.94 of raw, with 3.59 and 3.64 ms of API server and
+    etcd CPU per object (3.36 for raw) on the one core they have. The
+    API server is the bound, and both wirings ask it for the two
+    requests the raw limit makes: neither the hub nor the operator can
+    take the figure clearly past 1.0x; only fewer or cheaper API
+    requests than controller-runtime's could. On 2 shared cores the
+    hub's 0.35 ms, less the operator's 0.08 saved, is 3% of the CPU per
+    object: halving it would move the figure by about 1.5%, under the
+    noise.
+  What is left to take: the hub's JSON is still scanned about five times
+  per event (the framer, the watch event envelope, the head, each check
+  of validity); one HTTP request per event on both sides of the hop
+  (CloudEvents' batch mode would carry several, but Knative's adapter
+  never sends it, and the operator takes either wiring's events
+  unchanged). Whether converge must read >= 1.0x on 2 shared cores,
+  where it is a coin toss, is a planning question.
 - **Four sources help only while the machine has headroom.** With
   answering at admission, one source already keeps every reconcile slot
   busy; four sources split the event stream over four adapter processes,
