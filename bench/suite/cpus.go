@@ -17,42 +17,53 @@ import (
 // API server, not how it shares two cores with it.
 var tpSplitCores = os.Getenv("OPZERO_BENCH_TP_CPUS") == "split"
 
-// pin sets the CPUs of every thread of process pid (threads it starts
-// later inherit them from the thread that starts them).
-func pin(pid int, cpus ...int) error {
+// cpuSet is the set of CPUs cpus.
+func cpuSet(cpus ...int) *unix.CPUSet {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		set.Set(c)
 	}
+	return &set
+}
+
+// pin sets the CPUs of every thread of process pid (threads it starts
+// later inherit them from the thread that starts them).
+func pin(pid int, set *unix.CPUSet) error {
 	tasks, err := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
 	if err != nil {
-		return fmt.Errorf("pinning pid %d to CPUs %v: %w", pid, cpus, err)
+		return fmt.Errorf("pinning pid %d: %w", pid, err)
 	}
 	for _, t := range tasks {
 		tid, _ := strconv.Atoi(t.Name())
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH { // ESRCH: the thread has exited
-			return fmt.Errorf("pinning thread %d of pid %d to CPUs %v: %w", tid, pid, cpus, err)
+		if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH { // ESRCH: the thread has exited
+			return fmt.Errorf("pinning thread %d of pid %d: %w", tid, pid, err)
 		}
 	}
 	return nil
 }
 
 // splitCores pins the control plane to CPU 0 and this process to CPU 1;
-// the returned func gives every one both CPUs again.
+// the returned func gives each of them the CPUs this process had before.
 func (e *env) splitCores() (func(), error) {
-	all := func() {
-		for _, pid := range []int{e.planePID["kube-apiserver"], e.planePID["etcd"], os.Getpid()} {
-			_ = pin(pid, 0, 1)
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		return nil, fmt.Errorf("reading this process's CPUs: %w", err)
+	}
+	pids := []int{e.planePID["kube-apiserver"], e.planePID["etcd"], os.Getpid()}
+	restore := func() {
+		for _, pid := range pids {
+			_ = pin(pid, &before)
 		}
 	}
-	for _, p := range []struct {
-		pid int
-		cpu int
-	}{{e.planePID["kube-apiserver"], 0}, {e.planePID["etcd"], 0}, {os.Getpid(), 1}} {
-		if err := pin(p.pid, p.cpu); err != nil {
-			all()
-			return nil, err
+	for i, pid := range pids {
+		cpu := 0 // the control plane
+		if i == len(pids)-1 {
+			cpu = 1 // the suite
+		}
+		if err := pin(pid, cpuSet(cpu)); err != nil {
+			restore()
+			return nil, fmt.Errorf("OPZERO_BENCH_TP_CPUS=split needs CPUs 0 and 1: %w", err)
 		}
 	}
-	return all, nil
+	return restore, nil
 }

@@ -113,11 +113,7 @@ func Generate(ctx context.Context, dir, gen string, pkgs ...string) (map[string]
 		return nil, err
 	}
 	defer os.RemoveAll(out)
-	args := []string{gen}
-	for _, p := range pkgs {
-		args = append(args, "paths="+p)
-	}
-	if err := Run(ctx, dir, append(args, "output:dir="+out)...); err != nil {
+	if err := Run(ctx, dir, append(Args(gen, pkgs...), "output:dir="+out)...); err != nil {
 		return nil, err
 	}
 	entries, err := os.ReadDir(out)
@@ -133,6 +129,16 @@ func Generate(ctx context.Context, dir, gen string, pkgs ...string) (map[string]
 		files[e.Name()] = b
 	}
 	return files, nil
+}
+
+// Args are the arguments of controller-gen's generator gen on the Go
+// packages pkgs.
+func Args(gen string, pkgs ...string) []string {
+	args := []string{gen}
+	for _, p := range pkgs {
+		args = append(args, "paths="+p)
+	}
+	return args
 }
 
 // tail is the end of a command's output, enough to see its error.

@@ -29,7 +29,7 @@ type Input struct {
 	Operators []description.Controller
 	// CRDs of kinds in the description (and the Wakeup CRD for durable time).
 	CRDs []GeneratedCRD
-	// MarkerRules are the reconciler package's +kubebuilder:rbac rules.
+	// MarkerRules are the reconciler packages' +kubebuilder:rbac rules.
 	MarkerRules []rbacv1.PolicyRule
 	// Flags are the operator binary's flags (extra arguments are checked
 	// against them; none: not checked).
@@ -134,16 +134,15 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 			in.CRDs = append(in.CRDs, c)
 		}
 	}
-	done := map[string]bool{}
+	// one controller-gen run reads the markers of every reconciler package
+	recs := map[string]bool{}
 	for _, c := range t.Desc.Operators {
-		if p := c.ReconcilerPackage; p != "" && p != "main" && !done[p] {
-			done[p] = true
-			rules, err := MarkerRules(t.Dir, p)
-			if err != nil {
-				return Input{}, err
-			}
-			in.MarkerRules = append(in.MarkerRules, rules...)
+		if p := c.ReconcilerPackage; p != "" && p != "main" {
+			recs[p] = true
 		}
+	}
+	if in.MarkerRules, err = MarkerRules(t.Dir, sortedKeys(recs)...); err != nil {
+		return Input{}, err
 	}
 	return in, nil
 }

@@ -19,11 +19,8 @@ func GenerateDeepCopy(dir string, pkgs ...string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"object:headerFile=" + filepath.Join(abs, "hack", "boilerplate.go.txt")}
-	for _, p := range pkgs {
-		args = append(args, "paths="+p)
-	}
-	if err := controllergen.Run(context.Background(), abs, args...); err != nil {
+	gen := "object:headerFile=" + filepath.Join(abs, "hack", "boilerplate.go.txt")
+	if err := controllergen.Run(context.Background(), abs, controllergen.Args(gen, pkgs...)...); err != nil {
 		return fmt.Errorf("generating DeepCopy methods in %s: %w", strings.Join(pkgs, ", "), err)
 	}
 	return nil
