@@ -152,7 +152,11 @@ func (d *dispatcher) work() {
 		k.next, k.queued, k.busy = nil, false, true
 		d.mu.Unlock()
 
-		sent := d.s.send(d.ctx, dl)
+		sent := d.s.send(d.ctx, dl, func() bool {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return k.next != nil
+		})
 
 		d.mu.Lock()
 		k.busy = false
@@ -217,9 +221,10 @@ func parseDelay(s string) (time.Duration, error) {
 }
 
 // send sends dl with retries; it returns false only when the hub stopped
-// before the event was settled (sent, dead-lettered or dropped), so that
-// its progress does not move.
-func (s *sub) send(ctx context.Context, dl *delivery) bool {
+// before the event was settled (sent, dead-lettered, dropped, or superseded:
+// a retry is not sent once superseded reports a newer change of the same
+// object waiting), so that its progress does not move.
+func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool) bool {
 	ev, err := dl.build()
 	if err != nil {
 		s.h.opts.Log.Error(err, "building an event; dropped", "subscription", s.key.String())
@@ -261,6 +266,14 @@ func (s *sub) send(ctx context.Context, dl *delivery) bool {
 		case <-ctx.Done():
 			return false
 		case <-time.After(wait):
+		}
+		if superseded() {
+			// A newer change of the object waits behind this one: it carries
+			// the object's state, and this stale copy, sent now, would be
+			// reconciled as if it were current (a child re-created for an
+			// object deleted meanwhile).
+			s.h.stats.coalesced.Inc()
+			return true
 		}
 		s.reresolve(ctx, url)
 	}

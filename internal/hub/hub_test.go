@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -846,4 +847,49 @@ func TestSkipObserved(t *testing.T) {
 	expect("a finalizer change is sent", 3)
 	change("the finalizer gone", func(o *v1alpha1.Subscription) { o.Finalizers = nil })
 	expect("a finalizer's removal is sent", 4)
+}
+
+// TestRetrySupersededByNewerChange: a delivery that is being retried is
+// not sent again once a newer change of the same object waits behind it:
+// the stale copy, sent after the newer state had been reconciled another
+// way (a sweep), would be reconciled as current (the fault soak saw a
+// child re-created for a parent deleted meanwhile, and left behind).
+func TestRetrySupersededByNewerChange(t *testing.T) {
+	env, ctx, ns := withReader(t)
+	s := newSink(t)
+	version := func(ev event.Event) string {
+		var cm corev1.ConfigMap
+		_ = json.Unmarshal(ev.Data(), &cm)
+		return cm.Data["v"]
+	}
+	s.answer = func(ev event.Event, _ int) (int, http.Header) {
+		if version(ev) == "1" {
+			return http.StatusServiceUnavailable, nil // the operator is down for the first version
+		}
+		return http.StatusOK, nil
+	}
+	startHub(t, hub.Options{NoWakeups: true})
+	sub := subscription(ns, "stale", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: v1alpha1.ModeResource, Namespaces: []string{ns}})
+	sub.Spec.Delivery = &v1alpha1.Delivery{Retry: ptr.To[int32](6), BackoffDelay: "PT0.3S"}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "stale", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	cm := configMap(ns, "obj", map[string]string{"v": "1"})
+	must(t, env.Client.Create(ctx, cm))
+	s.find(t, "the first version, refused", func(ev event.Event) bool { return version(ev) == "1" })
+	cm.Data = map[string]string{"v": "2"}
+	must(t, env.Client.Update(ctx, cm))
+	s.find(t, "the second version", func(ev event.Event) bool { return version(ev) == "2" })
+	time.Sleep(time.Second) // a retry of the first would be due by now
+	var seq []string
+	for _, ev := range s.all() {
+		if n, _ := ev.Extensions()["name"].(string); n == "obj" {
+			seq = append(seq, version(ev))
+		}
+	}
+	if last := seq[len(seq)-1]; last != "2" || slices.Index(seq, "2") != len(seq)-1 {
+		t.Errorf("versions sent, in order: %v; want the first one's retries to stop at the second, sent last", seq)
+	}
+	if n := strings.Count(strings.Join(seq, ""), "1"); n > 2 {
+		t.Errorf("the first version was sent %d times (%v): its retries went on with a newer change waiting", n, seq)
+	}
 }
