@@ -128,6 +128,11 @@ type SubscriptionSpec struct {
 	// Operator is the operator's name: the hub delivers the Wakeups of this
 	// namespace whose spec.operator is it to the sink.
 	Operator string `json:"operator"`
+	// Operators are the other controllers of the operator's binary when it
+	// runs several (serverless.Group, a kubebuilder multigroup project):
+	// their Wakeups go to the sink too. Operator then names the binary's
+	// Service.
+	Operators []string `json:"operators,omitempty"`
 	// ServiceAccountName is the operator's service account: the hub
 	// delivers only what it may itself get, list and watch.
 	ServiceAccountName string               `json:"serviceAccountName"`

@@ -37,6 +37,6 @@ control plane (controlplane, dev) or on a real one-node cluster (cluster), insta
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControlPlaneCmd(), newClusterCmd(), newInstallCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newInitCmd(), newCreateCmd())
+	root.AddCommand(newControlPlaneCmd(), newClusterCmd(), newInstallCmd(), newWakeupSourceCmd(), newDevCmd(), newManifestsCmd(), newHubCmd(), newInitCmd(), newCreateCmd())
 	return root
 }

@@ -13,7 +13,7 @@ import (
 func newManifestsCmd() *cobra.Command {
 	var o manifests.Options
 	var pkg, out string
-	var durable bool
+	var durable, installHub bool
 	var timeout time.Duration
 	var env envFlags
 	cmd := &cobra.Command{
@@ -36,19 +36,27 @@ that description; there is no second list to keep in sync:
   operator.yaml       serverless: a Knative Service (min/max scale,
                       containerConcurrency, timeout, autoscaling annotations);
                       classic: a Deployment with leader election
-  sources.yaml        serverless: one ApiServerSource per kind (Resource mode
-                      for the primary and owned kinds, an owner filter for owned
-                      ones, Reference mode for watched ones), each with its own
-                      ServiceAccount allowed only get/list/watch on its kind;
-                      PingSources for the sweep and the full sweep
-  wakeup-source.yaml  serverless with durable time: the wakeup source (its own
-                      small binary, cmd/wakeup-source) as a Deployment with its
-                      ServiceAccount and RBAC
-  hub.yaml            serverless with --source=hub: the cluster's opzero hub
-                      (cmd/opzero-hub), the same in every operator's manifests:
-                      Namespace opzero-system, ServiceAccount, ClusterRole
-                      opzero-hub aggregating those labelled
-                      opzero.dev/aggregate-to-hub, and its Deployment
+  sources.yaml        serverless: the operator's Subscription (opzero.dev/v1alpha1)
+                      to the cluster's opzero hub: the kinds it reconciles,
+                      owns and watches (Resource mode for the primary and
+                      owned kinds, an owner filter for owned ones, Reference
+                      mode for watched ones, referencedBy where the operator
+                      declared builder.ReferencedBy), its sweeps and its
+                      Wakeups; with several controllers in the binary, one
+                      Subscription for all of them. With --source=knative:
+                      one ApiServerSource per kind, each with its own
+                      ServiceAccount allowed only get/list/watch on its kind,
+                      and PingSources for the sweep and the full sweep
+  hub.yaml            the cluster's opzero hub (cmd/opzero-hub), the same in
+                      every operator's manifests: Namespace opzero-system,
+                      ServiceAccount, ClusterRole opzero-hub aggregating those
+                      labelled opzero.dev/aggregate-to-hub, its Deployment.
+                      Applying it again with another operator is harmless;
+                      --install-hub=false leaves it out for a cluster whose
+                      hub is installed once with ` + "`opzero hub manifests`" + `
+  wakeup-source.yaml  --source=knative with durable time: the wakeup source (its
+                      own small binary, cmd/wakeup-source) as a Deployment
+                      with its ServiceAccount and RBAC
   broker.yaml         when the operator takes Broker events (builder.WatchesEvents):
                       its Broker (named after it, or --broker) and one Trigger
                       per filter, <operator>-<name>, with the delivery flags;
@@ -67,18 +75,16 @@ that description; there is no second list to keep in sync:
                       ENABLE_WEBHOOKS=false: kubebuilder's main then leaves
                       them out
 
-With --source=hub (serverless only), sources.yaml holds one Subscription
-(opzero.dev/v1alpha1) instead of the ApiServerSources, PingSources and the
-wakeup source: the same kinds in the same modes, the sweeps, the Wakeups, and
-for a watched kind declared with builder.ReferencedBy a referencedBy filter,
-so that the hub wakes the operator only for objects a primary names.
-rbac.yaml then grants the hub read access to the operator's kinds
-(ClusterRole opzero-hub:<namespace>:<operator>, aggregated into the hub's).
+The hub (the default, serverless only) holds the watches of every operator
+of the cluster, so what stays on while an operator is at zero is one small
+process, not an adapter per kind: see docs/hub.md. rbac.yaml then grants the
+hub read access to the operator's kinds (ClusterRole
+opzero-hub:<namespace>:<operator>, aggregated into the hub's).
 
 Sources send OIDC tokens for --audience, which the operator is started with;
-it accepts only its own senders (--allowed-senders: the OIDC service accounts
-Knative creates for its sources and triggers, and the wakeup source's; with
---source=hub, the hub's service account and the triggers').
+it accepts only its own senders (--allowed-senders: the hub's service account
+and the triggers'; with --source=knative, the OIDC service accounts Knative
+creates for its sources and triggers, and the wakeup source's).
 The operator's environment is declared once and goes into the Knative Service
 and the classic Deployment alike: what the operator declares itself
 (builder.WithEnv, WithSecretEnv), then --env, --env-secret, --env-from-secret and
@@ -97,7 +103,8 @@ control, or use --webhook-certs=cert-manager.`,
 		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
-  opzero manifests ./examples/configwatcher --source=hub -o deploy/
+  opzero manifests ./examples/configwatcher --source=knative -o deploy/
+  opzero manifests ./cmd/myoperator --install-hub=false -o deploy/   # the hub: opzero hub manifests
   opzero manifests ./cmd/myoperator -o deploy/ --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token \
       --env-from-configmap myoperator-settings -- --max-concurrent-reconciles=4`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -122,6 +129,10 @@ control, or use --webhook-certs=cert-manager.`,
 				return fmt.Errorf("which operator? name the Go package of its main, e.g. opzero manifests ./examples/configwatcher")
 			}
 			o.NoDurableTime = !durable
+			o.NoHub = !installHub
+			if o.Mode == manifests.Classic && !cmd.Flags().Changed("source") {
+				o.Source = "" // the default source is the serverless operator's
+			}
 			o.TimeoutSeconds = int(timeout / time.Second)
 			if timeout > 0 && o.TimeoutSeconds == 0 {
 				return fmt.Errorf("--timeout=%s: at least 1s", timeout)
@@ -164,8 +175,9 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
 	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
-	f.StringVar(&o.Source, "source", manifests.SourceKnative, "serverless: how events reach the operator: knative (an ApiServerSource per kind, PingSources, a wakeup source) or hub (a Subscription to the cluster's opzero hub, which is deployed too)")
+	f.StringVar(&o.Source, "source", manifests.SourceHub, "serverless: how events reach the operator: hub (a Subscription to the cluster's opzero hub, which hub.yaml installs) or knative (an ApiServerSource per kind, PingSources, a wakeup source); --mode=classic ignores it")
 	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
+	f.BoolVar(&installHub, "install-hub", true, "with --source=hub: write hub.yaml, the cluster's hub (the same in every operator's manifests, so applying it again is harmless); false when the hub is installed once per cluster with `opzero hub manifests`")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (Knative keeps it for its stable window, then the retention period: under 60s autoscaling.knative.dev/window, at least 6s; above, scale-to-zero-pod-retention-period of the rest; 0: Knative's defaults, 60s or more)")
 	f.StringVar(&o.Broker, "broker", "", "the Broker's name (default: the operator's when it takes Broker events); without WatchesEvents, serverless: also emit a Broker of this name and a Trigger to the operator")

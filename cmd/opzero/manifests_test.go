@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,8 @@ func runOpzero(t *testing.T, args ...string) (string, error) {
 }
 
 // TestManifestsCommand: the user's path, from the repository root: a folder
-// of files equal to the golden ones, the same as one stream on stdout.
+// of files equal to the golden ones (the default, the hub wiring), the same
+// as one stream on stdout.
 func TestManifestsCommand(t *testing.T) {
 	t.Chdir("../..")
 	dir := filepath.Join(t.TempDir(), "deploy")
@@ -33,7 +35,8 @@ func TestManifestsCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var all []byte
-	for _, name := range []string{"crds.yaml", "rbac.yaml", "operator.yaml", "sources.yaml", "wakeup-source.yaml"} {
+	files := []string{"crds.yaml", "hub.yaml", "rbac.yaml", "operator.yaml", "sources.yaml"}
+	for _, name := range files {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -44,8 +47,8 @@ func TestManifestsCommand(t *testing.T) {
 		}
 		all = append(all, b...)
 	}
-	if len(entries) != 5 {
-		t.Errorf("golden has %d files, want 5", len(entries))
+	if len(entries) != len(files) {
+		t.Errorf("golden has %d files, want %d", len(entries), len(files))
 	}
 	stream, err := runOpzero(t, "manifests", "./examples/configwatcher") // the package as an argument
 	if err != nil {
@@ -138,22 +141,34 @@ func TestManifestsEnvFlags(t *testing.T) {
 	}
 }
 
-// TestManifestsSourceHub: --source=hub writes the golden serverless-hub
-// files; regenerating the folder with the default source removes hub.yaml,
-// and the other way round wakeup-source.yaml (no stale wiring is left).
+// TestManifestsSourceHub: the default and --source=hub write the golden
+// serverless files; regenerating the folder with --source=knative removes
+// hub.yaml, and the other way round wakeup-source.yaml (no stale wiring is
+// left); --install-hub=false leaves hub.yaml out.
 func TestManifestsSourceHub(t *testing.T) {
 	t.Chdir("../..")
 	dir := filepath.Join(t.TempDir(), "deploy")
-	golden := filepath.Join("internal", "manifests", "testdata", "golden", "serverless-hub")
-	for _, args := range [][]string{{"--source=hub"}, {}, {"--source", "hub"}} {
+	golden := filepath.Join("internal", "manifests", "testdata", "golden", "serverless")
+	for _, args := range [][]string{{"--source=hub"}, {"--source=knative"}, {}, {"--install-hub=false"}, {"--source", "hub"}} {
 		if out, err := runOpzero(t, append([]string{"manifests", "./examples/configwatcher", "-o", dir}, args...)...); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		_, errHub := os.Stat(filepath.Join(dir, "hub.yaml"))
 		_, errWakeup := os.Stat(filepath.Join(dir, "wakeup-source.yaml"))
-		if len(args) == 0 {
+		switch {
+		case slices.Equal(args, []string{"--source=knative"}):
 			if !os.IsNotExist(errHub) || errWakeup != nil {
 				t.Errorf("--source=knative: hub.yaml %v, wakeup-source.yaml %v; want only the latter", errHub, errWakeup)
+			}
+			continue
+		case slices.Equal(args, []string{"--install-hub=false"}):
+			if !os.IsNotExist(errHub) || !os.IsNotExist(errWakeup) {
+				t.Errorf("--install-hub=false: hub.yaml %v, wakeup-source.yaml %v; want neither", errHub, errWakeup)
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, "sources.yaml"))
+			want, _ := os.ReadFile(filepath.Join(golden, "sources.yaml"))
+			if !bytes.Equal(b, want) {
+				t.Errorf("--install-hub=false: sources.yaml differs from %s", filepath.Join(golden, "sources.yaml"))
 			}
 			continue
 		}

@@ -107,13 +107,27 @@ func (k *kinds) discover(ctx context.Context, gv schema.GroupVersion) error {
 	return nil
 }
 
-// toSubscription converts what the dynamic client read.
-func toSubscription(u *unstructured.Unstructured) (*v1alpha1.Subscription, error) {
+// toSubscription converts what the dynamic client read. Fields this hub
+// does not know (a Subscription written by a newer opzero, whose CRD
+// already has them) are returned apart: the Subscription is then refused
+// with a condition that says to upgrade the hub, not served without them.
+func toSubscription(u *unstructured.Unstructured) (*v1alpha1.Subscription, []string, error) {
 	s := &v1alpha1.Subscription{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
-		return nil, fmt.Errorf("Subscription %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, s, true)
+	if strict, ok := runtime.AsStrictDecodingError(err); ok {
+		var unknown []string
+		for _, e := range strict.Errors() {
+			f := strings.TrimPrefix(e.Error(), "unknown field ")
+			if f = strings.Trim(f, `"`); !strings.HasPrefix(f, "metadata.") && !strings.HasPrefix(f, "status.") {
+				unknown = append(unknown, f)
+			}
+		}
+		return s, unknown, nil
 	}
-	return s, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("Subscription %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return s, nil, nil
 }
 
 func keyOf(o metav1.Object) types.NamespacedName {

@@ -161,13 +161,13 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 	}
 	seen := map[types.NamespacedName]bool{}
 	for i := range list.Items {
-		s, err := toSubscription(&list.Items[i])
+		s, unknown, err := toSubscription(&list.Items[i])
 		if err != nil {
 			h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
 			continue
 		}
 		seen[keyOf(s)] = true
-		h.update(ctx, s)
+		h.update(ctx, s, unknown)
 	}
 	h.mu.Lock()
 	var gone []types.NamespacedName
@@ -223,12 +223,12 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 				h.rewire(ctx)
 				continue
 			}
-			s, err := toSubscription(u)
+			s, unknown, err := toSubscription(u)
 			if err != nil {
 				h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
 				continue
 			}
-			h.update(ctx, s)
+			h.update(ctx, s, unknown)
 			h.rewire(ctx)
 		}
 	}
@@ -264,7 +264,10 @@ func (h *Hub) checkAll(ctx context.Context, unready bool) {
 }
 
 // update takes a new version of a Subscription and checks it.
-func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription) {
+//
+// unknown are the spec's fields this hub does not know (toSubscription):
+// the Subscription is then refused.
+func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, unknown []string) {
 	key := keyOf(obj)
 	h.mu.Lock()
 	s := h.subs[key]
@@ -275,7 +278,7 @@ func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription) {
 		h.mu.Unlock()
 		return // a status write (ours): nothing to check
 	}
-	s.setSpec(obj)
+	s.setSpec(obj, unknown)
 	h.mu.Unlock()
 	h.check(ctx, s)
 }
@@ -318,7 +321,7 @@ func (h *Hub) wire(ctx context.Context) {
 			}
 		}
 		if s.spec().Wakeups {
-			ops = append(ops, s.spec().Operator)
+			ops = append(ops, wakeupOperators(s.spec())...)
 		}
 	}
 	// A referrer index is fed by the shared watch of the same objects when
@@ -398,6 +401,12 @@ func (h *Hub) rewireWakeups(ctx context.Context, ops []string) {
 	go func() { _ = src.Run(wctx) }()
 }
 
+// wakeupOperators are the operators whose Wakeups go to spec's sink: the
+// operator and the other controllers of its binary.
+func wakeupOperators(spec v1alpha1.SubscriptionSpec) []string {
+	return append([]string{spec.Operator}, spec.Operators...)
+}
+
 // routeWakeup sends a Wakeup of operator in namespace to its
 // Subscription's sink: the one Ready Subscription of that operator, or of
 // several, the one whose sink is the record's.
@@ -405,7 +414,7 @@ func (h *Hub) routeWakeup(ctx context.Context, operator, _, sink string) (string
 	h.mu.Lock()
 	var match []*sub
 	for _, s := range h.subs {
-		if s.spec().Operator == operator && s.spec().Wakeups && s.ready() {
+		if s.spec().Wakeups && s.ready() && slices.Contains(wakeupOperators(s.spec()), operator) {
 			match = append(match, s)
 		}
 	}

@@ -38,8 +38,9 @@ type sub struct {
 	// that every change after the Subscription was written is delivered,
 	// however long the hub takes to start the watch.
 	base    string
-	dirty   bool   // progress or conditions not yet written
-	written []byte // the status last written
+	unknown []string // fields of the spec this hub does not know: refused
+	dirty   bool     // progress or conditions not yet written
+	written []byte   // the status last written
 
 	disp    *dispatcher
 	sweeps  *sweeper
@@ -68,10 +69,16 @@ func (s *sub) spec() v1alpha1.SubscriptionSpec {
 	return s.obj.Spec
 }
 
-func (s *sub) setSpec(obj *v1alpha1.Subscription) {
+func (s *sub) setSpec(obj *v1alpha1.Subscription, unknown []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.obj, s.base = obj.DeepCopy(), obj.ResourceVersion
+	s.obj, s.base, s.unknown = obj.DeepCopy(), obj.ResourceVersion, unknown
+}
+
+func (s *sub) unknownFields() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unknown
 }
 
 func (s *sub) sinkURL() string {
@@ -232,8 +239,17 @@ func (s *sub) setCondition(c metav1.Condition) {
 
 // plan turns the spec into attachments to watches, checking every field.
 func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1alpha1.Sweep, error) {
+	if u := s.unknownFields(); len(u) > 0 {
+		return nil, nil, withReason("HubOutdated", "%s: not known to this hub (opzero %s): the Subscription was written by a newer opzero; "+
+			"upgrade the hub (opzero hub manifests | kubectl apply --server-side -f -) or regenerate the operator's manifests with this hub's opzero", strings.Join(u, ", "), Version())
+	}
 	if spec.Operator == "" {
 		return nil, nil, withReason("InvalidSpec", "spec.operator is empty: name the operator (its builder name)")
+	}
+	for i, op := range spec.Operators {
+		if op == "" || op == spec.Operator {
+			return nil, nil, withReason("InvalidSpec", "spec.operators[%d] is %q: name another controller of the operator's binary (spec.operator is %q)", i, op, spec.Operator)
+		}
 	}
 	if spec.ServiceAccountName == "" {
 		return nil, nil, withReason("InvalidSpec", "spec.serviceAccountName is empty: name the operator's service account (what it may read bounds what is delivered)")

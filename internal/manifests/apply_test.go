@@ -115,7 +115,7 @@ func TestDryRunApplyCatchesMistakes(t *testing.T) {
 // it does not know.
 func TestDryRunApplyCatchesSubscriptionMistakes(t *testing.T) {
 	env := testenv.Get(t)
-	o := goldenCases["serverless-hub"]
+	o := goldenCases["serverless"]
 	o.Namespace = env.Namespace(t)
 	broken := map[string]func(spec map[string]any){
 		"misspelt referencedBy": func(spec map[string]any) {

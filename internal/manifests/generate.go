@@ -165,9 +165,6 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if len(g.ops) == 0 {
 		g.ops = []description.Controller{op}
 	}
-	if len(g.ops) > 1 && o.hub() {
-		return nil, fmt.Errorf("--source=hub: the binary runs %d controllers (%s), and a Subscription describes one; use --source=knative", len(g.ops), controllerNames(g.ops))
-	}
 	for _, c := range in.CRDs {
 		g.plural[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = c.CRD.Spec.Names.Plural
 	}

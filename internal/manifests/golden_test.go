@@ -21,13 +21,14 @@ var update = flag.Bool("update", false, "rewrite testdata/golden from the genera
 
 // goldenCases are the ConfigWatcher example deployed each way.
 var goldenCases = map[string]manifests.Options{
+	// the default: a Subscription to the hub, and the hub
 	"serverless": {Mode: manifests.Serverless},
-	"classic":    {Mode: manifests.Classic},
+	// --source=knative: an ApiServerSource per kind, PingSources, a wakeup source
+	"serverless-knative": {Mode: manifests.Serverless, Source: manifests.SourceKnative},
+	"classic":            {Mode: manifests.Classic},
 	"serverless-broker": {Mode: manifests.Serverless, Namespace: "ops", Idle: 3 * time.Second, Broker: "default",
 		TriggerType: "com.example.config.changed", Delivery: manifests.Delivery{DeadLetterSink: "http://dls.ops.svc.cluster.local"}},
 	"serverless-no-durable-time": {Mode: manifests.Serverless, NoDurableTime: true},
-	// --source=hub: a Subscription and the hub instead of the Knative sources
-	"serverless-hub": {Mode: manifests.Serverless, Source: manifests.SourceHub},
 	// the operator also takes external events (eventCases): its own Broker, a Trigger per filter
 	"serverless-events": {Mode: manifests.Serverless, Namespace: "ops", Delivery: manifests.Delivery{Retry: 3,
 		BackoffPolicy: "linear", BackoffDelay: "PT0.2S", DeadLetterSink: "http://dls.ops.svc.cluster.local"}},

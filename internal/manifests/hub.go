@@ -1,14 +1,22 @@
 package manifests
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opzero/opzero/config/crd"
+)
 
 // Event sources of a serverless operator (Options.Source, --source).
 const (
 	// SourceKnative: one ApiServerSource per kind, PingSources for the
-	// sweeps and a wakeup source per operator (the default).
+	// sweeps and a wakeup source per operator.
 	SourceKnative = "knative"
 	// SourceHub: one Subscription to the cluster's opzero hub
-	// (cmd/opzero-hub), which is deployed with it.
+	// (cmd/opzero-hub), which is deployed with it (the default).
 	SourceHub = "hub"
 )
 
@@ -46,7 +54,10 @@ var (
 func (g *gen) hubWiring() []Object {
 	objs := []Object{g.subscription()}
 	objs = append(objs, g.hubReadRole())
-	return append(objs, hubObjects(g.o.HubImage)...)
+	if g.o.NoHub {
+		return objs
+	}
+	return append(objs, HubObjects(g.o.HubImage)...)
 }
 
 // subscription asks the hub for what the Knative wiring gets from its
@@ -56,25 +67,24 @@ func (g *gen) hubWiring() []Object {
 // then does not send what the operator would only acknowledge), the same sweeps under the PingSources' names, and the
 // operator's Wakeups when durable time is on.
 func (g *gen) subscription() Object {
-	p := g.op.Primary
 	var resources []any
-	for i, k := range g.sourceKinds() {
+	for _, k := range g.sourceKinds() {
 		r := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind.Kind, "mode": k.mode}
 		if k.Selector != "" {
 			r["labelSelector"] = k.Selector
 		}
 		if k.owned {
-			r["owner"] = map[string]any{"apiVersion": p.APIVersion(), "kind": p.Kind}
+			r["owner"] = map[string]any{"apiVersion": k.owner.APIVersion(), "kind": k.owner.Kind}
 		}
-		if k.mode == "Reference" && k.ReferencedBy != "" {
-			r["referencedBy"] = map[string]any{"apiVersion": p.APIVersion(), "kind": p.Kind, "fieldPath": k.ReferencedBy}
+		if k.mode == "Reference" && k.referrer != nil {
+			r["referencedBy"] = map[string]any{"apiVersion": k.referrer.APIVersion(), "kind": k.referrer.Kind, "fieldPath": k.ReferencedBy}
 		}
-		if i == 0 && g.op.Skip != nil { // the primary, in Resource mode
+		if k.mode == "Resource" && k.skip != nil {
 			so := map[string]any{}
-			if g.op.Skip.OnLabelChange {
+			if k.skip.OnLabelChange {
 				so["labels"] = true
 			}
-			if g.op.Skip.OnAnnotationChange {
+			if k.skip.OnAnnotationChange {
 				so["annotations"] = true
 			}
 			r["skipObserved"] = so
@@ -100,6 +110,15 @@ func (g *gen) subscription() Object {
 	}
 	if g.o.durable() {
 		spec["wakeups"] = true
+		if len(g.ops) > 1 { // their Wakeups carry each controller's name
+			var others []any
+			for _, op := range g.ops {
+				if op.Name != g.op.Name {
+					others = append(others, op.Name)
+				}
+			}
+			spec["operators"] = others
+		}
 	}
 	sub := object("opzero.dev/v1alpha1", "Subscription", g.o.Namespace, g.op.Name, g.labels("source"))
 	sub["spec"] = spec
@@ -115,7 +134,9 @@ func (g *gen) hubReadRole() Object {
 	for _, k := range g.sourceKinds() {
 		r.add(k.Group, g.resource(k.Kind), readVerbs...)
 	}
-	r.addRules(describedRules(g.op.SourceRules))
+	for _, op := range g.ops {
+		r.addRules(describedRules(op.SourceRules))
+	}
 	l := g.labels("hub")
 	l[HubAggregateLabel] = "true"
 	role := object("rbac.authorization.k8s.io/v1", "ClusterRole", "", g.hubRoleName(), l)
@@ -128,10 +149,14 @@ func (g *gen) hubReadRole() Object {
 // hold a colon.
 func (g *gen) hubRoleName() string { return HubName + ":" + g.o.Namespace + ":" + g.op.Name }
 
-// hubObjects are the hub, cluster-shared: its namespace, service account,
+// HubObjects are the hub, cluster-shared: its namespace, service account,
 // RBAC and Deployment. They carry no operator's name, so that applying the
-// manifests of every operator (server-side) leaves them as they are.
-func hubObjects(image string) []Object {
+// manifests of every operator (server-side) leaves them as they are, and
+// `opzero hub manifests` writes them alone (with the Subscription CRD).
+func HubObjects(image string) []Object {
+	if image == "" {
+		image = DefaultHubImage
+	}
 	l := map[string]any{"app.kubernetes.io/name": HubName, "app.kubernetes.io/component": "hub",
 		"app.kubernetes.io/managed-by": "opzero"}
 	hub := func(o map[string]any) Object { return Object{File: FileHub, Obj: o} }
@@ -209,4 +234,29 @@ func hubDeployment(image string, l map[string]any) map[string]any {
 		},
 	}
 	return dep
+}
+
+// HubInstall is what `opzero hub manifests` writes: the CRDs of
+// Subscriptions and Wakeups (as this opzero carries them) and the hub
+// (HubObjects), for a platform team that installs the hub once per cluster
+// and the operators with --install-hub=false.
+func HubInstall(image string) ([]Object, error) {
+	var objs []Object
+	for _, f := range []string{"opzero.dev_subscriptions.yaml", "opzero.dev_wakeups.yaml"} {
+		b, err := crd.Files.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var c apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		if !bytes.HasPrefix(b, []byte("---\n")) {
+			b = append([]byte("---\n"), b...)
+		}
+		objs = append(objs, Object{File: FileCRDs, Raw: b, Obj: object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", c.Name, nil)})
+	}
+	objs = append(objs, HubObjects(image)...)
+	sortObjects(objs)
+	return objs, nil
 }

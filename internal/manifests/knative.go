@@ -73,6 +73,13 @@ type sourceKind struct {
 	mode  string
 	owned bool
 	owner description.Kind // with owned: the owner's kind, the source's owner filter
+	// referrer (hub only): the primary kind whose field Kind.ReferencedBy
+	// names the objects; nil when some user of the kind made no such
+	// promise, or two promised different things.
+	referrer *description.Kind
+	// skip (hub only): the kind is only ever a primary, and every
+	// controller reconciling it skips observed generations this way.
+	skip *description.Skip
 }
 
 // sourceKinds lists the ApiServerSources: Resource mode for the primary and
@@ -80,15 +87,21 @@ type sourceKind struct {
 // for watched kinds (map functions take name and namespace). With several
 // controllers, one source per kind serves them all: Resource mode if any
 // needs the object, an owner filter only if every one that uses the kind
-// owns it under one owner kind, a label selector only if every one has it.
+// owns it under one owner kind, a label selector only if every one has it,
+// a referrer only if every one watches it through the same field of the
+// same primary kind, skipping observed generations only if every one
+// reconciles it as its primary and skips.
 func (g *gen) sourceKinds() []sourceKind {
 	var out []sourceKind
 	at := map[[3]string]int{}
-	use := func(k description.Kind, mode string, owner *description.Kind) {
+	use := func(k description.Kind, mode string, owner, referrer *description.Kind, skip *description.Skip) {
 		id := [3]string{k.Group, k.Version, k.Kind}
-		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil}
+		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil, skip: skip}
 		if owner != nil {
 			sk.owner = *owner
+		}
+		if referrer != nil && k.ReferencedBy != "" {
+			sk.referrer = referrer
 		}
 		i, seen := at[id]
 		if !seen {
@@ -100,23 +113,39 @@ func (g *gen) sourceKinds() []sourceKind {
 		if mode == "Resource" {
 			have.mode = "Resource"
 		}
-		if have.owned && (owner == nil || have.owner.APIVersion() != owner.APIVersion() || have.owner.Kind != owner.Kind) {
+		if have.owned && (owner == nil || !sameKind(have.owner, *owner)) {
 			have.owned, have.owner = false, description.Kind{}
 		}
 		if have.Selector != k.Selector {
 			have.Selector = ""
 		}
+		if have.referrer != nil && (sk.referrer == nil || !sameKind(*have.referrer, *sk.referrer) || have.ReferencedBy != k.ReferencedBy) {
+			have.referrer, have.ReferencedBy = nil, ""
+		}
+		switch {
+		case have.skip == nil || skip == nil:
+			have.skip = nil
+		default:
+			have.skip = &description.Skip{OnLabelChange: have.skip.OnLabelChange || skip.OnLabelChange,
+				OnAnnotationChange: have.skip.OnAnnotationChange || skip.OnAnnotationChange}
+		}
 	}
 	for _, op := range g.ops {
-		use(op.Primary, "Resource", nil)
+		use(op.Primary, "Resource", nil, nil, op.Skip)
+	}
+	for _, op := range g.ops {
 		for _, k := range op.Owned {
-			use(k, "Resource", &op.Primary)
+			use(k, "Resource", &op.Primary, nil, nil)
 		}
 		for _, k := range op.Watched {
-			use(k, "Reference", nil)
+			use(k, "Reference", nil, &op.Primary, nil)
 		}
 	}
 	return out
+}
+
+func sameKind(a, b description.Kind) bool {
+	return a.APIVersion() == b.APIVersion() && a.Kind == b.Kind
 }
 
 // sweep is one PingSource.

@@ -40,10 +40,13 @@ type Options struct {
 	// WakeupImage runs the wakeup source: its entrypoint takes the wakeup
 	// source's flags, as cmd/wakeup-source does (DefaultWakeupImage).
 	WakeupImage string
-	// Source is how a serverless operator gets its events: SourceKnative
-	// (ApiServerSources, PingSources, a wakeup source: the default) or
-	// SourceHub (a Subscription to the cluster's opzero hub, and the hub).
+	// Source is how a serverless operator gets its events: SourceHub (a
+	// Subscription to the cluster's opzero hub, and the hub: the default)
+	// or SourceKnative (ApiServerSources, PingSources, a wakeup source).
 	Source string
+	// NoHub leaves the hub itself (hub.yaml) out of the hub wiring: for a
+	// cluster whose hub is installed once by `opzero hub manifests`.
+	NoHub bool
 	// HubImage runs the hub (DefaultHubImage): its entrypoint takes
 	// cmd/opzero-hub's flags.
 	HubImage string
@@ -118,8 +121,8 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	if o.Mode == "" {
 		o.Mode = Serverless
 	}
-	if o.Source == "" {
-		o.Source = SourceKnative
+	if o.Source == "" && o.Mode == Serverless {
+		o.Source = SourceHub
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -187,4 +190,6 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 func (o Options) durable() bool { return o.Mode == Serverless && !o.NoDurableTime }
 
 // hub says whether the hub delivers the operator's events.
-func (o Options) hub() bool { return o.Mode != Classic && o.Source == SourceHub }
+func (o Options) hub() bool {
+	return o.Mode != Classic && (o.Source == SourceHub || o.Source == "")
+}
