@@ -109,7 +109,7 @@ func oneFlagPerSetting(t *testing.T, dir string) {
 
 func serverless(t *testing.T, env *testenv.Env, dir string) {
 	ns := env.Namespace(t)
-	us := devObjects(t, dir, manifests.Options{Namespace: ns})
+	us := devObjects(t, dir, manifests.Options{Namespace: ns, Source: manifests.SourceKnative})
 	var sources []string
 	for _, o := range us {
 		if o.GetKind() == "ApiServerSource" {
@@ -129,7 +129,7 @@ func serverless(t *testing.T, env *testenv.Env, dir string) {
 }
 
 // devObjects are the manifests `opzero manifests` writes for the project
-// in dir (./cmd), as opzero dev reads them, with the sweeps' PingSources
+// in dir (./cmd), as opzero dev reads them, with the sweeps (PingSources, or the Subscription's)
 // moved out of the way (no sweep tick during the test).
 func devObjects(t *testing.T, dir string, o manifests.Options) []*unstructured.Unstructured {
 	t.Helper()
@@ -146,8 +146,15 @@ func devObjects(t *testing.T, dir string, o manifests.Options) []*unstructured.U
 		t.Fatal(err)
 	}
 	for _, u := range us {
-		if u.GetKind() == "PingSource" {
+		switch u.GetKind() {
+		case "PingSource":
 			_ = unstructured.SetNestedField(u.Object, "0 0 1 1 *", "spec", "schedule")
+		case "Subscription":
+			sweeps, _, _ := unstructured.NestedSlice(u.Object, "spec", "sweeps")
+			for _, sw := range sweeps {
+				sw.(map[string]any)["schedule"] = "0 0 1 1 *"
+			}
+			_ = unstructured.SetNestedSlice(u.Object, sweeps, "spec", "sweeps")
 		}
 	}
 	return us

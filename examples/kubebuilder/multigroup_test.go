@@ -77,7 +77,8 @@ func TestKubebuilderMultigroupAdopted(t *testing.T) {
 
 	t.Run("envtest", func(t *testing.T) { makeTest(t, dir, cg) })
 	env := testenv.Get(t)
-	t.Run("serverless", func(t *testing.T) { fleetServerless(t, env, dir) })
+	t.Run("serverless", func(t *testing.T) { fleetServerless(t, env, dir, "") })
+	t.Run("serverless-knative", func(t *testing.T) { fleetServerless(t, env, dir, manifests.SourceKnative) })
 	t.Run("classic", func(t *testing.T) {
 		classic(t, env, dir, func(t *testing.T, c client.Client, ns string) { fleetExercise(t, c, ns, func(string) {}) })
 	})
@@ -218,12 +219,14 @@ func makeTest(t *testing.T, dir, controllerGen string) {
 	}
 }
 
-// fleetServerless: one Knative Service with a source for each kind, the
-// webhooks in their own Deployment, run through opzero dev.
-func fleetServerless(t *testing.T, env *testenv.Env, dir string) {
+// fleetServerless: one Knative Service for the three controllers, fed by
+// one Subscription to the hub with every kind and every controller's
+// Wakeups (the default) or, with --source=knative, a source for each kind;
+// the webhooks in their own Deployment; run through opzero dev.
+func fleetServerless(t *testing.T, env *testenv.Env, dir, source string) {
 	ns := env.Namespace(t)
-	us := devObjects(t, dir, manifests.Options{Namespace: ns})
-	var services, sources, webhooks []string
+	us := devObjects(t, dir, manifests.Options{Namespace: ns, Source: source})
+	var services, sources, webhooks, subs []string
 	for _, o := range us {
 		switch o.GetKind() {
 		case "Service":
@@ -233,14 +236,24 @@ func fleetServerless(t *testing.T, env *testenv.Env, dir string) {
 		case "ApiServerSource":
 			res, _, _ := unstructured.NestedSlice(o.Object, "spec", "resources")
 			sources = append(sources, fmt.Sprint(res[0].(map[string]any)["kind"]))
+		case "Subscription":
+			res, _, _ := unstructured.NestedSlice(o.Object, "spec", "resources")
+			for _, r := range res {
+				sources = append(sources, fmt.Sprint(r.(map[string]any)["kind"]))
+			}
+			ops, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "operators")
+			subs = append(subs, fmt.Sprintf("%s %v", o.GetName(), ops))
 		case "Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
 			webhooks = append(webhooks, o.GetKind()+" "+o.GetName())
 		}
 	}
 	slices.Sort(sources)
-	t.Logf("Knative Services %v, ApiServerSources for %v, %v", services, sources, webhooks)
+	t.Logf("Knative Services %v, sources for %v, Subscriptions %v, %v", services, sources, subs, webhooks)
 	if fmt.Sprint(services) != "[fleet]" || fmt.Sprint(sources) != "[Cruiser Destroyer Frigate]" {
 		t.Fatalf("Knative Services %v and sources %v: want one Service (fleet) with a source for each of the three kinds", services, sources)
+	}
+	if wantSubs := "[fleet [cruiser destroyer frigate]]"; source == "" && fmt.Sprint(subs) != wantSubs {
+		t.Fatalf("Subscriptions %v, want %s: one for the binary, with every controller's Wakeups", subs, wantSubs)
 	}
 	if !slices.Contains(webhooks, "Deployment fleet-webhooks") {
 		t.Fatalf("no Deployment fleet-webhooks (--mode=webhooks) among %v", webhooks)

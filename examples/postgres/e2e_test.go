@@ -138,7 +138,7 @@ func TestDatabaseThroughDev(t *testing.T) {
 	if err := c.Create(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifests.Build(ctx, wd, ".", manifests.Options{Namespace: ns, NoDurableTime: true})
+	objs, err := manifests.Build(ctx, wd, ".", manifests.Options{Namespace: ns, Source: manifests.SourceKnative, NoDurableTime: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func ExampleGenerate() {
 			Deploy:  description.Deploy{Sweep: "*/10 * * * *", MaxScale: 2},
 		},
 	}
-	objs, err := manifests.Generate(in, manifests.Options{Namespace: "ops", NoDurableTime: true})
+	objs, err := manifests.Generate(in, manifests.Options{Namespace: "ops", Source: manifests.SourceKnative, NoDurableTime: true})
 	if err != nil {
 		panic(err)
 	}

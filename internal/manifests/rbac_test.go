@@ -77,7 +77,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 	for _, mode := range []string{manifests.Serverless, manifests.Classic} {
 		t.Run(mode, func(t *testing.T) {
 			ns := env.Namespace(t)
-			objs := generate(t, manifests.Options{Mode: mode, Namespace: ns})
+			objs := generate(t, manifests.Options{Mode: mode, Source: sourceOf(mode), Namespace: ns})
 			applyRBAC(t, env, objs)
 
 			operator := []access{
@@ -180,4 +180,14 @@ func check(t *testing.T, env *testenv.Env, ns, sa string, allow, deny []access) 
 			t.Errorf("%s may %s; nothing needs that", sa, a)
 		}
 	}
+}
+
+// sourceOf is the wiring whose every service account the RBAC tests check:
+// --source=knative (the sources' and the wakeup source's accounts);
+// classic has none.
+func sourceOf(mode string) string {
+	if mode == manifests.Classic {
+		return ""
+	}
+	return manifests.SourceKnative
 }

@@ -46,7 +46,7 @@ func TestTheCodeRunsOnTheGeneratedRBAC(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	o := manifests.Options{Mode: manifests.Serverless, Namespace: ns}
+	o := manifests.Options{Mode: manifests.Serverless, Source: manifests.SourceKnative, Namespace: ns} // the wakeup source's account too
 	applyRBAC(t, env, generate(t, o))
 	appNS := env.Namespace(t) // the objects live in another namespace than the operator
 	op := as(t, env, ns, "configwatcher")

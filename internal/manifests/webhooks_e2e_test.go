@@ -47,7 +47,7 @@ func TestWebhooksThroughDev(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ns := env.Namespace(t)
 			ctx := context.Background()
-			objs, err := manifests.Build(ctx, ".", "./testdata/gadgets", manifests.Options{Namespace: ns, Mode: mode})
+			objs, err := manifests.Build(ctx, ".", "./testdata/gadgets", manifests.Options{Namespace: ns, Mode: mode, Source: manifests.SourceKnative})
 			if err != nil {
 				t.Fatal(err)
 			}

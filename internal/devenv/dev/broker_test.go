@@ -77,7 +77,7 @@ func TestBrokerThroughDev(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "reconciles")
 	dls := newDeadLetters(t)
 	objs, err := manifests.Build(context.Background(), root, "./internal/devenv/dev/testdata/eventsop", manifests.Options{
-		Namespace: ns, NoDurableTime: true, Env: []description.EnvVar{{Name: "EVENTSOP_LOG", Value: logFile}},
+		Namespace: ns, Source: manifests.SourceKnative, NoDurableTime: true, Env: []description.EnvVar{{Name: "EVENTSOP_LOG", Value: logFile}},
 		Delivery: manifests.Delivery{Retry: 2, BackoffPolicy: "linear", BackoffDelay: "PT0.05S", DeadLetterSink: dls.URL}})
 	if err != nil {
 		t.Fatal(err)

@@ -190,14 +190,26 @@ func get(t testing.TB, c client.Client, apiVersion, kind, ns, name string) *unst
 }
 
 // generated returns `opzero manifests` of the ConfigWatcher for namespace
-// ns, with the sweeps moved to once a year so no tick lands in a test.
+// ns (the default wiring: the hub), with the sweeps moved to once a year
+// so no tick lands in a test.
 func generated(t testing.TB, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	return generatedWith(t, ns, "")
+}
+
+// generatedKnative is generated with --source=knative.
+func generatedKnative(t testing.TB, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	return generatedWith(t, ns, manifests.SourceKnative)
+}
+
+func generatedWith(t testing.TB, ns, source string) []*unstructured.Unstructured {
 	t.Helper()
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := manifests.Build(context.Background(), root, "./examples/configwatcher", manifests.Options{Namespace: ns})
+	objs, err := manifests.Build(context.Background(), root, "./examples/configwatcher", manifests.Options{Namespace: ns, Source: source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,15 +222,23 @@ func generated(t testing.TB, ns string) []*unstructured.Unstructured {
 		t.Fatal(err)
 	}
 	for _, o := range out {
-		if o.GetKind() == "PingSource" {
+		switch o.GetKind() {
+		case "PingSource":
 			_ = unstructured.SetNestedField(o.Object, "0 0 1 1 *", "spec", "schedule")
+		case "Subscription":
+			sweeps, _, _ := unstructured.NestedSlice(o.Object, "spec", "sweeps")
+			for _, sw := range sweeps {
+				sw.(map[string]any)["schedule"] = "0 0 1 1 *"
+			}
+			_ = unstructured.SetNestedSlice(o.Object, sweeps, "spec", "sweeps")
 		}
 	}
 	return out
 }
 
 // TestConfigWatcherThroughDev is the issue's end-to-end path, with the
-// hand-written manifests and with those of `opzero manifests` (two
+// hand-written manifests and with those of `opzero manifests`: the default
+// (a Subscription, the hub as a process) and --source=knative (two
 // ApiServerSources, PingSources, the wakeup source as a process): 0
 // operator processes while idle; a ConfigMap change starts one, the pods
 // restart, the count returns to 0; a burst of events during a cold start is
@@ -230,7 +250,7 @@ func TestConfigWatcherThroughDev(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		objects func(testing.TB, string) []*unstructured.Unstructured
-	}{{"hand-written", fixture}, {"opzero-manifests", generated}} {
+	}{{"hand-written", fixture}, {"opzero-manifests", generated}, {"opzero-manifests-knative", generatedKnative}} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testenv.Get(t)
 			ns := env.Namespace(t)
@@ -358,7 +378,8 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 		t.Errorf("%s: want no failures and at least %d reconciles", p.StatusLine(), n+2)
 	}
 	for _, o := range objs {
-		if o.GetKind() == "Deployment" && strings.Contains(o.GetName(), "wakeup-source") {
+		wakeups, _, _ := unstructured.NestedBool(o.Object, "spec", "wakeups")
+		if o.GetKind() == "Deployment" && strings.Contains(o.GetName(), "wakeup-source") || o.GetKind() == "Subscription" && wakeups {
 			wakeupThroughDev(t, c, p, ns)
 		}
 	}
@@ -366,7 +387,7 @@ func exercise(t *testing.T, env *testenv.Env, ns string, objs []*unstructured.Un
 }
 
 // wakeupThroughDev: a due Wakeup record is delivered by the wakeup source
-// (a process running as its generated service account) to the operator at
+// or the hub (a process running as its generated service account) to the operator at
 // zero instances, which starts, answers 200, and the record is deleted.
 func wakeupThroughDev(t *testing.T, c client.Client, p *dev.Platform, ns string) {
 	svc := p.Services[0]

@@ -36,6 +36,9 @@ func envopManifests(t *testing.T, o manifests.Options) []*unstructured.Unstructu
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.Mode != manifests.Classic {
+		o.Source = manifests.SourceKnative // its sources are dropped below: no events here
+	}
 	objs, err := manifests.Build(context.Background(), root, "./internal/devenv/dev/testdata/envop", o)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func failopManifests(t *testing.T, ns string, durable bool) []*unstructured.Unst
 		t.Fatal(err)
 	}
 	objs, err := manifests.Build(context.Background(), root, "./internal/devenv/dev/testdata/failop",
-		manifests.Options{Namespace: ns, NoDurableTime: !durable, Args: []string{"--backoff-base=200ms", "--backoff-cap=500ms"}})
+		manifests.Options{Namespace: ns, Source: manifests.SourceKnative, NoDurableTime: !durable, Args: []string{"--backoff-base=200ms", "--backoff-cap=500ms"}})
 	if err != nil {
 		t.Fatal(err)
 	}
