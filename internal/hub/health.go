@@ -40,3 +40,20 @@ func (h *Hub) HealthHandler() http.Handler {
 		_ = json.NewEncoder(rw).Encode(map[string]string{"error": fmt.Sprintf("the watch of Subscriptions has been down since %s: %v", since.Format(time.RFC3339), err)})
 	})
 }
+
+// ReadyHandler serves /readyz: 200 once the watch of Subscriptions has
+// synced and every bucket was tried (held here, or found held by another
+// replica); its body lists the buckets.
+func (h *Hub) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		h.health.mu.Lock()
+		synced := h.health.ok
+		h.health.mu.Unlock()
+		tried := h.el.Tried()
+		rw.Header().Set("Content-Type", "application/json")
+		if !synced || !tried {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(rw).Encode(map[string]any{"subscriptionsSynced": synced, "bucketsTried": tried, "buckets": h.el.Status()})
+	})
+}

@@ -40,6 +40,10 @@ type sub struct {
 	base    string
 	dirty   bool   // progress or conditions not yet written
 	written []byte // the status last written
+	// takeover is the resourceVersion at which the Subscription was read
+	// when its bucket was won ("" for one created since): changes up to it
+	// may have been sent by the bucket's previous holder.
+	takeover string
 
 	disp    *dispatcher
 	sweeps  *sweeper
@@ -88,15 +92,26 @@ func (s *sub) ready() bool {
 }
 
 func (s *sub) stop() {
+	s.stopSweeps(true)
+	s.disp.stop()
+}
+
+func (s *sub) stopSweeps(stopped bool) {
 	s.mu.Lock()
-	s.stopped = true
+	s.stopped = s.stopped || stopped
 	sw := s.sweeps
 	s.sweeps = nil
 	s.mu.Unlock()
 	if sw != nil {
 		sw.stop()
 	}
-	s.disp.stop()
+}
+
+// drain stops the sweeps and lets the sends under way settle until
+// deadline; nothing queued is started.
+func (s *sub) drain(deadline time.Time) {
+	s.stopSweeps(false)
+	s.disp.drain(deadline)
 }
 
 // getProgress returns how far key has been delivered, or if never, the
@@ -425,8 +440,13 @@ func (h *Hub) authorize(ctx context.Context, ns string, spec v1alpha1.Subscripti
 	return nil
 }
 
-// writeStatus writes conditions, sink and progress if they changed.
+// writeStatus writes conditions, sink and progress if they changed, and
+// only while this replica holds the Subscription's bucket: its status has
+// one writer.
 func (s *sub) writeStatus(ctx context.Context, gen int64) {
+	if !s.h.el.Holds(s.h.bucketOf(s.key)) {
+		return
+	}
 	s.mu.Lock()
 	st := v1alpha1.SubscriptionStatus{ObservedGeneration: gen, Conditions: append([]metav1.Condition(nil), s.conds...), SinkURI: s.sink}
 	for _, a := range s.attachments {

@@ -81,6 +81,21 @@ func (a *attachment) start() string {
 	return a.mark
 }
 
+// replay reports whether a change at rv is one the bucket's previous
+// holder may have sent: the attachment resumed from a persisted progress,
+// and rv is before the Subscription was read when the bucket was won.
+func (a *attachment) replay(rv string) bool {
+	a.mu.Lock()
+	fresh := a.fresh
+	a.mu.Unlock()
+	t := a.sub.takeover
+	if fresh || t == "" || rv == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(rv, t)
+	return err == nil && c <= 0
+}
+
 // delivered reports whether a change was ever delivered (or persisted)
 // for a: a gap in a watch can hide a deletion the operator knew of.
 func (a *attachment) delivered() bool {
