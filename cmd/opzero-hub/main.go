@@ -77,7 +77,7 @@ func main() {
 	ha := haFlags{}
 	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
 	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
-	fs.StringVar(&ha.id, "replica-id", "", "This replica's name in the Leases (default $POD_NAME, else the host name, with a random suffix).")
+	fs.StringVar(&ha.id, "replica-id", "", "This replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix).")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -131,16 +131,19 @@ type haFlags struct {
 	buckets       int
 }
 
-// replicaID is --replica-id, or the pod's (else host's) name with a
-// random suffix: a restarted process is a new holder.
+// replicaID is --replica-id, else $POD_NAME: a container restarted in its
+// pod (SIGKILL, OOM) takes its own Leases back at once, from the progress
+// in status, as kubelet has ended the previous one. Without a pod name, the
+// host name with a random suffix: a restarted process waits for its
+// predecessor's Leases to expire.
 func (f haFlags) replicaID() string {
 	if f.id != "" {
 		return f.id
 	}
-	name := os.Getenv("POD_NAME")
-	if name == "" {
-		name, _ = os.Hostname()
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
 	}
+	name, _ := os.Hostname()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return name + "_" + hex.EncodeToString(b)

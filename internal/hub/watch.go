@@ -82,14 +82,13 @@ func (a *attachment) start() string {
 }
 
 // replay reports whether a change at rv is one the bucket's previous
-// holder may have sent: the attachment resumed from a persisted progress,
-// and rv is before the Subscription was read when the bucket was won.
+// holder may have sent: rv is at or before the Subscription's version read
+// when the bucket was won (every send of the previous holder was before
+// it). An upper bound: it counts too the changes that holder never sent
+// (those after its last progress write, before its death was noticed).
 func (a *attachment) replay(rv string) bool {
-	a.mu.Lock()
-	fresh := a.fresh
-	a.mu.Unlock()
 	t := a.sub.takeover
-	if fresh || t == "" || rv == "" {
+	if t == "" || rv == "" {
 		return false
 	}
 	c, err := resourceversion.CompareResourceVersion(rv, t)
