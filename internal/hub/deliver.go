@@ -23,8 +23,9 @@ import (
 // delivery is one event waiting to be sent.
 type delivery struct {
 	build  func() (*event.Event, error)
-	mark   *mark // nil for sweeps
-	replay bool  // the bucket's previous holder may have sent it (attachment.replay)
+	mark   *mark  // nil for sweeps
+	rv     string // of the change ("" for sweeps)
+	replay bool   // the bucket's previous holder may have sent it (attachment.replay)
 }
 
 // keyState is one object's (or sweep's) sends: one at a time, in order.
@@ -143,7 +144,7 @@ func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 	// waiting; a Reference-mode and a Resource-mode event of it are two
 	// (an operator may map them to different primaries), and so are two
 	// kinds of one name in different groups.
-	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk, replay: a.replay(c.m.GetResourceVersion())})
+	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk, rv: c.m.GetResourceVersion(), replay: a.replay(c.m.GetResourceVersion())})
 }
 
 // put queues dl under key, replacing a change still waiting there.
@@ -273,6 +274,7 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 		if url == "" {
 			last = fmt.Errorf("the sink is not resolved")
 		} else {
+			s.noteAttempt(dl.rv)
 			wait, last = s.h.post(ctx, url, spec.Sink.Audience, ev)
 		}
 		if last == nil || handedOver(last) {
@@ -330,6 +332,18 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 	s.mu.Unlock()
 	s.h.event(obj, "Warning", "DeliveryFailed", fmt.Sprintf("%s %s not delivered after %d retries: %v", ev.Type(), ev.Subject(), p.retry, last))
 	return true
+}
+
+// noteAttempt records that the event of the change at rv is being posted.
+func (s *sub) noteAttempt(rv string) {
+	if rv == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attempted == "" || newer(rv, s.attempted) {
+		s.attempted = rv
+	}
 }
 
 // reresolve reads the sink's address again after a failed send to url: a

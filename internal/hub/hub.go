@@ -332,7 +332,7 @@ func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, takeover s
 	s := h.subs[key]
 	if s == nil {
 		s = newSub(h, obj)
-		s.takeover = takeover
+		s.takeover = h.takeoverAt(key, takeover)
 		h.subs[key] = s
 	} else if s.generation() == obj.Generation {
 		h.mu.Unlock()

@@ -32,6 +32,8 @@ type elector interface {
 	Tried() bool
 	Status() []bucket.Status
 	OtherVersions() int
+	Handoff(i int) string
+	SetHandoff(i int, rv string)
 }
 
 // solo is the elector of a hub without Leases: one bucket, always held.
@@ -44,6 +46,8 @@ func (solo) Held() []int                           { return []int{0} }
 func (solo) Tried() bool                           { return true }
 func (solo) Status() []bucket.Status               { return []bucket.Status{{Bucket: 0, Held: true}} }
 func (solo) OtherVersions() int                    { return 0 }
+func (solo) Handoff(int) string                    { return "" }
+func (solo) SetHandoff(int, string)                {}
 func (h *Hub) bucketOf(k types.NamespacedName) int { return bucket.Of(k.String(), h.el.Buckets()) }
 
 // LeasePrefix names the bucket Leases: <LeasePrefix>-<i>.
@@ -65,9 +69,10 @@ func (h *Hub) newElector() elector {
 	if h.opts.Version == "" {
 		h.opts.Version = BuildVersion()
 	}
+	h.opts.Log = h.opts.Log.WithValues("replica", h.opts.ReplicaID)
 	return bucket.New(h.dyn, bucket.Options{Namespace: h.opts.LeaseNamespace, Name: LeasePrefix, Buckets: h.opts.Buckets,
 		Identity: h.opts.ReplicaID, Version: h.opts.Version, LeaseDuration: h.opts.LeaseDuration, RenewDeadline: h.opts.RenewDeadline,
-		RetryPeriod: h.opts.RetryPeriod, OnChange: h.onBucket, Log: h.opts.Log.WithName("buckets").WithValues("replica", h.opts.ReplicaID)})
+		RetryPeriod: h.opts.RetryPeriod, OnChange: h.onBucket, Log: h.opts.Log.WithName("buckets")})
 }
 
 // BuildVersion is the binary's module version, else its VCS revision
@@ -254,16 +259,46 @@ func (h *Hub) handOff(ctx context.Context) {
 	}
 	wg.Wait()
 	written := 0
+	bound := map[int]string{} // per bucket: the newest change this replica, or one before it, may have sent
+	for _, b := range h.el.Held() {
+		bound[b] = "0"
+	}
 	for _, s := range subs {
 		s.stop()
-		if h.el.Holds(h.bucketOf(s.key)) {
-			s.writeStatus(ctx, s.generation())
-			written++
+		b := h.bucketOf(s.key)
+		if !h.el.Holds(b) {
+			continue
 		}
+		s.writeStatus(ctx, s.generation())
+		written++
+		s.mu.Lock()
+		for _, rv := range []string{s.takeover, s.attempted} {
+			if newer(rv, bound[b]) && rv != "" {
+				bound[b] = rv
+			}
+		}
+		s.mu.Unlock()
+	}
+	for b, rv := range bound {
+		h.el.SetHandoff(b, rv)
 	}
 	if len(subs) > 0 {
 		h.opts.Log.Info("stopped: sends settled or left to the next holder, progress written; releasing the buckets", "subscriptions", written, "buckets", h.el.Held())
 	}
+}
+
+// takeoverAt is where the changes a Subscription of a bucket just won may
+// have been sent by the bucket's previous holder end: the version at which
+// it was read (listRV), or before it the bound the holder that released
+// the bucket wrote on its Lease.
+func (h *Hub) takeoverAt(k types.NamespacedName, listRV string) string {
+	if listRV == "" {
+		return ""
+	}
+	if hf := h.el.Handoff(h.bucketOf(k)); hf != "" && !newer(hf, listRV) {
+		return hf
+	}
+	return listRV
 }
 
 // wakeupOperators are the operators whose Wakeups this replica delivers:

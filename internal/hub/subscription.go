@@ -44,6 +44,10 @@ type sub struct {
 	// when its bucket was won ("" for one created since): changes up to it
 	// may have been sent by the bucket's previous holder.
 	takeover string
+	// attempted is the newest change whose event was posted (maybe
+	// received): with takeover, what a graceful hand-off tells the next
+	// holder (bucket.HandoffAnnotation).
+	attempted string
 
 	disp    *dispatcher
 	sweeps  *sweeper

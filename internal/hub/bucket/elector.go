@@ -104,6 +104,8 @@ type state struct {
 	seen    record    // the Lease as last read or written
 	seenAt  time.Time // when seen last changed
 	warned  string    // the holder (and version) last logged about
+	handoff string    // found on the Lease when it was acquired from a release
+	release string    // to write on the Lease when releasing it
 }
 
 // Status is one bucket as this replica knows it.
@@ -169,6 +171,28 @@ func (e *Elector) Held() []int {
 		}
 	}
 	return out
+}
+
+// Handoff is the HandoffAnnotation of bucket i's Lease when this replica
+// acquired it from a holder that released it; "" when it took it over
+// after an expiry (or found it new).
+func (e *Elector) Handoff(i int) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if i < 0 || i >= len(e.bs) {
+		return ""
+	}
+	return e.bs[i].handoff
+}
+
+// SetHandoff sets what releasing bucket i's Lease writes as its
+// HandoffAnnotation.
+func (e *Elector) SetHandoff(i int, rv string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if i >= 0 && i < len(e.bs) {
+		e.bs[i].release = rv
+	}
 }
 
 // Tried reports whether every bucket was tried once: held, or found held
@@ -301,6 +325,11 @@ func (e *Elector) try(ctx context.Context, b *state) error {
 			return err // AlreadyExists: another replica created it first; the next try reads it
 		}
 		e.saw(b, rec, now)
+		if !held {
+			e.mu.Lock()
+			b.handoff = ""
+			e.mu.Unlock()
+		}
 		return nil
 	}
 	if err != nil {
@@ -319,12 +348,21 @@ func (e *Elector) try(ctx context.Context, b *state) error {
 		e.o.Log.Info("the bucket's Lease has not been renewed by its holder for the lease duration; taking it over",
 			"bucket", b.i, "lease", e.o.Namespace+"/"+b.name, "holder", rec.holder, "holderVersion", rec.version, "duration", e.o.LeaseDuration)
 	}
-	next := e.mine(rec, now, rec.holder != e.o.Identity)
+	acquiring := rec.holder != e.o.Identity
+	next := e.mine(rec, now, acquiring)
 	next.write(u)
 	if _, err := e.leases.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		return err // a conflict: someone wrote it since; the next try reads it again
 	}
 	e.saw(b, next, now)
+	if acquiring {
+		e.mu.Lock()
+		b.handoff = ""
+		if rec.holder == "" {
+			b.handoff = rec.handoff // released: its holder said how far it may have sent
+		}
+		e.mu.Unlock()
+	}
 	return nil
 }
 
@@ -341,7 +379,7 @@ func (e *Elector) saw(b *state, r record, now time.Time) {
 // mine is rec with this replica as holder, renewed now.
 func (e *Elector) mine(rec record, now time.Time, acquiring bool) record {
 	r := rec
-	r.holder, r.version, r.buckets = e.o.Identity, e.o.Version, strconv.Itoa(e.o.Buckets)
+	r.holder, r.version, r.buckets, r.handoff = e.o.Identity, e.o.Version, strconv.Itoa(e.o.Buckets), ""
 	r.duration = int64((e.o.LeaseDuration + time.Second - 1) / time.Second)
 	r.renew = formatMicro(now)
 	if acquiring {
@@ -384,7 +422,7 @@ func (e *Elector) notice(b *state, rec record) {
 // that another replica takes it at its next try.
 func (e *Elector) release(ctx context.Context, b *state) {
 	e.mu.Lock()
-	held := b.held
+	held, handoff := b.held, b.release
 	b.held = false
 	e.mu.Unlock()
 	if !held {
@@ -401,7 +439,7 @@ func (e *Elector) release(ctx context.Context, b *state) {
 	if rec.holder != e.o.Identity {
 		return
 	}
-	rec.holder, rec.duration = "", 1
+	rec.holder, rec.duration, rec.handoff = "", 1, handoff
 	rec.renew = formatMicro(e.o.Clock.Now())
 	rec.write(u)
 	if _, err := e.leases.Update(ctx, u, metav1.UpdateOptions{}); err != nil {

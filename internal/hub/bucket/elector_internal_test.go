@@ -100,11 +100,22 @@ func TestElector(t *testing.T) {
 	if a.Holds(0) {
 		t.Fatal("a still holds the bucket b took over")
 	}
-	// b releases: a takes it at its next try, no expiry.
+	if b.Handoff(0) != "" {
+		t.Errorf("b took the bucket over after an expiry: handoff %q, want none", b.Handoff(0))
+	}
+	// b releases, saying how far it may have sent: a takes it at its next
+	// try, no expiry, and reads the bound; the Lease then no longer has it.
+	b.SetHandoff(0, "42")
 	b.release(ctx, b.bs[0])
 	a.step(ctx, a.bs[0])
 	if !a.Holds(0) || b.Holds(0) {
 		t.Fatalf("after b's release: a %v, b %v", a.Holds(0), b.Holds(0))
+	}
+	if got := a.Handoff(0); got != "42" {
+		t.Errorf("a's handoff after b's release: %q, want 42", got)
+	}
+	if l, _ := d.Resource(leasesGVR).Namespace("hub").Get(ctx, "b-0", metav1.GetOptions{}); l.GetAnnotations()[HandoffAnnotation] != "" {
+		t.Errorf("the handoff annotation stayed on the Lease a holds: %v", l.GetAnnotations())
 	}
 	want := []string{"r0 0 true", "r1 0 true", "r0 0 false", "r1 0 false", "r0 0 true"}
 	if fmt.Sprint(*changes) != fmt.Sprint(want) {

@@ -24,6 +24,12 @@ const (
 	// Subscriptions into: replicas that disagree would serve some
 	// Subscriptions twice and others not at all.
 	BucketsAnnotation = "opzero.dev/hub-buckets"
+	// HandoffAnnotation is written by a holder that releases the Lease:
+	// the newest resourceVersion of a change it (or a holder before it)
+	// may have sent for the bucket's Subscriptions (Elector.SetHandoff).
+	// The next holder counts what it sends up to there as possible
+	// duplicates; after an expiry it knows no such bound.
+	HandoffAnnotation = "opzero.dev/hub-handoff-rv"
 	// Label marks the hub's bucket Leases.
 	Label = "opzero.dev/hub-bucket"
 )
@@ -36,6 +42,7 @@ type record struct {
 	holder      string
 	version     string // "" when the holder wrote none: not a hub
 	buckets     string
+	handoff     string // HandoffAnnotation, on a released Lease
 	renew       string // as written: compared, never trusted as a clock
 	acquire     string
 	transitions int64
@@ -50,7 +57,7 @@ func readRecord(u *unstructured.Unstructured) record {
 	r.transitions, _, _ = unstructured.NestedInt64(u.Object, "spec", "leaseTransitions")
 	r.duration, _, _ = unstructured.NestedInt64(u.Object, "spec", "leaseDurationSeconds")
 	a := u.GetAnnotations()
-	r.version, r.buckets = a[VersionAnnotation], a[BucketsAnnotation]
+	r.version, r.buckets, r.handoff = a[VersionAnnotation], a[BucketsAnnotation], a[HandoffAnnotation]
 	return r
 }
 
@@ -72,9 +79,11 @@ func (r record) write(u *unstructured.Unstructured) {
 	if a == nil {
 		a = map[string]string{}
 	}
-	a[VersionAnnotation], a[BucketsAnnotation] = r.version, r.buckets
-	if r.version == "" {
-		delete(a, VersionAnnotation)
+	a[VersionAnnotation], a[BucketsAnnotation], a[HandoffAnnotation] = r.version, r.buckets, r.handoff
+	for k, v := range map[string]string{VersionAnnotation: r.version, HandoffAnnotation: r.handoff} {
+		if v == "" {
+			delete(a, k)
+		}
 	}
 	u.SetAnnotations(a)
 }
