@@ -93,8 +93,12 @@
 //   - Nothing is lost around a hand-off, and duplicates are bounded and
 //     counted: the new holder starts from the progress written by the old
 //     one, so a change may be sent by both; opzero_hub_handoff_replayed_total
-//     counts the events a replica sent of changes from before it won their
-//     bucket (Stats.Replayed), an upper bound of those duplicates.
+//     (Stats.Replayed) counts the events a replica sent of changes the
+//     bucket's previous holders may have sent, an upper bound of those
+//     duplicates: up to the newest change the releasing holder had posted
+//     (it writes it on the Lease, bucket.HandoffAnnotation) after a
+//     graceful hand-off, up to the moment the bucket was won after an
+//     expiry (which counts the changes nobody sent while it was dead too).
 //   - Two versions side by side (a rolling update, two installs): each
 //     Lease carries its holder's version and bucket count; a replica logs,
 //     once per holder, a bucket held by another version
