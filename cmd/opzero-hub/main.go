@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -39,11 +41,19 @@ they are due. It checks with SubjectAccessReview that each operator's service
 account may itself read what it subscribes to, and persists how far it has
 delivered in each Subscription's status.
 
+Replicas share the Subscriptions: each Subscription hashes into one of
+--buckets buckets, each bucket is held by the replica that holds its Lease
+(opzero-hub-bucket-<i> in --lease-namespace), and a replica serves the
+Subscriptions of the buckets it holds. A replica killed loses its buckets to
+another once their Leases expire (10 s); one stopped by SIGTERM stops
+sending, writes its progress and releases them at once.
+
 It needs: get/list/watch on subscriptions.opzero.dev and every kind
 subscribed to (opzero manifests --source=hub aggregates them into the
 opzero-hub ClusterRole), update on subscriptions/status, get/list/watch/delete
 on wakeups.opzero.dev, create on events and subjectaccessreviews, get on the
-sinks (Knative Services), and create on its own serviceaccounts/token.
+sinks (Knative Services), create on its own serviceaccounts/token, and
+get, create and update on leases in --lease-namespace.
 
 Usage:
   opzero-hub [flags]
@@ -61,9 +71,13 @@ func main() {
 		defSA = ns + "/opzero-hub"
 	}
 	sa := fs.String("service-account", defSA, "The hub's own service account, namespace/name: deliveries to a sink with an audience carry its TokenRequest tokens (default $POD_NAMESPACE/opzero-hub; empty sends no token).")
-	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes) and /metrics on this address, e.g. :8081 (default: not served).")
+	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes), /readyz (the watch synced, every bucket tried) and /metrics on this address, e.g. :8081 (default: not served).")
 	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
+	ha := haFlags{}
+	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
+	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
+	fs.StringVar(&ha.id, "replica-id", "", "This replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix).")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -72,7 +86,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *sa, *healthAddr, *recheck, *flush)
+	err := run(ctx, *sa, *healthAddr, *recheck, *flush, ha)
 	profile.Stop() // a benchmark build (-tags opzero_pprof) writes its profiles
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -111,7 +125,31 @@ func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 	}
 }
 
-func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration) error {
+// haFlags are the replicas' flags.
+type haFlags struct {
+	namespace, id string
+	buckets       int
+}
+
+// replicaID is --replica-id, else $POD_NAME: a container restarted in its
+// pod (SIGKILL, OOM) takes its own Leases back at once, from the progress
+// in status, as kubelet has ended the previous one. Without a pod name, the
+// host name with a random suffix: a restarted process waits for its
+// predecessor's Leases to expire.
+func (f haFlags) replicaID() string {
+	if f.id != "" {
+		return f.id
+	}
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
+	}
+	name, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return name + "_" + hex.EncodeToString(b)
+}
+
+func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, ha haFlags) error {
 	var id types.NamespacedName
 	if sa != "" {
 		ns, name, ok := strings.Cut(sa, "/")
@@ -130,7 +168,12 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	// request each.
 	cfg.QPS, cfg.Burst = 50, 100
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))
-	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log})
+	if ha.buckets < 1 {
+		return fmt.Errorf("--buckets %d: want 1 or more (the same on every replica)", ha.buckets)
+	}
+	replica, version := ha.replicaID(), hub.BuildVersion()
+	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log,
+		LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
 	if err != nil {
 		return err
 	}
@@ -143,12 +186,14 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		reg.MustRegister(h.Stats().Collectors()...)
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", h.HealthHandler())
+		mux.Handle("/readyz", h.ReadyHandler())
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
 	go trimWhenSettled(ctx, h)
-	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid())
+	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid(), "version", version,
+		"replica", replica, "leaseNamespace", ha.namespace, "buckets", ha.buckets)
 	return h.Run(ctx)
 }

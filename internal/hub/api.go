@@ -109,26 +109,35 @@ func (k *kinds) discover(ctx context.Context, gv schema.GroupVersion) error {
 
 // toSubscription converts what the dynamic client read. Fields this hub
 // does not know (a Subscription written by a newer opzero, whose CRD
-// already has them) are returned apart: the Subscription is then refused
-// with a condition that says to upgrade the hub, not served without them.
-func toSubscription(u *unstructured.Unstructured) (*v1alpha1.Subscription, []string, error) {
+// already has them) are named in the annotation unknownFieldsAnnotation of
+// the copy in memory (the hub writes only status): the Subscription is then
+// refused with a condition that says to upgrade the hub, not served
+// without them.
+func toSubscription(u *unstructured.Unstructured) (*v1alpha1.Subscription, error) {
 	s := &v1alpha1.Subscription{}
 	err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, s, true)
 	if strict, ok := runtime.AsStrictDecodingError(err); ok {
 		var unknown []string
 		for _, e := range strict.Errors() {
-			f := strings.TrimPrefix(e.Error(), "unknown field ")
-			if f = strings.Trim(f, `"`); !strings.HasPrefix(f, "metadata.") && !strings.HasPrefix(f, "status.") {
+			f := strings.Trim(strings.TrimPrefix(e.Error(), "unknown field "), `"`)
+			if !strings.HasPrefix(f, "metadata.") && !strings.HasPrefix(f, "status.") {
 				unknown = append(unknown, f)
 			}
 		}
-		return s, unknown, nil
+		if len(unknown) > 0 {
+			metav1.SetMetaDataAnnotation(&s.ObjectMeta, unknownFieldsAnnotation, strings.Join(unknown, ", "))
+		}
+		return s, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("Subscription %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		return nil, fmt.Errorf("Subscription %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}
-	return s, nil, nil
+	return s, nil
 }
+
+// unknownFieldsAnnotation (in memory only) names the fields of a
+// Subscription's spec this hub does not know.
+const unknownFieldsAnnotation = "hub.opzero.dev/unknown-fields"
 
 func keyOf(o metav1.Object) types.NamespacedName {
 	return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}

@@ -22,8 +22,10 @@ import (
 
 // delivery is one event waiting to be sent.
 type delivery struct {
-	build func() (*event.Event, error)
-	mark  *mark // nil for sweeps
+	build  func() (*event.Event, error)
+	mark   *mark  // nil for sweeps
+	rv     string // of the change ("" for sweeps)
+	replay bool   // the bucket's previous holder may have sent it (attachment.replay)
 }
 
 // keyState is one object's (or sweep's) sends: one at a time, in order.
@@ -40,16 +42,17 @@ type dispatcher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	keys    map[string]*keyState
-	ready   []string
-	workers int // running; they exit when nothing is ready
-	max     int
+	mu       sync.Mutex
+	keys     map[string]*keyState
+	ready    []string
+	workers  int // running; they exit when nothing is ready
+	max      int
+	draining chan struct{} // closed by drain: nothing more is started
 }
 
 func newDispatcher(s *sub) *dispatcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &dispatcher{s: s, ctx: ctx, cancel: cancel, keys: map[string]*keyState{}, max: 16}
+	d := &dispatcher{s: s, ctx: ctx, cancel: cancel, keys: map[string]*keyState{}, max: 16, draining: make(chan struct{})}
 	if dl := s.obj.Spec.Delivery; dl != nil && dl.Concurrency != nil && *dl.Concurrency > 0 {
 		d.max = int(*dl.Concurrency)
 	}
@@ -58,10 +61,41 @@ func newDispatcher(s *sub) *dispatcher {
 
 func (d *dispatcher) stop() { d.cancel() }
 
+// drain starts nothing more and waits, until deadline, for the sends under
+// way to settle; a send waiting to retry gives up at once (unsettled: its
+// progress does not move, the next holder sends it).
+func (d *dispatcher) drain(deadline time.Time) {
+	d.mu.Lock()
+	select {
+	case <-d.draining:
+	default:
+		close(d.draining)
+	}
+	d.mu.Unlock()
+	for time.Now().Before(deadline) {
+		d.mu.Lock()
+		n := d.workers
+		d.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *dispatcher) isDraining() bool {
+	select {
+	case <-d.draining:
+		return true
+	default:
+		return false
+	}
+}
+
 // wake starts a worker if keys are ready and fewer than max run: an idle
 // Subscription costs no goroutine. Called with d.mu held.
 func (d *dispatcher) wake() {
-	if len(d.ready) > 0 && d.workers < d.max {
+	if len(d.ready) > 0 && d.workers < d.max && !d.isDraining() {
 		d.workers++
 		go d.work()
 	}
@@ -110,7 +144,7 @@ func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 	// waiting; a Reference-mode and a Resource-mode event of it are two
 	// (an operator may map them to different primaries), and so are two
 	// kinds of one name in different groups.
-	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk})
+	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk, rv: c.m.GetResourceVersion(), replay: a.replay(c.m.GetResourceVersion())})
 }
 
 // put queues dl under key, replacing a change still waiting there.
@@ -140,7 +174,7 @@ func (d *dispatcher) put(key string, dl *delivery) {
 func (d *dispatcher) work() {
 	for {
 		d.mu.Lock()
-		if len(d.ready) == 0 || d.ctx.Err() != nil {
+		if len(d.ready) == 0 || d.ctx.Err() != nil || d.isDraining() {
 			d.workers--
 			d.mu.Unlock()
 			return
@@ -156,7 +190,7 @@ func (d *dispatcher) work() {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			return k.next != nil
-		})
+		}, d.draining)
 
 		d.mu.Lock()
 		k.busy = false
@@ -224,7 +258,7 @@ func parseDelay(s string) (time.Duration, error) {
 // before the event was settled (sent, dead-lettered, dropped, or superseded:
 // a retry is not sent once superseded reports a newer change of the same
 // object waiting), so that its progress does not move.
-func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool) bool {
+func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, draining <-chan struct{}) bool {
 	ev, err := dl.build()
 	if err != nil {
 		s.h.opts.Log.Error(err, "building an event; dropped", "subscription", s.key.String())
@@ -240,18 +274,18 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool) bo
 		if url == "" {
 			last = fmt.Errorf("the sink is not resolved")
 		} else {
+			s.noteAttempt(dl.rv)
 			wait, last = s.h.post(ctx, url, spec.Sink.Audience, ev)
 		}
-		if last == nil {
+		if last == nil || handedOver(last) {
 			s.h.stats.sent.Inc()
+			if dl.replay {
+				s.h.stats.replayed.Inc()
+			}
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
-		}
-		if handedOver(last) {
-			s.h.stats.sent.Inc()
-			return true
 		}
 		if !retryable(last) || attempt >= p.retry {
 			break
@@ -265,6 +299,8 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool) bo
 		select {
 		case <-ctx.Done():
 			return false
+		case <-draining:
+			return false // the hub hands over: the next holder sends it
 		case <-time.After(wait):
 		}
 		if superseded() {
@@ -296,6 +332,18 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool) bo
 	s.mu.Unlock()
 	s.h.event(obj, "Warning", "DeliveryFailed", fmt.Sprintf("%s %s not delivered after %d retries: %v", ev.Type(), ev.Subject(), p.retry, last))
 	return true
+}
+
+// noteAttempt records that the event of the change at rv is being posted.
+func (s *sub) noteAttempt(rv string) {
+	if rv == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.attempted == "" || newer(rv, s.attempted) {
+		s.attempted = rv
+	}
 }
 
 // reresolve reads the sink's address again after a failed send to url: a

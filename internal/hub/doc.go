@@ -42,6 +42,29 @@
 //     are the operator's Wakeup records (package wakeup's Source, one for
 //     every operator, bounded window), sent to the Subscription's sink.
 //
+// Replicas (Options.LeaseNamespace; two by default in the manifests) share
+// the Subscriptions: each hashes by namespace/name into one of
+// Options.Buckets buckets, and bucket i is held by the replica holding the
+// Lease opzero-hub-bucket-<i> (package bucket: acquired, renewed every 2 s,
+// expiring after 10 s unrenewed, released on stop). Every replica watches
+// every Subscription (a small list), and serves — checks, watches, sends,
+// sweeps, status — only those of the buckets it holds; an operator's
+// Wakeups go with the bucket of its first Subscription that takes them.
+//
+//   - A bucket won is served from the progress in its Subscriptions'
+//     status, read again by a quorum list once the Lease is held.
+//   - A bucket lost (its Lease not renewed for 7 s, or naming another
+//     holder) stops its Subscriptions at once, writing nothing.
+//   - On stop (SIGTERM: a rolling update), the replica stops its watches,
+//     lets the sends under way settle (Options.Drain, 5 s; what is queued
+//     is left for the next holder), writes the progress and releases its
+//     Leases: the other replica takes them at its next try (2 s).
+//   - A replica killed (SIGKILL) loses its buckets when their Leases
+//     expire: the other takes them 10 to 14 s after the last renewal, and
+//     resumes from the progress last written (every Options.Flush, 2 s).
+//     A container restarted in its pod takes its own Leases back at once
+//     (its identity is the pod name).
+//
 // # Guarantees
 //
 //   - No privilege through the hub: a Subscription whose service account
@@ -58,11 +81,40 @@
 //   - Bad input stays local: a Subscription naming an unknown kind, a sink
 //     that does not resolve or a selector that does not parse gets a False
 //     condition saying why and an Event; every other Subscription is served.
+//     A bucket Lease edited by hand (its holder set to a name no replica
+//     has, or deleted) is logged; the garbage holder's bucket is taken
+//     back once it has not renewed it for 10 s (its Subscriptions resume
+//     from their progress), a deleted Lease is written again by its holder,
+//     and the other buckets are served throughout.
+//   - One writer per status: a Subscription's status (progress,
+//     conditions) is written only by the replica that holds its bucket,
+//     checked before each write; a holder gives a bucket up (7 s without a
+//     renewal) before another may take it (10 s).
+//   - Nothing is lost around a hand-off, and duplicates are bounded and
+//     counted: the new holder starts from the progress written by the old
+//     one, so a change may be sent by both; opzero_hub_handoff_replayed_total
+//     (Stats.Replayed) counts the events a replica sent of changes the
+//     bucket's previous holders may have sent, an upper bound of those
+//     duplicates: up to the newest change the releasing holder had posted
+//     (it writes it on the Lease, bucket.HandoffAnnotation) after a
+//     graceful hand-off, up to the moment the bucket was won after an
+//     expiry (which counts the changes nobody sent while it was dead too).
+//   - Two versions side by side (a rolling update, two installs): each
+//     Lease carries its holder's version and bucket count; a replica logs,
+//     once per holder, a bucket held by another version
+//     (opzero_hub_buckets_other_version) or counted differently.
 //
 // # Caveats
 //
 //   - Memory grows with the Subscriptions, the distinct watches, the
 //     referrers (referencedBy) and the objects with a send pending, not with
 //     the objects in the cluster.
-//   - One hub process serves a cluster; docs/hub.md says how it would shard.
+//   - Buckets are not balanced: the replica that starts first takes every
+//     free bucket, and the other is a hot standby until a hand-off; two
+//     that start together split them by chance. Replicas give capacity to
+//     survive a death, not to serve more than one process can (docs/hub.md).
+//   - A SIGKILLed replica's Subscriptions get nothing for 10 to 14 s (the
+//     Lease expiry, the other's retry), then what changed meanwhile.
+//   - Every replica must run with the same --buckets; one that finds a
+//     Lease written with another count says so, but does not stop.
 package hub

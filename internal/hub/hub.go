@@ -43,6 +43,26 @@ type Options struct {
 	Log  logr.Logger
 	// NoWakeups runs no wakeup source (tests of the event path).
 	NoWakeups bool
+
+	// LeaseNamespace is where the bucket Leases are (the hub's
+	// namespace): replicas share the Subscriptions by bucket (package
+	// bucket). Empty: no election, this process serves every Subscription.
+	LeaseNamespace string
+	// Buckets is how many buckets the Subscriptions are hashed into (4);
+	// every replica must use the same number.
+	Buckets int
+	// ReplicaID names this process in the Leases (default: the host name
+	// and a random suffix).
+	ReplicaID string
+	// Version is the hub's version, written on the Leases it holds
+	// (default: the binary's module version or VCS revision).
+	Version string
+	// LeaseDuration, RenewDeadline and RetryPeriod of the bucket Leases
+	// (10 s, 7 s, 2 s): see bucket.Options.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Drain bounds how long a graceful stop waits for the sends under way
+	// before it writes the progress and releases its buckets (5 s).
+	Drain time.Duration
 }
 
 // deliveryIdleConns is how many idle connections the hub keeps to each
@@ -63,8 +83,14 @@ type Hub struct {
 	opts  Options
 	stats *Stats
 
+	el      elector // the buckets this replica holds
+	changed chan struct{}
+
 	mu      sync.Mutex
-	subs    map[types.NamespacedName]*sub
+	subs    map[types.NamespacedName]*sub // the Subscriptions served: of the buckets served
+	all     map[types.NamespacedName]*v1alpha1.Subscription
+	served  map[int]bool // buckets whose Subscriptions are in subs
+	dropped map[int]bool // buckets lost since the loop last looked (maybe won again)
 	watches map[watchKey]*sharedWatch
 	indexes map[indexKey]*refIndex
 	tokens  map[string]func(context.Context) (string, error)
@@ -91,6 +117,9 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
+	if o.Drain <= 0 {
+		o.Drain = 5 * time.Second
+	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -107,30 +136,38 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, stats: newStats(),
+	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o,
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
-		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1)}, nil
+		all: map[types.NamespacedName]*v1alpha1.Subscription{}, served: map[int]bool{}, dropped: map[int]bool{},
+		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
+	h.el = h.newElector()
+	h.stats = newStats(h.el)
+	return h, nil
 }
 
 // Stats are the hub's counters (also served as Prometheus metrics).
 func (h *Hub) Stats() *Stats { return h.stats }
 
-// Run serves until ctx ends.
+// Run serves until ctx ends, then hands its buckets over: it stops
+// sending, writes its progress and releases its Leases.
 func (h *Hub) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// life outlives ctx by the hand-off: the Leases are renewed, and the
+	// progress written, until the sends under way are settled.
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
+	defer end()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer h.stopAll()
-	wg.Add(2)
-	go func() { defer wg.Done(); h.watchRBAC(ctx) }()
-	go func() { defer wg.Done(); h.flushLoop(ctx) }()
-	tick := time.NewTicker(h.opts.Recheck)
-	defer tick.Stop()
+	wg.Add(4)
+	go func() { defer wg.Done(); h.el.Run(life) }()
+	go func() { defer wg.Done(); h.watchRBAC(life) }()
+	go func() { defer wg.Done(); h.flushLoop(life) }()
 	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(h.opts.Recheck)
+		defer tick.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-life.Done():
 				return
 			case <-tick.C:
 				h.poke()
@@ -149,36 +186,44 @@ func (h *Hub) Run(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+	h.handOff(life)
+	end() // the elector releases the Leases
 	return nil
 }
 
-// watchSubscriptions lists the Subscriptions, serves them, and follows
-// their changes until the watch ends.
+// watchSubscriptions lists the Subscriptions, serves those of the buckets
+// held, and follows their changes (and the buckets') until the watch ends.
 func (h *Hub) watchSubscriptions(ctx context.Context) error {
+	held := h.el.Held() // before the list: a bucket won after it is promoted by the loop
 	list, err := h.dyn.Resource(subscriptionsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing Subscriptions: %w", err)
 	}
-	seen := map[types.NamespacedName]bool{}
+	lost, _ := h.serve(held)
+	h.demote(lost)
+	all := map[types.NamespacedName]*v1alpha1.Subscription{}
 	for i := range list.Items {
-		s, unknown, err := toSubscription(&list.Items[i])
+		s, err := toSubscription(&list.Items[i])
 		if err != nil {
 			h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
 			continue
 		}
-		seen[keyOf(s)] = true
-		h.update(ctx, s, unknown)
+		all[keyOf(s)] = s
 	}
 	h.mu.Lock()
+	h.all = all
 	var gone []types.NamespacedName
 	for k := range h.subs {
-		if !seen[k] {
+		if all[k] == nil {
 			gone = append(gone, k)
 		}
 	}
 	h.mu.Unlock()
 	for _, k := range gone {
 		h.remove(k)
+	}
+	for _, s := range all {
+		h.update(ctx, s, list.GetResourceVersion())
 	}
 	h.rewire(ctx)
 	w, err := h.dyn.Resource(subscriptionsGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), AllowWatchBookmarks: true})
@@ -193,6 +238,10 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-h.changed:
+			if err := h.rebucket(ctx); err != nil {
+				return err
+			}
 		case <-h.recheck:
 			// RBAC changes come in bursts (an install): check once after it.
 			select {
@@ -219,16 +268,22 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 				continue
 			}
 			if ev.Type == watch.Deleted {
+				h.mu.Lock()
+				delete(h.all, keyOf(u))
+				h.mu.Unlock()
 				h.remove(keyOf(u))
 				h.rewire(ctx)
 				continue
 			}
-			s, unknown, err := toSubscription(u)
+			s, err := toSubscription(u)
 			if err != nil {
 				h.opts.Log.Error(err, "a Subscription the hub cannot read; skipped")
 				continue
 			}
-			h.update(ctx, s, unknown)
+			h.mu.Lock()
+			h.all[keyOf(s)] = s
+			h.mu.Unlock()
+			h.update(ctx, s, "")
 			h.rewire(ctx)
 		}
 	}
@@ -263,22 +318,27 @@ func (h *Hub) checkAll(ctx context.Context, unready bool) {
 	h.rewire(ctx)
 }
 
-// update takes a new version of a Subscription and checks it.
-//
-// unknown are the spec's fields this hub does not know (toSubscription):
-// the Subscription is then refused.
-func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, unknown []string) {
+// update takes a new version of a Subscription and checks it, if its
+// bucket is served. A Subscription served from now on starts from the
+// progress in obj; takeover is the resourceVersion at which it was read
+// (changes up to it the bucket's previous holder may have sent).
+func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, takeover string) {
 	key := keyOf(obj)
 	h.mu.Lock()
+	if !h.served[h.bucketOf(key)] {
+		h.mu.Unlock()
+		return
+	}
 	s := h.subs[key]
 	if s == nil {
 		s = newSub(h, obj)
+		s.takeover = h.takeoverAt(key, takeover)
 		h.subs[key] = s
 	} else if s.generation() == obj.Generation {
 		h.mu.Unlock()
 		return // a status write (ours): nothing to check
 	}
-	s.setSpec(obj, unknown)
+	s.setSpec(obj)
 	h.mu.Unlock()
 	h.check(ctx, s)
 }
@@ -309,7 +369,6 @@ func (h *Hub) wire(ctx context.Context) {
 	defer h.mu.Unlock()
 	want := map[watchKey][]*attachment{}
 	wantIdx := map[indexKey]bool{}
-	var ops []string
 	for _, s := range h.subs {
 		if !s.ready() {
 			continue
@@ -320,10 +379,8 @@ func (h *Hub) wire(ctx context.Context) {
 				wantIdx[a.ref.key] = true
 			}
 		}
-		if s.spec().Wakeups {
-			ops = append(ops, wakeupOperators(s.spec())...)
-		}
 	}
+	ops := h.wakeupOperators()
 	// A referrer index is fed by the shared watch of the same objects when
 	// there is one (tapOf), else it watches them itself; one whose feed
 	// changes starts again.
@@ -371,6 +428,7 @@ func (h *Hub) wire(ctx context.Context) {
 	}
 	h.stats.indexWatches.Set(float64(own))
 	h.stats.watches.Set(float64(len(h.watches)))
+	h.stats.bucketsHeld.Set(float64(len(h.served)))
 	h.stats.subscriptions.Set(float64(len(h.subs)))
 	if !h.opts.NoWakeups {
 		h.rewireWakeups(ctx, ops)
@@ -399,57 +457,4 @@ func (h *Hub) rewireWakeups(ctx context.Context, ops []string) {
 	src := wakesource.NewSource(wakesource.Dynamic(h.dyn), wakesource.SourceOptions{Operators: ops, Route: h.routeWakeup, HTTP: h.opts.HTTP,
 		Log: h.opts.Log.WithName("wakeups"), Delivered: func(_, _ string, _, _ time.Time) { h.stats.wakeups.Inc() }})
 	go func() { _ = src.Run(wctx) }()
-}
-
-// wakeupOperators are the operators whose Wakeups go to spec's sink: the
-// operator and the other controllers of its binary.
-func wakeupOperators(spec v1alpha1.SubscriptionSpec) []string {
-	return append([]string{spec.Operator}, spec.Operators...)
-}
-
-// routeWakeup sends a Wakeup of operator in namespace to its
-// Subscription's sink: the one Ready Subscription of that operator, or of
-// several, the one whose sink is the record's.
-func (h *Hub) routeWakeup(ctx context.Context, operator, _, sink string) (string, string, error) {
-	h.mu.Lock()
-	var match []*sub
-	for _, s := range h.subs {
-		if s.spec().Wakeups && s.ready() && slices.Contains(wakeupOperators(s.spec()), operator) {
-			match = append(match, s)
-		}
-	}
-	h.mu.Unlock()
-	var to *sub
-	switch {
-	case len(match) == 1:
-		to = match[0]
-	default:
-		for _, s := range match {
-			if s.sinkURL() == sink {
-				to = s
-			}
-		}
-	}
-	if to == nil {
-		return "", "", fmt.Errorf("no Ready Subscription of operator %q with sink %s takes wakeups", operator, sink)
-	}
-	tok, err := h.token(ctx, to.spec().Sink.Audience)
-	return to.sinkURL(), tok, err
-}
-
-func (h *Hub) stopAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, w := range h.watches {
-		w.stop()
-	}
-	for _, ix := range h.indexes {
-		ix.stop()
-	}
-	for _, s := range h.subs {
-		s.stop()
-	}
-	if h.stopWk != nil {
-		h.stopWk()
-	}
 }

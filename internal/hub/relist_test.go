@@ -27,7 +27,7 @@ func TestFailedRelistLeavesNoMark(t *testing.T) {
 	md.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("etcdserver: request timed out")
 	})
-	h := &Hub{meta: md, opts: Options{Log: logr.Discard()}, stats: newStats()}
+	h := &Hub{meta: md, opts: Options{Log: logr.Discard()}, stats: newStats(solo{}), el: solo{}}
 	s := &sub{h: h, obj: &v1alpha1.Subscription{}, progress: map[string]string{"configmaps": "100"}}
 	s.disp = newDispatcher(s)
 	defer s.disp.stop()

@@ -7,11 +7,12 @@ import (
 
 // Stats are the hub's counters.
 type Stats struct {
-	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups prometheus.Counter
-	watches, indexWatches, subscriptions                                                prometheus.Gauge
+	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed prometheus.Counter
+	watches, indexWatches, subscriptions, bucketsHeld                                             prometheus.Gauge
+	otherVersions                                                                                 prometheus.GaugeFunc
 }
 
-func newStats() *Stats {
+func newStats(el elector) *Stats {
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "opzero_hub_" + name, Help: help})
 	}
@@ -30,14 +31,26 @@ func newStats() *Stats {
 		wakeups:       c("wakeups_total", "Wakeups delivered"),
 		watches:       g("watches", "Shared watches open"),
 		indexWatches:  g("index_watches", "Referrer indexes that watch their referrers themselves (the others are fed by a shared watch of the same objects)"),
-		subscriptions: g("subscriptions", "Subscriptions known"),
+		subscriptions: g("subscriptions", "Subscriptions served by this replica"),
+		replayed: c("handoff_replayed_total", "Events sent after their Subscription's bucket was won (by this replica, or at its start) of changes from before: "+
+			"the bucket's previous holder may have sent them too. Duplicates around a hand-off are at most these: after a graceful hand-off the sends it cut short, "+
+			"after a crash the changes since its last progress write"),
+		bucketsHeld: g("buckets_held", "Buckets of Subscriptions this replica serves"),
+		otherVersions: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_hub_buckets_other_version",
+			Help: "Buckets whose Lease is held by a replica of another hub version (or by a holder that wrote none: edited by hand)"},
+			func() float64 { return float64(el.OtherVersions()) }),
 	}
 }
 
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.watches, s.indexWatches, s.subscriptions}
+	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups,
+		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions}
 }
+
+// Replayed is how many events were sent of changes from before their
+// bucket was won: an upper bound of the duplicates around hand-offs.
+func (s *Stats) Replayed() float64 { return read(s.replayed) }
 
 // Sent is how many events were answered 2xx.
 func (s *Stats) Sent() float64 { return read(s.sent) }

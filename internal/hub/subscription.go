@@ -38,9 +38,16 @@ type sub struct {
 	// that every change after the Subscription was written is delivered,
 	// however long the hub takes to start the watch.
 	base    string
-	unknown []string // fields of the spec this hub does not know: refused
-	dirty   bool     // progress or conditions not yet written
-	written []byte   // the status last written
+	dirty   bool   // progress or conditions not yet written
+	written []byte // the status last written
+	// takeover is the resourceVersion at which the Subscription was read
+	// when its bucket was won ("" for one created since): changes up to it
+	// may have been sent by the bucket's previous holder.
+	takeover string
+	// attempted is the newest change whose event was posted (maybe
+	// received): with takeover, what a graceful hand-off tells the next
+	// holder (bucket.HandoffAnnotation).
+	attempted string
 
 	disp    *dispatcher
 	sweeps  *sweeper
@@ -69,16 +76,18 @@ func (s *sub) spec() v1alpha1.SubscriptionSpec {
 	return s.obj.Spec
 }
 
-func (s *sub) setSpec(obj *v1alpha1.Subscription, unknown []string) {
+// unknownFields are the spec's fields this hub does not know
+// (toSubscription), "" when none.
+func (s *sub) unknownFields() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.obj, s.base, s.unknown = obj.DeepCopy(), obj.ResourceVersion, unknown
+	return s.obj.Annotations[unknownFieldsAnnotation]
 }
 
-func (s *sub) unknownFields() []string {
+func (s *sub) setSpec(obj *v1alpha1.Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.unknown
+	s.obj, s.base = obj.DeepCopy(), obj.ResourceVersion
 }
 
 func (s *sub) sinkURL() string {
@@ -95,15 +104,26 @@ func (s *sub) ready() bool {
 }
 
 func (s *sub) stop() {
+	s.stopSweeps(true)
+	s.disp.stop()
+}
+
+func (s *sub) stopSweeps(stopped bool) {
 	s.mu.Lock()
-	s.stopped = true
+	s.stopped = s.stopped || stopped
 	sw := s.sweeps
 	s.sweeps = nil
 	s.mu.Unlock()
 	if sw != nil {
 		sw.stop()
 	}
-	s.disp.stop()
+}
+
+// drain stops the sweeps and lets the sends under way settle until
+// deadline; nothing queued is started.
+func (s *sub) drain(deadline time.Time) {
+	s.stopSweeps(false)
+	s.disp.drain(deadline)
 }
 
 // getProgress returns how far key has been delivered, or if never, the
@@ -239,9 +259,9 @@ func (s *sub) setCondition(c metav1.Condition) {
 
 // plan turns the spec into attachments to watches, checking every field.
 func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1alpha1.Sweep, error) {
-	if u := s.unknownFields(); len(u) > 0 {
+	if u := s.unknownFields(); u != "" {
 		return nil, nil, withReason("HubOutdated", "%s: not known to this hub (opzero %s): the Subscription was written by a newer opzero; "+
-			"upgrade the hub (opzero hub manifests | kubectl apply --server-side -f -) or regenerate the operator's manifests with this hub's opzero", strings.Join(u, ", "), Version())
+			"upgrade the hub (opzero hub manifests | kubectl apply --server-side -f -) or regenerate the operator's manifests with this hub's opzero", u, Version())
 	}
 	if spec.Operator == "" {
 		return nil, nil, withReason("InvalidSpec", "spec.operator is empty: name the operator (its builder name)")
@@ -441,8 +461,13 @@ func (h *Hub) authorize(ctx context.Context, ns string, spec v1alpha1.Subscripti
 	return nil
 }
 
-// writeStatus writes conditions, sink and progress if they changed.
+// writeStatus writes conditions, sink and progress if they changed, and
+// only while this replica holds the Subscription's bucket: its status has
+// one writer.
 func (s *sub) writeStatus(ctx context.Context, gen int64) {
+	if !s.h.el.Holds(s.h.bucketOf(s.key)) {
+		return
+	}
 	s.mu.Lock()
 	st := v1alpha1.SubscriptionStatus{ObservedGeneration: gen, Conditions: append([]metav1.Condition(nil), s.conds...), SinkURI: s.sink}
 	for _, a := range s.attachments {

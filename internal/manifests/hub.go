@@ -45,7 +45,13 @@ var (
 	hubEventVerbs        = []string{"create", "patch"}
 	// it checks Subscriptions again when RBAC changes (metadata-only watches)
 	hubRBACVerbs = []string{"list", "watch"}
+	// its bucket Leases, in its namespace
+	hubLeaseVerbs = []string{"get", "create", "update"}
 )
+
+// hubReplicas: one may die (its buckets move to the other within the
+// Leases' expiry) or be replaced (it hands them over).
+const hubReplicas = 2
 
 // hubWiring is what --source=hub writes instead of the Knative sources: the
 // operator's Subscription and the ClusterRole that lets the hub read its
@@ -193,40 +199,75 @@ func HubObjects(image string) []Object {
 	binding["subjects"] = []any{map[string]any{"kind": "ServiceAccount", "name": HubName, "namespace": HubNamespace}}
 	objs = append(objs, hub(binding))
 
-	// tokens of its own service account only (deliveries' OIDC tokens)
+	// tokens of its own service account only (deliveries' OIDC tokens), and
+	// the bucket Leases its replicas share the Subscriptions by
 	var own rules
 	own.addNamed("", "serviceaccounts/token", HubName, "create")
+	own.add("coordination.k8s.io", "leases", hubLeaseVerbs...)
 	for _, o := range role(HubName, HubNamespace, HubName, own.list(), l) {
 		objs = append(objs, inFile(FileHub, o))
 	}
-	return append(objs, hub(hubDeployment(image, l)))
+	return append(objs, hub(hubDeployment(image, l)), hub(hubDisruptionBudget(l)))
 }
 
-// hubDeployment runs cmd/opzero-hub: one replica (its deliveries of one
-// object are ordered), its health on --health-addr, its identity from
-// POD_NAMESPACE (--service-account defaults to $POD_NAMESPACE/opzero-hub).
+// hubSelector selects the hub's pods.
+func hubSelector() map[string]any {
+	return map[string]any{"app.kubernetes.io/name": HubName, "app.kubernetes.io/component": "hub"}
+}
+
+// hubDisruptionBudget keeps one replica of the hub up through voluntary
+// disruptions (a node drained): the other holds or takes every bucket.
+func hubDisruptionBudget(l map[string]any) map[string]any {
+	pdb := object("policy/v1", "PodDisruptionBudget", HubNamespace, HubName, l)
+	pdb["spec"] = map[string]any{"minAvailable": int64(1), "selector": map[string]any{"matchLabels": hubSelector()}}
+	return pdb
+}
+
+// hubDeployment runs cmd/opzero-hub: two replicas, which share the
+// Subscriptions by bucket Leases in its namespace (a Subscription is
+// served by one replica at a time: its deliveries of one object stay
+// ordered), preferably on two nodes; a rolling update starts the new
+// replica before it stops an old one, which hands its buckets over. Its
+// health and readiness on --health-addr, its identity from POD_NAMESPACE
+// (--service-account defaults to $POD_NAMESPACE/opzero-hub, the Leases'
+// namespace to $POD_NAMESPACE) and POD_NAME (its name in the Leases).
 func hubDeployment(image string, l map[string]any) map[string]any {
-	sel := map[string]any{"app.kubernetes.io/name": HubName, "app.kubernetes.io/component": "hub"}
+	sel := hubSelector()
 	dep := object("apps/v1", "Deployment", HubNamespace, HubName, l)
 	dep["spec"] = map[string]any{
-		"replicas": int64(1),
+		"replicas": int64(hubReplicas),
 		"selector": map[string]any{"matchLabels": sel},
+		"strategy": map[string]any{"type": "RollingUpdate",
+			"rollingUpdate": map[string]any{"maxUnavailable": int64(0), "maxSurge": int64(1)}},
 		"template": map[string]any{
 			"metadata": map[string]any{"labels": l},
 			"spec": map[string]any{
 				"serviceAccountName": HubName,
+				"affinity": map[string]any{"podAntiAffinity": map[string]any{
+					"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
+						"weight": int64(100),
+						"podAffinityTerm": map[string]any{"topologyKey": "kubernetes.io/hostname",
+							"labelSelector": map[string]any{"matchLabels": sel}},
+					}}}},
 				"securityContext": map[string]any{"runAsNonRoot": true,
 					"seccompProfile": map[string]any{"type": "RuntimeDefault"}},
 				"containers": []any{map[string]any{
 					"name":  "hub",
 					"image": image,
 					"args":  []any{fmt.Sprintf("--health-addr=:%d", hubHealthPort)},
-					"env": []any{map[string]any{"name": "POD_NAMESPACE",
-						"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}},
+					"env": []any{
+						map[string]any{"name": "POD_NAMESPACE",
+							"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}},
+						map[string]any{"name": "POD_NAME",
+							"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}},
+					},
 					"ports": []any{map[string]any{"name": "health", "containerPort": int64(hubHealthPort)}},
 					// /healthz fails once its watch of Subscriptions has been
 					// down for 2 minutes: kubelet restarts it.
 					"livenessProbe": httpProbe("/healthz", "health", 3),
+					// /readyz: its watch of Subscriptions synced and every
+					// bucket tried (held, or held by the other replica).
+					"readinessProbe": httpProbe("/readyz", "health", 3),
 					"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
 						"capabilities": map[string]any{"drop": []any{"ALL"}}},
 				}},

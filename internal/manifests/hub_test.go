@@ -60,7 +60,8 @@ func TestHubReplacesTheKnativeSources(t *testing.T) {
 	for _, want := range []string{"Namespace /opzero-system", "ServiceAccount opzero-system/opzero-hub", "Deployment opzero-system/opzero-hub",
 		"ClusterRole /opzero-hub", "ClusterRole /opzero-hub-base", "ClusterRoleBinding /opzero-hub", "Role opzero-system/opzero-hub",
 		"RoleBinding opzero-system/opzero-hub", "ClusterRole /opzero-hub:ops:configwatcher", "Subscription ops/configwatcher",
-		"Broker ops/configwatcher", "Trigger ops/configwatcher-hook", "Trigger ops/configwatcher-drift"} {
+		"Broker ops/configwatcher", "Trigger ops/configwatcher-hook", "Trigger ops/configwatcher-drift",
+		"PodDisruptionBudget opzero-system/opzero-hub"} {
 		if _, ok := objs[want]; !ok {
 			t.Errorf("no %s", want)
 		}

@@ -19,7 +19,7 @@ import (
 // TestHubRBACIsSufficientAndMinimal asks the API server whether the hub may
 // make the requests internal/hub makes (Subscriptions and their status,
 // Wakeups, Events, SubjectAccessReviews, sinks, RBAC watches, its own
-// tokens) and read the operator's kinds once the operator's ClusterRole is
+// tokens, its bucket Leases) and read the operator's kinds once the operator's ClusterRole is
 // aggregated into the hub's (by its label); and not more.
 func TestHubRBACIsSufficientAndMinimal(t *testing.T) {
 	env := testenv.Get(t)
@@ -63,6 +63,9 @@ func TestHubRBACIsSufficientAndMinimal(t *testing.T) {
 		{"list", "rbac.authorization.k8s.io", "clusterrolebindings", "", ""},
 		{"watch", "rbac.authorization.k8s.io", "roles", "", ""},
 		{"create", "", "serviceaccounts/token", hubNS, hub},
+		{"create", "coordination.k8s.io", "leases", hubNS, ""}, // its replicas' bucket Leases
+		{"get", "coordination.k8s.io", "leases", hubNS, "opzero-hub-bucket-0"},
+		{"update", "coordination.k8s.io", "leases", hubNS, "opzero-hub-bucket-0"},
 	}, []access{
 		{"update", "opzero.dev", "subscriptions", elsewhere, "s"}, // the spec is the operator's
 		{"create", "opzero.dev", "subscriptions", elsewhere, ""},
@@ -74,6 +77,9 @@ func TestHubRBACIsSufficientAndMinimal(t *testing.T) {
 		{"create", "", "serviceaccounts/token", hubNS, "default"},
 		{"create", "", "serviceaccounts/token", ns, "configwatcher"},
 		{"update", "serving.knative.dev", "services", elsewhere, "op"},
+		{"update", "coordination.k8s.io", "leases", elsewhere, "opzero-hub-bucket-0"}, // Leases in its namespace only
+		{"create", "coordination.k8s.io", "leases", elsewhere, ""},
+		{"delete", "coordination.k8s.io", "leases", hubNS, "opzero-hub-bucket-0"},
 	})
 }
 

@@ -35,7 +35,7 @@ const (
 var fileOrder = map[string]int{FileCRDs: 0, FileHub: 1, FileRBAC: 2, FileOperator: 3, FileSources: 4, FileWakeup: 5, FileBroker: 6, FileWebhooks: 7}
 
 var kindOrder = map[string]int{"Namespace": 0, "CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 4,
-	"Role": 5, "RoleBinding": 6, "Deployment": 7, "Service": 8, "ApiServerSource": 9, "PingSource": 10, "Subscription": 11,
+	"Role": 5, "RoleBinding": 6, "Deployment": 7, "PodDisruptionBudget": 7, "Service": 8, "ApiServerSource": 9, "PingSource": 10, "Subscription": 11,
 	"Broker": 12, "Trigger": 13, "Secret": 6, "Issuer": 6, "Certificate": 6, "MutatingWebhookConfiguration": 14, "ValidatingWebhookConfiguration": 15}
 
 // Kind, Name and Namespace of the object.

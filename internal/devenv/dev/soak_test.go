@@ -78,7 +78,12 @@ const soakConverge = 3 * time.Minute
 // and restarted, an operator instance SIGKILLed mid-reconcile, a burst of
 // changes at zero instances; knative: an ApiServerSource adapter SIGKILLed,
 // the wakeup source SIGKILLed with Wakeups pending; hub: the hub SIGKILLed
-// with Wakeups pending (it delivers them). Then, within soakConverge: every
+// with Wakeups pending (it delivers them), and hub-replica: the hub runs two
+// replicas (dev's and one the test runs beside it, sharing the
+// Subscriptions' buckets), and the one holding buckets goes: dev's is
+// stopped (SIGTERM: it hands them over to the other at once), the test's
+// SIGKILLed (dev's takes them once their Leases expire) and started again.
+// Then, within soakConverge: every
 // object converged (observedGeneration == generation, its child ConfigMap
 // at its generation, no deletion left), no child left with a finalizer
 // whose owner is gone; no two reconciles of one key overlapped; every
@@ -146,6 +151,11 @@ type soak struct {
 	failed   atomic.Int64         // calls that failed (the API server away)
 	lastDone time.Time            // the end of the last fault
 	seq      atomic.Int64         // object names
+
+	// hub: the second replica the test runs, and when the fault
+	// hub-replica left no replica serving (until every bucket was held)
+	hub2        *hubReplica
+	replicaDown [][2]time.Time
 }
 
 func newSoak(t *testing.T, seed uint64, w soakWiring) *soak {
@@ -198,6 +208,9 @@ func newSoak(t *testing.T, seed uint64, w soakWiring) *soak {
 	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: plane.Kubeconfig, Objects: us, Dir: t.TempDir(),
 		CacheDir: cacheDir, BuildDir: root, Idle: 2 * time.Second, Events: dev.NewEventWriter(s.buf)})
 	s.p = p
+	if w.source == manifests.SourceHub {
+		s.hub2 = s.startHubReplica()
+	}
 	return s
 }
 
@@ -414,6 +427,8 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 		s.srcKills = append(s.srcKills, time.Now())
 		s.mu.Unlock()
 		note = fmt.Sprintf("SIGKILL of pid %d with %d Wakeups pending", pid, n)
+	case "hub-replica":
+		note = s.replicaFault()
 	case "burst-at-zero":
 		s.paused.Store(true)
 		zero := pollUntil(time.Minute, func() bool { return s.p.Services[0].Activator.Instances() == 0 }) == nil
@@ -646,6 +661,9 @@ func (s *soak) sourceDown() [][2]time.Time {
 		}
 		down = append(down, [2]time.Time{k, end})
 	}
+	s.mu.Lock()
+	down = append(down, s.replicaDown...)
+	s.mu.Unlock()
 	return down
 }
 
@@ -846,9 +864,9 @@ func (s *soak) wiringChecks() (summary string, problems []string) {
 	ticks, devSweeps := sweepTicks(events)
 	summary = fmt.Sprintf("sweep ticks delivered %d (dev's after an adapter's gap %d)", ticks, devSweeps)
 	if s.w.source == manifests.SourceHub {
-		relists, dropped := hubLog(s.p.LogPath("deployment-" + manifests.HubNamespace + "-" + manifests.HubName))
-		summary = fmt.Sprintf("sweep ticks delivered %d (none scheduled; the hub relisted after 410 Gone %d times, a tick at once after each); hub events dropped after retries %d",
-			ticks, relists, dropped)
+		relists, dropped := s.hubLogs()
+		summary = fmt.Sprintf("sweep ticks delivered %d (none scheduled; the hub relisted after 410 Gone %d times, a tick at once after each); hub events dropped after retries %d; "+
+			"the hub replicas' hand-offs:\n  %s", ticks, relists, dropped, strings.Join(s.handoffLines(), "\n  "))
 	}
 	if !s.w.everyChange {
 		return summary, nil

@@ -51,7 +51,7 @@ func soakWirings(ns string, now time.Time) []soakWiring {
 		wakeups: "Deployment " + ns + "/testop-wakeup-source",
 	}, {
 		name: "hub", source: manifests.SourceHub,
-		faults: []string{"kube-apiserver", "etcd", "hub", "operator", "burst-at-zero"},
+		faults: []string{"kube-apiserver", "etcd", "hub", "hub-replica", "operator", "burst-at-zero"},
 		sweep:  outOfReach(now), sweepText: "out of reach (" + outOfReach(now) + ")",
 		wakeups:     "Deployment " + manifests.HubNamespace + "/" + manifests.HubName,
 		everyChange: true,

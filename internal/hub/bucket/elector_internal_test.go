@@ -1,0 +1,199 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// TestOfIsConsistent: every key has one bucket; growing the buckets from
+// n to n+1 moves keys only into the new bucket, about 1/(n+1) of them;
+// the buckets are about even.
+func TestOfIsConsistent(t *testing.T) {
+	const keys = 20000
+	for n := 1; n <= 8; n++ {
+		count := make([]int, n)
+		moved := 0
+		for k := range keys {
+			key := fmt.Sprintf("ns-%d/sub-%d", k%37, k)
+			b := Of(key, n)
+			count[b]++
+			if nb := Of(key, n+1); nb != b {
+				moved++
+				if nb != n {
+					t.Fatalf("%s moved from bucket %d to %d when %d buckets became %d: only to the new one", key, b, nb, n, n+1)
+				}
+			}
+		}
+		for b, c := range count {
+			if want := keys / n; c < want*8/10 || c > want*12/10 {
+				t.Errorf("%d buckets: bucket %d has %d keys, want about %d", n, b, c, want)
+			}
+		}
+		if want := keys / (n + 1); moved < want*8/10 || moved > want*12/10 {
+			t.Errorf("%d -> %d buckets moved %d keys, want about %d", n, n+1, moved, want)
+		}
+	}
+	if Of("a/b", 4) != Of("a/b", 4) {
+		t.Fatal("not deterministic")
+	}
+}
+
+// electors are two replicas' Electors of one fake API server, stepped by
+// hand on a fake clock.
+func electors(t *testing.T, versions ...string) (*dynamicfake.FakeDynamicClient, *testingclock.FakeClock, []*Elector, *[]string) {
+	t.Helper()
+	d := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{leasesGVR: "LeaseList"})
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	var changes []string
+	var es []*Elector
+	for i, v := range versions {
+		id := fmt.Sprintf("r%d", i)
+		es = append(es, New(d, Options{Namespace: "hub", Name: "b", Buckets: 1, Identity: id, Version: v, Clock: clk,
+			OnChange: func(b int, held bool) { changes = append(changes, fmt.Sprintf("%s %d %v", id, b, held)) }}))
+	}
+	return d, clk, es, &changes
+}
+
+func TestElector(t *testing.T) {
+	ctx := context.Background()
+	d, clk, es, changes := electors(t, "v1", "v1")
+	a, b := es[0], es[1]
+	a.step(ctx, a.bs[0])
+	b.step(ctx, b.bs[0])
+	if !a.Holds(0) || b.Holds(0) || !a.Tried() || !b.Tried() {
+		t.Fatalf("first try: a holds %v, b holds %v; want a only, both tried", a.Holds(0), b.Holds(0))
+	}
+	// a renews: b never takes it, however long.
+	for range 10 {
+		clk.Step(2 * time.Second)
+		a.step(ctx, a.bs[0])
+		b.step(ctx, b.bs[0])
+		if !a.Holds(0) || b.Holds(0) {
+			t.Fatalf("while a renews: a %v, b %v", a.Holds(0), b.Holds(0))
+		}
+	}
+	// a dies (no more steps): b takes it once the record has not changed
+	// for LeaseDuration as b saw it, not before.
+	// (b saw a's last renewal in the last round.)
+	clk.Step(9 * time.Second)
+	b.step(ctx, b.bs[0])
+	if b.Holds(0) {
+		t.Fatal("b took the bucket before the lease duration passed")
+	}
+	clk.Step(2 * time.Second)
+	b.step(ctx, b.bs[0])
+	if !b.Holds(0) {
+		t.Fatal("b did not take the expired bucket")
+	}
+	// a comes back (a partition healed): it finds b's name and lets go.
+	a.step(ctx, a.bs[0])
+	if a.Holds(0) {
+		t.Fatal("a still holds the bucket b took over")
+	}
+	if b.Handoff(0) != "" {
+		t.Errorf("b took the bucket over after an expiry: handoff %q, want none", b.Handoff(0))
+	}
+	// b releases, saying how far it may have sent: a takes it at its next
+	// try, no expiry, and reads the bound; the Lease then no longer has it.
+	b.SetHandoff(0, "42")
+	b.release(ctx, b.bs[0])
+	a.step(ctx, a.bs[0])
+	if !a.Holds(0) || b.Holds(0) {
+		t.Fatalf("after b's release: a %v, b %v", a.Holds(0), b.Holds(0))
+	}
+	if got := a.Handoff(0); got != "42" {
+		t.Errorf("a's handoff after b's release: %q, want 42", got)
+	}
+	if l, _ := d.Resource(leasesGVR).Namespace("hub").Get(ctx, "b-0", metav1.GetOptions{}); l.GetAnnotations()[HandoffAnnotation] != "" {
+		t.Errorf("the handoff annotation stayed on the Lease a holds: %v", l.GetAnnotations())
+	}
+	want := []string{"r0 0 true", "r1 0 true", "r0 0 false", "r1 0 false", "r0 0 true"}
+	if fmt.Sprint(*changes) != fmt.Sprint(want) {
+		t.Errorf("changes %v, want %v", *changes, want)
+	}
+
+	// The Lease deleted by hand: its holder writes it again and keeps it.
+	if err := d.Resource(leasesGVR).Namespace("hub").Delete(ctx, "b-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Second)
+	a.step(ctx, a.bs[0])
+	if !a.Holds(0) {
+		t.Fatal("a lost the bucket whose Lease was deleted")
+	}
+
+	// The holder set to garbage by hand: a loses it at once, b too sees it
+	// held; once the garbage holder has not renewed for LeaseDuration, one
+	// of them takes it back.
+	u, err := d.Resource(leasesGVR).Namespace("hub").Get(ctx, "b-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"].(map[string]any)["holderIdentity"] = "garbage"
+	u.SetAnnotations(nil)
+	if _, err := d.Resource(leasesGVR).Namespace("hub").Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.step(ctx, a.bs[0])
+	b.step(ctx, b.bs[0])
+	if a.Holds(0) || b.Holds(0) {
+		t.Fatal("a replica holds the bucket whose Lease names garbage")
+	}
+	if n := a.OtherVersions(); n != 1 {
+		t.Errorf("OtherVersions with a garbage holder = %d, want 1", n)
+	}
+	clk.Step(11 * time.Second)
+	a.step(ctx, a.bs[0])
+	if !a.Holds(0) {
+		t.Fatal("the garbage holder's bucket was not taken back after the lease duration")
+	}
+}
+
+// TestElectorLosesOnRenewDeadline: renewals that fail for RenewDeadline
+// give the bucket up, before another replica could take it.
+func TestElectorLosesOnRenewDeadline(t *testing.T) {
+	ctx := context.Background()
+	d, clk, es, _ := electors(t, "v1")
+	a := es[0]
+	a.step(ctx, a.bs[0])
+	if !a.Holds(0) {
+		t.Fatal("a did not acquire")
+	}
+	d.PrependReactor("*", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server is unreachable")
+	})
+	clk.Step(6 * time.Second)
+	a.step(ctx, a.bs[0])
+	if !a.Holds(0) {
+		t.Fatal("a gave up before the renew deadline")
+	}
+	clk.Step(2 * time.Second)
+	a.step(ctx, a.bs[0])
+	if a.Holds(0) {
+		t.Fatal("a still holds the bucket 8 s after its last renewal (deadline 7 s)")
+	}
+}
+
+// TestElectorOtherVersion: a bucket held by another version is counted.
+func TestElectorOtherVersion(t *testing.T) {
+	ctx := context.Background()
+	_, _, es, _ := electors(t, "v1", "v2")
+	es[0].step(ctx, es[0].bs[0])
+	es[1].step(ctx, es[1].bs[0])
+	if n := es[1].OtherVersions(); n != 1 {
+		t.Errorf("v2 sees %d buckets held by another version, want 1", n)
+	}
+	if n := es[0].OtherVersions(); n != 0 {
+		t.Errorf("the holder counts %d, want 0", n)
+	}
+}

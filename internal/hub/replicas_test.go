@@ -1,0 +1,584 @@
+package hub_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/hub/bucket"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/testenv"
+)
+
+// replica is one hub process of a test: its requests, to the API server
+// and to the sinks, go through a switch that kill cuts, as SIGKILL would
+// (nothing more is written: no progress, no release).
+type replica struct {
+	name   string
+	h      *hub.Hub
+	cut    atomic.Bool
+	cancel context.CancelFunc
+	done   chan struct{}
+	logs   *syncBuf
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type cutTransport struct {
+	rt     http.RoundTripper
+	r      *replica
+	onSend func(r *replica, req *http.Request)
+}
+
+func (c cutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.r.cut.Load() {
+		return nil, errors.New("killed")
+	}
+	if c.onSend != nil {
+		c.onSend(c.r, req)
+	}
+	return c.rt.RoundTrip(req)
+}
+
+// fleet is the replicas of one test, sharing the Leases in one namespace.
+type fleet struct {
+	t       *testing.T
+	leaseNS string
+	buckets int
+
+	mu         sync.Mutex
+	replicas   []*replica
+	violations []string // status writes while another live replica held the bucket
+	writes     int
+}
+
+func newFleet(t *testing.T, buckets int) *fleet {
+	return &fleet{t: t, leaseNS: testenv.Get(t).Namespace(t), buckets: buckets}
+}
+
+// preassign writes bucket i's Lease as held by holder, just renewed: the
+// replica of that name takes it at its first try (its own), the others
+// wait for it to expire. Two replicas started after it split the buckets
+// as assigned.
+func (f *fleet) preassign(i int, holder string) {
+	env := testenv.Get(f.t)
+	l := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+		"metadata": map[string]any{"namespace": f.leaseNS, "name": bucket.LeaseName(hub.LeasePrefix, i),
+			"annotations": map[string]any{bucket.VersionAnnotation: hub.BuildVersion(), bucket.BucketsAnnotation: fmt.Sprint(f.buckets)}},
+		"spec": map[string]any{"holderIdentity": holder, "leaseDurationSeconds": int64(10),
+			"renewTime": time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")}}}
+	_, err := dynamic.NewForConfigOrDie(env.Config).Resource(leasesGVR).Namespace(f.leaseNS).Create(context.Background(), l, metav1.CreateOptions{})
+	must(f.t, err)
+}
+
+var leasesGVR = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+
+// start runs a replica until the test ends.
+func (f *fleet) start(name string, o hub.Options) *replica {
+	t := f.t
+	env := testenv.Get(t)
+	r := &replica{name: name, done: make(chan struct{}), logs: &syncBuf{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt: rt, r: r, onSend: f.statusWrite} })
+	o.LeaseNamespace, o.Buckets, o.ReplicaID = f.leaseNS, f.buckets, name
+	if o.Recheck == 0 {
+		o.Recheck = time.Second
+	}
+	if o.Flush == 0 {
+		o.Flush = 200 * time.Millisecond
+	}
+	o.NoWakeups = true
+	o.HTTP = &http.Client{Transport: cutTransport{rt: http.DefaultTransport.(*http.Transport).Clone(), r: r}, Timeout: 30 * time.Second}
+	o.Log = logr.FromSlogHandler(slog.NewTextHandler(io.MultiWriter(testkit.LogWriter(t), r.logs), nil))
+	h, err := hub.New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.h = h
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); _ = h.Run(ctx) }()
+	f.mu.Lock()
+	f.replicas = append(f.replicas, r)
+	f.mu.Unlock()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop is SIGTERM: the replica hands its buckets over.
+func (r *replica) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// kill is SIGKILL: nothing more leaves the replica.
+func (r *replica) kill() {
+	r.cut.Store(true)
+	r.cancel()
+	<-r.done
+}
+
+// ready waits for /readyz to answer 200.
+func (r *replica) ready(t *testing.T) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, r.name+" ready", func(context.Context) (bool, error) {
+		rec := httptest.NewRecorder()
+		r.h.ReadyHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code == http.StatusOK, nil
+	})
+}
+
+func (r *replica) held() []int {
+	var out []int
+	for _, b := range r.h.Buckets() {
+		if b.Held {
+			out = append(out, b.Bucket)
+		}
+	}
+	return out
+}
+
+// statusWrite checks, at each status write of a Subscription, that no
+// other live replica holds its bucket.
+func (f *fleet) statusWrite(r *replica, req *http.Request) {
+	p := req.URL.Path
+	if req.Method != http.MethodPatch || !strings.HasSuffix(p, "/status") || !strings.Contains(p, "/subscriptions/") {
+		return
+	}
+	parts := strings.Split(strings.TrimSuffix(p, "/status"), "/")
+	name, ns := parts[len(parts)-1], parts[len(parts)-3]
+	b := bucket.Of(ns+"/"+name, f.buckets)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	for _, o := range f.replicas {
+		if o == r || o.cut.Load() {
+			continue
+		}
+		for _, s := range o.h.Buckets() {
+			if s.Bucket == b && s.Held {
+				f.violations = append(f.violations, fmt.Sprintf("%s wrote the status of %s/%s while %s held its bucket %d", r.name, ns, name, o.name, b))
+			}
+		}
+	}
+}
+
+func (f *fleet) checkWrites() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, v := range f.violations {
+		f.t.Error(v)
+	}
+	f.t.Logf("%d status writes, %d while another live replica held the bucket", f.writes, len(f.violations))
+}
+
+// heldBy waits until the replicas hold every bucket between them, each by
+// one, and want (if set) holds them all.
+func (f *fleet) heldBy(want *replica, rs ...*replica) {
+	f.t.Helper()
+	testkit.Eventually(f.t, 60*time.Second, "every bucket held by one replica", func(context.Context) (bool, error) {
+		n := map[int]int{}
+		for _, r := range rs {
+			for _, b := range r.held() {
+				n[b]++
+			}
+		}
+		for b := range f.buckets {
+			if n[b] != 1 {
+				return false, nil
+			}
+		}
+		return want == nil || len(want.held()) == f.buckets, nil
+	})
+}
+
+// delivery is one event a recorder received.
+type delivery struct {
+	sub, typ, name, rv string
+	at                 time.Time
+}
+
+// recorder is one sink for every Subscription of a test: the path names
+// the Subscription.
+type recorder struct {
+	*httptest.Server
+	mu   sync.Mutex
+	got  []delivery
+	seen func(delivery)
+}
+
+func newRecorder(t *testing.T) *recorder {
+	rc := &recorder{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		ev, err := cehttp.NewEventFromHTTPRequest(r)
+		if err != nil {
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var obj struct {
+			Metadata struct {
+				Name            string `json:"name"`
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(ev.Data(), &obj)
+		d := delivery{sub: strings.TrimPrefix(r.URL.Path, "/"), typ: ev.Type(), name: obj.Metadata.Name, rv: obj.Metadata.ResourceVersion, at: time.Now()}
+		rc.mu.Lock()
+		rc.got = append(rc.got, d)
+		rc.mu.Unlock()
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *recorder) all() []delivery {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]delivery(nil), rc.got...)
+}
+
+// has waits for a delivery to sub that match accepts.
+func (rc *recorder) has(t *testing.T, what string, within time.Duration, match func(delivery) bool) delivery {
+	t.Helper()
+	var got delivery
+	testkit.Eventually(t, within, what, func(context.Context) (bool, error) {
+		for _, d := range rc.all() {
+			if match(d) {
+				got = d
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return got
+}
+
+// duplicates counts the deliveries of a change (Subscription, type,
+// object, resourceVersion) after its first.
+func (rc *recorder) duplicates() int {
+	seen := map[delivery]bool{}
+	n := 0
+	for _, d := range rc.all() {
+		d.at = time.Time{}
+		if seen[d] {
+			n++
+		}
+		seen[d] = true
+	}
+	return n
+}
+
+// haSubscriptions creates n Resource-mode Subscriptions of the ConfigMaps
+// in ns, sink rc/<name>, and waits for them to be Ready.
+func haSubscriptions(t *testing.T, ns string, rc *recorder, n int) []string {
+	env := testenv.Get(t)
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		names = append(names, name)
+		must(t, env.Client.Create(context.Background(), subscription(ns, name, rc.URL+"/"+name,
+			v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: "Resource", Namespaces: []string{ns}})))
+	}
+	for _, name := range names {
+		condition(t, ns, name, v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	}
+	return names
+}
+
+// writer changes ConfigMaps cm-0..cm-<n-1> in turn until stopped, and
+// remembers each one's last resourceVersion.
+type writer struct {
+	mu   sync.Mutex
+	last map[string]string
+	at   map[string]time.Time
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startWriter(t *testing.T, ns string, n int) *writer {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	w := &writer{last: map[string]string{}, at: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range n {
+		cm := configMap(ns, fmt.Sprintf("cm-%d", i), map[string]string{"n": "0"})
+		must(t, env.Client.Create(ctx, cm))
+		w.last[cm.Name], w.at[cm.Name] = cm.ResourceVersion, time.Now()
+	}
+	go func() {
+		defer close(w.done)
+		for i := 1; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			cm := configMap(ns, fmt.Sprintf("cm-%d", i%n), nil)
+			patch := []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, i))
+			if err := env.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err != nil {
+				t.Errorf("writing %s: %v", cm.Name, err)
+				return
+			}
+			w.mu.Lock()
+			w.last[cm.Name], w.at[cm.Name] = cm.ResourceVersion, time.Now()
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *writer) end() map[string]string {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range w.last {
+		out[k] = v
+	}
+	return out
+}
+
+// lastRV is the newest resourceVersion written so far.
+func (w *writer) lastRV() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var m int64
+	for _, v := range w.last {
+		var n int64
+		fmt.Sscan(v, &n)
+		m = max(m, n)
+	}
+	return m
+}
+
+func rvNum(s string) int64 {
+	var n int64
+	fmt.Sscan(s, &n)
+	return n
+}
+
+// converged waits until every Subscription got, for every ConfigMap, an
+// event of its last version: no change lost.
+func converged(t *testing.T, rc *recorder, subs []string, last map[string]string) {
+	t.Helper()
+	missing := ""
+	ok := testkit.Wait(60*time.Second, func() bool {
+		newest := map[[2]string]int64{}
+		for _, d := range rc.all() {
+			k := [2]string{d.sub, d.name}
+			newest[k] = max(newest[k], rvNum(d.rv))
+		}
+		missing = ""
+		for _, s := range subs {
+			for name, rv := range last {
+				if newest[[2]string{s, name}] < rvNum(rv) {
+					missing += fmt.Sprintf(" %s:%s@%s(got %d)", s, name, rv, newest[[2]string{s, name}])
+				}
+			}
+		}
+		return missing == ""
+	})
+	if !ok {
+		t.Fatalf("changes lost: the last version of these ConfigMaps never reached these Subscriptions:%s", missing)
+	}
+}
+
+// TestReplicasHandOver: Subscriptions spread over two replicas' buckets;
+// a replica stopped (SIGTERM) hands its buckets over at once, one killed
+// (SIGKILL: nothing more leaves it) loses them to the other once their
+// Leases expire, and deliveries resume. Through both, while ConfigMaps
+// change every 100 ms, no change is lost (every Subscription gets every
+// ConfigMap's last version), the duplicates at the sinks are at most what
+// the replicas counted as replayed, and no replica writes the status of a
+// Subscription whose bucket another live replica holds.
+func TestReplicasHandOver(t *testing.T) {
+	_, _, ns := withReader(t)
+	rc := newRecorder(t)
+	f := newFleet(t, 4)
+	for i, holder := range []string{"a", "a", "b", "b"} {
+		f.preassign(i, holder)
+	}
+	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
+	f.heldBy(nil, a, b)
+	t.Logf("buckets: a holds %v, b holds %v", a.held(), b.held())
+	if len(a.held()) != 2 || len(b.held()) != 2 {
+		t.Fatalf("a holds %v, b %v: want two each, as assigned", a.held(), b.held())
+	}
+	subs := haSubscriptions(t, ns, rc, 8)
+	w := startWriter(t, ns, 10)
+	time.Sleep(2 * time.Second) // both serving, each its own Subscriptions
+	if n := rc.duplicates(); n != 0 {
+		t.Errorf("%d duplicates while two replicas serve their own buckets", n)
+	}
+
+	// SIGTERM a: b takes its buckets.
+	t0 := time.Now()
+	a.stop()
+	f.heldBy(b, b)
+	t.Logf("graceful stop of a: b held every bucket %s after the stop began (a's stop, drain and progress write included)", time.Since(t0).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	graceful := rc.duplicates()
+	t.Logf("graceful hand-off: %d duplicates at the sinks, %v counted as replayed by b", graceful, b.h.Stats().Replayed())
+	if float64(graceful) > b.h.Stats().Replayed() {
+		t.Errorf("%d duplicates after the graceful hand-off, more than the %v b counted as replayed", graceful, b.h.Stats().Replayed())
+	}
+	a2 := f.start("a2", hub.Options{})
+	a2.ready(t)
+	time.Sleep(2 * time.Second)
+
+	// SIGKILL b: a2 takes every bucket once the Leases expire.
+	before := w.lastRV()
+	tk := time.Now()
+	b.kill()
+	resumed := rc.has(t, "a delivery of a change made after b's death", 60*time.Second, func(d delivery) bool { return rvNum(d.rv) > before })
+	t.Logf("SIGKILL of b: deliveries resumed %s after the kill (lease duration 10 s, retry period 2 s)", resumed.at.Sub(tk).Round(time.Millisecond))
+	f.heldBy(a2, a2)
+	time.Sleep(time.Second)
+
+	last := w.end()
+	converged(t, rc, subs, last)
+	dups := rc.duplicates()
+	replayed := a.h.Stats().Replayed() + b.h.Stats().Replayed() + a2.h.Stats().Replayed()
+	t.Logf("%d events delivered; %d duplicates at the sinks; replayed counted by the replicas: a %v, b %v, a2 %v", len(rc.all()), dups,
+		a.h.Stats().Replayed(), b.h.Stats().Replayed(), a2.h.Stats().Replayed())
+	if float64(dups) > replayed {
+		t.Errorf("%d duplicates delivered, more than the %v the replicas counted as replayed", dups, replayed)
+	}
+	f.checkWrites()
+}
+
+// TestBucketLeaseEditedByHand: a bucket's Lease whose holder is set to
+// garbage costs its Subscriptions their deliveries until it expires, with
+// a log line saying so; every other Subscription is served meanwhile; the
+// bucket is then taken back and nothing is lost. A deleted Lease is
+// written again by its holder, which keeps serving.
+func TestBucketLeaseEditedByHand(t *testing.T) {
+	env, ctx, ns := withReader(t)
+	rc := newRecorder(t)
+	f := newFleet(t, 4)
+	a := f.start("a", hub.Options{})
+	f.heldBy(a, a)
+	// Subscriptions until two fall in different buckets.
+	subs := haSubscriptions(t, ns, rc, 6)
+	victim, other := subs[0], ""
+	vb := bucket.Of(ns+"/"+victim, 4)
+	for _, s := range subs[1:] {
+		if bucket.Of(ns+"/"+s, 4) != vb {
+			other = s
+			break
+		}
+	}
+	if other == "" {
+		t.Fatal("six Subscriptions in one bucket of four: the hash does not spread")
+	}
+	leases := dynamic.NewForConfigOrDie(env.Config).Resource(leasesGVR).Namespace(f.leaseNS)
+	must(t, env.Client.Create(ctx, configMap(ns, "before", nil)))
+	rc.has(t, "the victim served", 30*time.Second, func(d delivery) bool { return d.sub == victim && d.name == "before" })
+
+	// The holder edited to garbage (kubectl edit): the victim's bucket is lost.
+	l, err := leases.Get(ctx, bucket.LeaseName(hub.LeasePrefix, vb), metav1.GetOptions{})
+	must(t, err)
+	must(t, unstructured.SetNestedField(l.Object, "garbage", "spec", "holderIdentity"))
+	l.SetAnnotations(nil)
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	must(t, err)
+	testkit.Eventually(t, 30*time.Second, "a lets the garbage-held bucket go", func(context.Context) (bool, error) {
+		for _, b := range a.held() {
+			if b == vb {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	must(t, env.Client.Create(ctx, configMap(ns, "during", nil)))
+	rc.has(t, "the other Subscription served while the victim's bucket is garbage-held", 30*time.Second, func(d delivery) bool { return d.sub == other && d.name == "during" })
+	for _, want := range []string{"no hub replica wrote it", "bucket lost: its Lease names another holder"} {
+		if !strings.Contains(a.logs.String(), want) {
+			t.Errorf("no log line saying %q", want)
+		}
+	}
+	// After the expiry, a takes the bucket back; the victim gets the
+	// change made meanwhile, from its progress.
+	f.heldBy(a, a)
+	rc.has(t, "the victim's change made while its bucket was garbage-held", 30*time.Second, func(d delivery) bool { return d.sub == victim && d.name == "during" })
+
+	// The Lease deleted: a writes it again and keeps serving.
+	must(t, leases.Delete(ctx, bucket.LeaseName(hub.LeasePrefix, vb), metav1.DeleteOptions{}))
+	testkit.Eventually(t, 30*time.Second, "the deleted Lease written again", func(ctx context.Context) (bool, error) {
+		_, err := leases.Get(ctx, bucket.LeaseName(hub.LeasePrefix, vb), metav1.GetOptions{})
+		return err == nil, nil
+	})
+	must(t, env.Client.Create(ctx, configMap(ns, "after", nil)))
+	rc.has(t, "the victim served after its Lease was deleted", 30*time.Second, func(d delivery) bool { return d.sub == victim && d.name == "after" })
+	if !strings.Contains(a.logs.String(), "was deleted (by hand?)") {
+		t.Error("no log line saying the Lease was deleted")
+	}
+	// The bucket lost to garbage wrote no progress: what its Subscriptions
+	// got since their last write is sent again, and counted.
+	if n, replayed := rc.duplicates(), a.h.Stats().Replayed(); float64(n) > replayed {
+		t.Errorf("%d duplicates, more than the %v counted as replayed", n, replayed)
+	} else {
+		t.Logf("%d duplicates, %v counted as replayed", n, replayed)
+	}
+	f.checkWrites()
+}
+
+// TestReplicasOfTwoVersions: a replica that finds buckets held by another
+// hub version says so, once per holder, and counts them.
+func TestReplicasOfTwoVersions(t *testing.T) {
+	f := newFleet(t, 2)
+	a := f.start("a", hub.Options{Version: "v1"})
+	f.heldBy(a, a)
+	b := f.start("b", hub.Options{Version: "v2"})
+	testkit.Eventually(t, 30*time.Second, "b logs the other version", func(context.Context) (bool, error) {
+		return strings.Count(b.logs.String(), "held by a replica of another hub version") == 2, nil
+	})
+	for _, s := range b.h.Buckets() {
+		if s.Held || s.Holder != "a" || s.Version != "v1" {
+			t.Errorf("b sees bucket %d as %+v, want held by a of v1", s.Bucket, s)
+		}
+	}
+	time.Sleep(3 * time.Second) // more tries: still logged once per holder
+	if n := strings.Count(b.logs.String(), "held by a replica of another hub version"); n != 2 {
+		t.Errorf("logged %d times, want once per bucket", n)
+	}
+	b.ready(t) // a standby is ready: every bucket tried
+}
