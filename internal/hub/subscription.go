@@ -64,6 +64,12 @@ func newSub(h *Hub, obj *v1alpha1.Subscription) *sub {
 	return s
 }
 
+func (s *sub) uid() types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.obj.UID
+}
+
 func (s *sub) generation() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
