@@ -252,7 +252,7 @@ func fleetServerless(t *testing.T, env *testenv.Env, dir, source string) {
 	if fmt.Sprint(services) != "[fleet]" || fmt.Sprint(sources) != "[Cruiser Destroyer Frigate]" {
 		t.Fatalf("Knative Services %v and sources %v: want one Service (fleet) with a source for each of the three kinds", services, sources)
 	}
-	if wantSubs := "[fleet [cruiser destroyer frigate]]"; source == "" && fmt.Sprint(subs) != wantSubs {
+	if wantSubs := "[fleet [ship-frigate ship-destroyer sea-cruiser]]"; source == "" && fmt.Sprint(subs) != wantSubs {
 		t.Fatalf("Subscriptions %v, want %s: one for the binary, with every controller's Wakeups", subs, wantSubs)
 	}
 	if !slices.Contains(webhooks, "Deployment fleet-webhooks") {
