@@ -50,7 +50,7 @@ func (res *hsResult) section() string {
 		}
 	}
 	sortDurations(call)
-	fmt.Fprintf(&b, "The stream: %d changes (a JSON merge PATCH of one ConfigMap writing the time, Unix ns, into data.t just before the call), %.0f a second for %s, round-robin over the operators, each change of an object its operator subscribes to (%d deliveries expected: an object may be subscribed by two operators). Latency from that timestamp to the event's arrival, ms; the API server's own watch latency is a plain client-go watch of every ConfigMap in the suite (JSON, as the hub's watches), in the same run on the same changes:\n\n",
+	fmt.Fprintf(&b, "The stream: %d changes (a JSON merge PATCH of one ConfigMap writing the time, Unix ns, into data.t just before the call), %.0f a second for %s, round-robin over the operators, each change of an object its operator subscribes to (%d deliveries expected: an object may be subscribed by two operators), after one warm-up change per operator that is not measured (a fresh hub's first delivery to a sink fetches its token and dials; the sink's first TokenReview). Latency from that timestamp to the event's arrival, ms; the API server's own watch latency is a plain client-go watch of every ConfigMap in the suite (JSON, as the hub's watches), in the same run on the same changes:\n\n",
 		ok, hubscaleRate, res.streamTook.Round(100*time.Millisecond), res.expected)
 	b.WriteString("| change -> seen | events | p50 | p90 | p99 | max | not seen |\n|---|---|---|---|---|---|---|\n")
 	row := func(what string, ds []time.Duration, missing any) {

@@ -184,7 +184,7 @@ func runStream(ctx context.Context, cs kubernetes.Interface, seq []hsObj, rate f
 // latencies matches each change with the first arrival of its object at
 // or after its t0 (a change replaced by a newer one before it was sent is
 // delivered by that one's event); missing counts changes with none.
-func latencies(changes []hsChange, arrivals []hsArrival, want func(hsChange) bool) (ds []time.Duration, missing int) {
+func latencies(changes []hsChange, arrivals []hsArrival, want func(k int) bool) (ds []time.Duration, missing int) {
 	by := map[string][]time.Time{}
 	for _, a := range arrivals {
 		by[a.key] = append(by[a.key], a.at)
@@ -192,17 +192,17 @@ func latencies(changes []hsChange, arrivals []hsArrival, want func(hsChange) boo
 	for _, ts := range by {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
 	}
-	for _, c := range changes {
-		if c.err != nil || !want(c) {
+	for k, c := range changes {
+		if c.err != nil || !want(k) {
 			continue
 		}
 		ts := by[hsNamespace(c.obj.n)+"/"+hsCMName(c.obj.j)]
-		k := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(c.t0) })
-		if k == len(ts) {
+		i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(c.t0) })
+		if i == len(ts) {
 			missing++
 			continue
 		}
-		ds = append(ds, ts[k].Sub(c.t0))
+		ds = append(ds, ts[i].Sub(c.t0))
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	return ds, missing
