@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"strings"
+	"time"
 	"testing"
 )
 
@@ -68,4 +70,23 @@ func (p hsPlan) selects(i int, o hsObj) bool {
 		return true
 	}
 	return false
+}
+
+// A change is matched with the first arrival of its object at or after
+// it; a change replaced before it was sent shares the newer one's event.
+func TestHubScaleLatencies(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a, b := hsObj{1, 3}, hsObj{2, 7}
+	key := func(o hsObj) string { return hsNamespace(o.n) + "/" + hsCMName(o.j) }
+	changes := []hsChange{{obj: a, t0: at(0)}, {obj: a, t0: at(10)}, {obj: b, t0: at(20)}, {obj: b, t0: at(30), err: errors.New("refused")}}
+	arrivals := []hsArrival{{key(a), at(15)}, {key(a), at(-5)}, {key(b), at(19)}}
+	ds, missing := latencies(changes, arrivals, func(int) bool { return true })
+	want := []time.Duration{5 * time.Millisecond, 15 * time.Millisecond}
+	if !slices.Equal(ds, want) || missing != 1 {
+		t.Fatalf("latencies = %v, %d missing; want %v, 1 missing (b's arrival precedes its change; a failed change is not counted)", ds, missing, want)
+	}
+	if q := quantile(ds, .99); q != 15*time.Millisecond {
+		t.Fatalf("p99 of %v = %s", ds, q)
+	}
 }
