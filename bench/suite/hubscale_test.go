@@ -4,8 +4,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 	"testing"
+	"time"
 )
 
 // Every change of the stream goes to the operator it targets, by the
