@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,9 +141,17 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 			return err
 		}
 	}
+	// The watch on a connection of its own, as a separate client's: not
+	// behind the PATCHes and TokenReviews on the suite's shared one.
+	wcfg := cfg
+	wcfg.Dial = (&net.Dialer{}).DialContext // a custom dialer: client-go does not share the transport
+	wcs, err := kubernetes.NewForConfig(&wcfg)
+	if err != nil {
+		return err
+	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	w, err := startWatch(wctx, cs)
+	w, err := startWatch(wctx, wcs)
 	if err != nil {
 		return err
 	}

@@ -22,12 +22,16 @@ func (res *hsResult) section() string {
 	for i := range p.ops {
 		kinds[p.kind(i)]++
 	}
-	flags := ""
-	if p.ops != 100 || p.objects != 100_000 || hubscaleChanges != 5000 || hubscaleRate != 100 {
-		flags = fmt.Sprintf(" -hubscale-ops %d -hubscale-objects %d -hubscale-changes %d -hubscale-rate %g", p.ops, p.objects, hubscaleChanges, hubscaleRate)
+	cmd := "`go run ./bench/suite -only hubscale` (`make bench-hubscale`)"
+	if p.ops != 100 || p.objects != 100_000 || hubscaleChanges != 5000 || hubscaleRate != 100 || hubscaleReplicas != 1 || hubscaleSettle != 30*time.Second {
+		cmd = fmt.Sprintf("`go run ./bench/suite -only hubscale -hubscale-ops %d -hubscale-objects %d -hubscale-changes %d -hubscale-rate %g -hubscale-settle %s", p.ops, p.objects, hubscaleChanges, hubscaleRate, hubscaleSettle)
+		if hubscaleReplicas != 1 {
+			cmd += fmt.Sprintf(" -hubscale-replicas %d -hubscale-hub-args '%s'", hubscaleReplicas, hubscaleHubArgs)
+		}
+		cmd += "`"
 	}
-	fmt.Fprintf(&b, "Printed by `go run ./bench/suite -only hubscale%s` (`make bench-hubscale`) on %s, %d CPUs; the 1-minute load average was %s when the part began, %s when its stream began and %s when it ended (other work shared the machine).\n\n",
-		flags, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), res.load[0], res.load[1], res.load[2])
+	fmt.Fprintf(&b, "Printed by %s on %s, %d CPUs; the 1-minute load average was %s when the part began, %s when its stream began and %s when it ended (other work shared the machine).\n\n",
+		cmd, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), res.load[0], res.load[1], res.load[2])
 	fmt.Fprintf(&b, "On a control plane of the part's own (kube-apiserver and etcd, no controller-manager): **%d Subscriptions** in %d namespaces, one operator each, and **%d ConfigMaps** of 1 KiB spread evenly over those namespaces (created with 64 at a time in %s). The operators (bench/suite/hubscaleplan.go): %d configwatcher (ConfigWatchers of their namespace in Resource mode with skipObserved, and ConfigMaps in Reference mode with referencedBy ConfigWatcher spec.configMap, as `opzero manifests --source=hub` writes it; %d ConfigWatchers each), %d hot (Resource mode, their namespace, `tier=hot`: 1 ConfigMap in 10), %d team (Reference mode, every namespace, `team=t<k>`: 1 ConfigMap in 20 carries one of %d teams), %d all (Resource mode, every ConfigMap of their namespace); each with an hourly sweep and wakeups. Each sink is an HTTP receiver in the suite's process behind the operators' own authentication (internal/auth: the hub's TokenRequest token for the sink's audience checked by a TokenReview, cached; only the hub's service account allowed); it records when each event arrives and answers 202, nothing reconciles. The hub (`cmd/opzero-hub`, %d replica(s), admin credentials, `--service-account %s`) starts after the Subscriptions exist: every one was Ready %s after its start, with %.0f shared watches open.\n\n",
 		p.ops, p.ops, p.objects, res.created.Round(time.Second), kinds[hsConfigWatcher], p.cwPer(), kinds[hsHot], kinds[hsTeam], p.teams(), kinds[hsAll], hubscaleReplicas, hsHubSA, res.ready.Round(10*time.Millisecond), res.watches)
 
