@@ -68,6 +68,7 @@ type hsResult struct {
 	streamTook, drainTook    time.Duration
 	watchLat, hubLat         []time.Duration
 	resLat, refLat           []time.Duration
+	behind                   []time.Duration // per delivery: its arrival - the watch's event of the same change
 	watchMissing, hubMissing int
 	expected                 int
 	cpu                      map[string]time.Duration // hub, kube-apiserver, etcd, suite over the stream
@@ -378,8 +379,10 @@ func (res *hsResult) drain(sinks []*hsSink, w *hsWatch) {
 // measure matches the changes with what the sinks and the watch saw.
 func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
 	wa, _ := w.arrivals()
-	res.watchLat, res.watchMissing = latencies(res.changes, wa, func(int) bool { return true })
-	res.hubLat, res.resLat, res.refLat, res.hubMissing = nil, nil, nil, 0
+	all := func(int) bool { return true }
+	res.watchLat, res.watchMissing = latencies(res.changes, wa, all)
+	watchSeen := seenAfter(res.changes, wa, all)
+	res.hubLat, res.resLat, res.refLat, res.behind, res.hubMissing = nil, nil, nil, nil, 0
 	if res.subs == nil { // change -> the operators it goes to
 		res.subs = make([]map[int]bool, len(res.changes))
 		for k, ch := range res.changes {
@@ -390,7 +393,13 @@ func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
 		}
 	}
 	for i, s := range sinks {
-		ds, miss := latencies(res.changes, s.arrivals(), func(k int) bool { return res.subs[k][i] })
+		want := func(k int) bool { return res.subs[k][i] }
+		ds, miss := latencies(res.changes, s.arrivals(), want)
+		for k, d := range seenAfter(res.changes, s.arrivals(), want) {
+			if d >= 0 && watchSeen[k] >= 0 {
+				res.behind = append(res.behind, d-watchSeen[k])
+			}
+		}
 		res.hubLat, res.hubMissing = append(res.hubLat, ds...), res.hubMissing+miss
 		if k := res.p.kind(i); k == hsHot || k == hsAll {
 			res.resLat = append(res.resLat, ds...)
@@ -398,7 +407,7 @@ func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
 			res.refLat = append(res.refLat, ds...)
 		}
 	}
-	for _, l := range [][]time.Duration{res.hubLat, res.resLat, res.refLat} {
+	for _, l := range [][]time.Duration{res.hubLat, res.resLat, res.refLat, res.behind} {
 		sortDurations(l)
 	}
 }

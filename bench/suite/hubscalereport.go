@@ -14,6 +14,14 @@ func sortDurations(ds []time.Duration) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 
+// quantile of sorted ds (0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
 // section is the part's report.
 func (res *hsResult) section() string {
 	p := res.p
@@ -65,6 +73,7 @@ func (res *hsResult) section() string {
 	row("hub delivery, Resource mode (hot, all)", res.resLat, "-")
 	row("hub delivery, Reference mode (configwatcher's referencedBy, team)", res.refLat, "-")
 	row("the PATCH call itself (timestamp -> answer)", call, 0)
+	row("hub delivery - the watch's event of the same change (what the hub adds; negative: the hub was first)", res.behind, "-")
 	r50, r99 := ratio(quantile(res.hubLat, .5), quantile(res.watchLat, .5)), ratio(quantile(res.hubLat, .99), quantile(res.watchLat, .99))
 	fmt.Fprintf(&b, "\n**Delivery / watch: p50 %.2fx, p99 %.2fx.** What the hub adds to the watch is its decode, filters, the CloudEvent and the HTTP POST to the sink (the sink's TokenReview is cached after the first).\n\n", r50, r99)
 

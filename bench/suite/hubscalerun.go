@@ -181,10 +181,11 @@ func runStream(ctx context.Context, cs kubernetes.Interface, seq []hsObj, rate f
 	return out
 }
 
-// latencies matches each change with the first arrival of its object at
+// seenAfter matches each change with the first arrival of its object at
 // or after its t0 (a change replaced by a newer one before it was sent is
-// delivered by that one's event); missing counts changes with none.
-func latencies(changes []hsChange, arrivals []hsArrival, want func(k int) bool) (ds []time.Duration, missing int) {
+// delivered by that one's event): the change's latency, -1 if it failed,
+// is not wanted, or nothing arrived.
+func seenAfter(changes []hsChange, arrivals []hsArrival, want func(k int) bool) []time.Duration {
 	by := map[string][]time.Time{}
 	for _, a := range arrivals {
 		by[a.key] = append(by[a.key], a.at)
@@ -192,28 +193,33 @@ func latencies(changes []hsChange, arrivals []hsArrival, want func(k int) bool) 
 	for _, ts := range by {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
 	}
+	out := make([]time.Duration, len(changes))
 	for k, c := range changes {
+		out[k] = -1
 		if c.err != nil || !want(k) {
 			continue
 		}
 		ts := by[hsNamespace(c.obj.n)+"/"+hsCMName(c.obj.j)]
-		i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(c.t0) })
-		if i == len(ts) {
-			missing++
-			continue
+		if i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(c.t0) }); i < len(ts) {
+			out[k] = ts[i].Sub(c.t0)
 		}
-		ds = append(ds, ts[i].Sub(c.t0))
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds, missing
+	return out
 }
 
-// quantile of sorted ds (0 when empty).
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
+// latencies are seenAfter's latencies, sorted, and how many wanted
+// changes were not seen.
+func latencies(changes []hsChange, arrivals []hsArrival, want func(k int) bool) (ds []time.Duration, missing int) {
+	for k, d := range seenAfter(changes, arrivals, want) {
+		switch {
+		case d >= 0:
+			ds = append(ds, d)
+		case changes[k].err == nil && want(k):
+			missing++
+		}
 	}
-	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+	sortDurations(ds)
+	return ds, missing
 }
 
 // hsHub is one running hub replica.
