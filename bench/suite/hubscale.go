@@ -41,6 +41,7 @@ var (
 	hubscaleReplicas = 1
 	hubscaleHubArgs  = ""
 	hubscaleSettle   = 30 * time.Second
+	hubscaleCSV      = ""
 )
 
 const (
@@ -64,11 +65,16 @@ type hsResult struct {
 	changes                  []hsChange
 	subs                     []map[int]bool // per change, the operators it goes to
 	warm                     int            // update events the sinks had before the stream (its warm-up)
-	warmWatch                int64
+	warmWatch                [2]int64       // the watches' update events before the stream
+	wAll, wNS                *hsWatch       // every ConfigMap in one stream; one stream per namespace
+	nsLat, nsBehind          []time.Duration
+	nsMissing                int
 	streamTook, drainTook    time.Duration
 	watchLat, hubLat         []time.Duration
 	resLat, refLat           []time.Duration
-	behind                   []time.Duration // per delivery: its arrival - the watch's event of the same change
+	behind                   []time.Duration   // per delivery: its arrival - the watch's event of the same change
+	watchSeen, nsSeen        []time.Duration   // per change (seenAfter), for -hubscale-csv
+	hubSeen                  [][]time.Duration // per sink, per change
 	watchMissing, hubMissing int
 	expected                 int
 	cpu                      map[string]time.Duration // hub, kube-apiserver, etcd, suite over the stream
@@ -142,20 +148,30 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 			return err
 		}
 	}
-	// The watch on a connection of its own, as a separate client's: not
-	// behind the PATCHes and TokenReviews on the suite's shared one.
-	wcfg := cfg
-	wcfg.Dial = (&net.Dialer{}).DialContext // a custom dialer: client-go does not share the transport
-	wcs, err := kubernetes.NewForConfig(&wcfg)
-	if err != nil {
-		return err
+	// The reference watches on connections of their own, as separate
+	// clients': not behind the PATCHes and TokenReviews on the suite's
+	// shared one. One watch of every ConfigMap (one stream carries every
+	// change), and one watch per namespace over one connection (100
+	// streams, as the hub's 140 share its connection).
+	var nss []string
+	for i := range p.ops {
+		nss = append(nss, hsNamespace(i))
 	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	w, err := startWatch(wctx, wcs)
-	if err != nil {
-		return err
+	watches := map[string]*hsWatch{}
+	for name, in := range map[string][]string{"all": {""}, "ns": nss} {
+		wcfg := cfg
+		wcfg.Dial = (&net.Dialer{}).DialContext // a custom dialer: client-go does not share the transport
+		wcs, err := kubernetes.NewForConfig(&wcfg)
+		if err != nil {
+			return err
+		}
+		if watches[name], err = startWatch(wctx, wcs, in); err != nil {
+			return err
+		}
 	}
+	res.wAll, res.wNS = watches["all"], watches["ns"]
 	fmt.Printf("  hubscale: starting the hub (%d replica(s)) with %d Subscriptions ...\n", hubscaleReplicas, p.ops)
 	t0 := time.Now()
 	var hubs []*hsHub
@@ -202,7 +218,7 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	for _, s := range sinks {
 		res.warm += s.count()
 	}
-	res.warmWatch = w.n.Load()
+	res.warmWatch = [2]int64{res.wAll.n.Load(), res.wNS.n.Load()}
 	seq := p.stream(hubscaleChanges)
 	fmt.Printf("  hubscale: %d changes at %.0f/s ...\n", len(seq), hubscaleRate)
 	pids := map[string]int{"suite": os.Getpid()}
@@ -228,7 +244,7 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 			return fmt.Errorf("a change of the stream failed: %w", ch.err)
 		}
 	}
-	res.drain(sinks, w)
+	res.drain(sinks)
 	res.drainTook = time.Since(start) - res.streamTook
 	for name, pid := range pids {
 		cpu, _ := proc.CPU(pid)
@@ -242,8 +258,13 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	res.load[2] = loadavg()
 	res.point(hubs, "right after the stream (every change delivered)")
 	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
-	res.measure(sinks, w)
-	fmt.Printf("    watch p50 %s p99 %s; hub p50 %s p99 %s; waiting %s for the hub's next trim\n", quantile(res.watchLat, .5), quantile(res.watchLat, .99), quantile(res.hubLat, .5), quantile(res.hubLat, .99), hsTrimWait)
+	res.measure(sinks)
+	fmt.Printf("    one watch p50 %s p99 %s; a watch per namespace p50 %s p99 %s; hub p50 %s p99 %s; waiting %s for the hub's next trim\n", quantile(res.watchLat, .5), quantile(res.watchLat, .99), quantile(res.nsLat, .5), quantile(res.nsLat, .99), quantile(res.hubLat, .5), quantile(res.hubLat, .99), hsTrimWait)
+	if hubscaleCSV != "" {
+		if err := res.writeCSV(hubscaleCSV); err != nil {
+			return err
+		}
+	}
 	time.Sleep(hsTrimWait)
 	res.point(hubs, fmt.Sprintf("%s after the stream", hsTrimWait))
 	res.metrics = map[string]float64{}
@@ -356,19 +377,20 @@ func (res *hsResult) point(hubs []*hsHub, what string) {
 
 // drain waits until every change reached every sink it is for and the
 // watch, at most a minute.
-func (res *hsResult) drain(sinks []*hsSink, w *hsWatch) {
+func (res *hsResult) drain(sinks []*hsSink) {
 	deadline := time.Now().Add(time.Minute)
 	for i := 0; time.Now().Before(deadline); i++ {
 		got := 0
 		for _, s := range sinks {
 			got += s.count()
 		}
-		if got-res.warm >= res.expected && w.n.Load()-res.warmWatch >= int64(len(res.changes)) {
+		n := int64(len(res.changes))
+		if got-res.warm >= res.expected && res.wAll.n.Load()-res.warmWatch[0] >= n && res.wNS.n.Load()-res.warmWatch[1] >= n {
 			return
 		}
 		if i%10 == 9 { // a replaced change's event counts for both: match them
-			res.measure(sinks, w)
-			if res.hubMissing == 0 && res.watchMissing == 0 {
+			res.measure(sinks)
+			if res.hubMissing == 0 && res.watchMissing == 0 && res.nsMissing == 0 {
 				return
 			}
 		}
@@ -377,12 +399,15 @@ func (res *hsResult) drain(sinks []*hsSink, w *hsWatch) {
 }
 
 // measure matches the changes with what the sinks and the watch saw.
-func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
-	wa, _ := w.arrivals()
+func (res *hsResult) measure(sinks []*hsSink) {
+	wa, _ := res.wAll.arrivals()
+	na, _ := res.wNS.arrivals()
 	all := func(int) bool { return true }
 	res.watchLat, res.watchMissing = latencies(res.changes, wa, all)
-	watchSeen := seenAfter(res.changes, wa, all)
-	res.hubLat, res.resLat, res.refLat, res.behind, res.hubMissing = nil, nil, nil, nil, 0
+	res.nsLat, res.nsMissing = latencies(res.changes, na, all)
+	watchSeen, nsSeen := seenAfter(res.changes, wa, all), seenAfter(res.changes, na, all)
+	res.watchSeen, res.nsSeen, res.hubSeen = watchSeen, nsSeen, make([][]time.Duration, len(sinks))
+	res.hubLat, res.resLat, res.refLat, res.behind, res.nsBehind, res.hubMissing = nil, nil, nil, nil, nil, 0
 	if res.subs == nil { // change -> the operators it goes to
 		res.subs = make([]map[int]bool, len(res.changes))
 		for k, ch := range res.changes {
@@ -395,9 +420,13 @@ func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
 	for i, s := range sinks {
 		want := func(k int) bool { return res.subs[k][i] }
 		ds, miss := latencies(res.changes, s.arrivals(), want)
-		for k, d := range seenAfter(res.changes, s.arrivals(), want) {
+		res.hubSeen[i] = seenAfter(res.changes, s.arrivals(), want)
+		for k, d := range res.hubSeen[i] {
 			if d >= 0 && watchSeen[k] >= 0 {
 				res.behind = append(res.behind, d-watchSeen[k])
+			}
+			if d >= 0 && nsSeen[k] >= 0 {
+				res.nsBehind = append(res.nsBehind, d-nsSeen[k])
 			}
 		}
 		res.hubLat, res.hubMissing = append(res.hubLat, ds...), res.hubMissing+miss
@@ -407,7 +436,7 @@ func (res *hsResult) measure(sinks []*hsSink, w *hsWatch) {
 			res.refLat = append(res.refLat, ds...)
 		}
 	}
-	for _, l := range [][]time.Duration{res.hubLat, res.resLat, res.refLat, res.behind} {
+	for _, l := range [][]time.Duration{res.hubLat, res.resLat, res.refLat, res.behind, res.nsBehind} {
 		sortDurations(l)
 	}
 }

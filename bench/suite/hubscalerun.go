@@ -98,9 +98,11 @@ func (s *hsSink) count() int {
 	return len(s.updates)
 }
 
-// hsWatch is the API server's own latency beside the hub's: a plain
-// client-go watch of every ConfigMap (JSON, as the hub's watches), the
-// arrival of each event recorded with the object's key.
+// hsWatch is the API server's own latency beside the hub's: plain
+// client-go watches of the ConfigMaps of some namespaces ("": all), full
+// objects in JSON as the hub's Resource-mode watches, one stream each over
+// the clientset's connection; the arrival of each update event is recorded
+// with the object's key.
 type hsWatch struct {
 	mu   sync.Mutex
 	seen []hsArrival
@@ -108,39 +110,42 @@ type hsWatch struct {
 	err  error
 }
 
-func startWatch(ctx context.Context, cs kubernetes.Interface) (*hsWatch, error) {
-	l, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1})
-	if err != nil {
-		return nil, err
-	}
+func startWatch(ctx context.Context, cs kubernetes.Interface, namespaces []string) (*hsWatch, error) {
 	w := &hsWatch{}
-	rv := l.ResourceVersion
-	go func() {
-		for ctx.Err() == nil {
-			wi, err := cs.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-			if err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
-				return
+	for _, ns := range namespaces {
+		l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		go w.follow(ctx, cs, ns, l.ResourceVersion)
+	}
+	return w, nil
+}
+
+func (w *hsWatch) follow(ctx context.Context, cs kubernetes.Interface, ns, rv string) {
+	for ctx.Err() == nil {
+		wi, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			w.mu.Lock()
+			w.err = err
+			w.mu.Unlock()
+			return
+		}
+		for ev := range wi.ResultChan() {
+			at := time.Now()
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok {
+				continue
 			}
-			for ev := range wi.ResultChan() {
-				at := time.Now()
-				cm, ok := ev.Object.(*corev1.ConfigMap)
-				if !ok {
-					continue
-				}
-				rv = cm.ResourceVersion
-				if ev.Type == watch.Modified {
-					w.mu.Lock()
-					w.seen = append(w.seen, hsArrival{cm.Namespace + "/" + cm.Name, at})
-					w.mu.Unlock()
-					w.n.Add(1)
-				}
+			rv = cm.ResourceVersion
+			if ev.Type == watch.Modified {
+				w.mu.Lock()
+				w.seen = append(w.seen, hsArrival{cm.Namespace + "/" + cm.Name, at})
+				w.mu.Unlock()
+				w.n.Add(1)
 			}
 		}
-	}()
-	return w, nil
+	}
 }
 
 func (w *hsWatch) arrivals() ([]hsArrival, error) {

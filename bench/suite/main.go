@@ -54,6 +54,7 @@ func main() {
 	flag.Float64Var(&hubscaleRate, "hubscale-rate", hubscaleRate, "hubscale: changes per second in the stream")
 	flag.DurationVar(&hubscaleSettle, "hubscale-settle", hubscaleSettle, "hubscale: how long the hub runs after every Subscription is Ready before its memory is read")
 	flag.IntVar(&hubscaleReplicas, "hubscale-replicas", hubscaleReplicas, "hubscale: hub processes to run (more than 1 needs their sharding flags in -hubscale-hub-args)")
+	flag.StringVar(&hubscaleCSV, "hubscale-csv", "", "hubscale: also write each change's figures (its PATCH, the watches', every delivery's latency) to this CSV file")
 	flag.StringVar(&hubscaleHubArgs, "hubscale-hub-args", hubscaleHubArgs, "hubscale: more flags for every hub replica; {i} and {n} become the replica's index and the replica count")
 	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
 	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
