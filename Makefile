@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit matrix demo demo-postgres clean help bench bench-coldstart fuzz e2e-cluster e2e-cluster-knative e2e-knative
+.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit matrix demo demo-postgres clean help bench bench-coldstart bench-hubscale fuzz e2e-cluster e2e-cluster-knative e2e-knative
 
 all: opzero
 
@@ -73,3 +73,6 @@ bench: bins knative-bins ## opzero vs controller-runtime and vs before issue 16:
 
 bench-coldstart: bins ## only exec -> ready and exec -> first event reconciled at 2000 ConfigMaps
 	$(GO) run ./bench/suite -only coldstart
+
+bench-hubscale: bins ## only the hub with 100 Subscriptions over 100k ConfigMaps: its RSS, delivery latency beside the API server's watch latency, CPU per 1000 changes (replaces its section of docs/benchmarks.md)
+	$(GO) run ./bench/suite -only hubscale

@@ -11,6 +11,7 @@
 //	go run ./bench/suite -only wakeup    # the wakeup source with 10k, 100k and 1M records pending
 //	go run ./bench/suite -only worth     # always-on memory of each wiring at zero, instance time under unrelated churn
 //	go run ./bench/suite -only worth -worth-objects 0,2000 -churn 1m # the same, smaller and shorter
+//	go run ./bench/suite -only hubscale  # one hub, 100 Subscriptions, 100k ConfigMaps: memory, delivery latency beside a watch's, CPU
 package main
 
 import (
@@ -46,7 +47,15 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth or wakeup; worth and throughput alone replace their own sections of -out and keep the rest")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, hubscale or wakeup; worth, hubscale and throughput alone replace their own sections of -out and keep the rest")
+	flag.IntVar(&hubscaleOps, "hubscale-ops", hubscaleOps, "hubscale: operators (Subscriptions), one namespace each")
+	flag.IntVar(&hubscaleObjects, "hubscale-objects", hubscaleObjects, "hubscale: ConfigMaps of 1 KiB, spread over the operators' namespaces")
+	flag.IntVar(&hubscaleChanges, "hubscale-changes", hubscaleChanges, "hubscale: changes in the measured stream")
+	flag.Float64Var(&hubscaleRate, "hubscale-rate", hubscaleRate, "hubscale: changes per second in the stream")
+	flag.DurationVar(&hubscaleSettle, "hubscale-settle", hubscaleSettle, "hubscale: how long the hub runs after every Subscription is Ready before its memory is read")
+	flag.IntVar(&hubscaleReplicas, "hubscale-replicas", hubscaleReplicas, "hubscale: hub processes to run (more than 1 needs their sharding flags in -hubscale-hub-args)")
+	flag.StringVar(&hubscaleCSV, "hubscale-csv", "", "hubscale: also write each change's figures (its PATCH, the watches', every delivery's latency) to this CSV file")
+	flag.StringVar(&hubscaleHubArgs, "hubscale-hub-args", hubscaleHubArgs, "hubscale: more flags for every hub replica; {i} and {n} become the replica's index and the replica count")
 	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
 	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
 	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth: how long the unrelated churn runs for each serverless wiring")
@@ -120,9 +129,13 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if only == "worth" { // a plane and builds of its own: nothing else is needed
+	if only == "worth" || only == "hubscale" { // a plane and builds of its own: nothing else is needed
 		r := &report{figs: map[string]float64{}}
-		if err := worth(ctx, r, dir); err != nil {
+		part := worth
+		if only == "hubscale" {
+			part = hubScale
+		}
+		if err := part(ctx, r, dir); err != nil {
 			return err
 		}
 		if out == "" {
@@ -236,6 +249,7 @@ func run(only string, runs int, out string) error {
 		}},
 		{"telemetry", func() error { return e.telemetryCost(ctx, r, runs) }},
 		{"worth", func() error { return worth(ctx, r, dir) }},
+		{"hubscale", func() error { return hubScale(ctx, r, dir) }},
 		{"wakeup", func() error { return e.wakeups(ctx, r, wakeupsPending) }}, // last: it leaves its records in etcd
 	}
 	for _, p := range parts {
