@@ -328,3 +328,20 @@ func tail(l []string, n int) []string {
 	}
 	return l
 }
+
+// BuildMinutes is how long building a set of `opzero install` takes on 2
+// cores with a cold Go build cache, rounded up: the estimate a build of the
+// whole set prints, and the figure help texts quote.
+func BuildMinutes(set string) (int, error) {
+	gs, err := setGroups(set)
+	if err != nil {
+		return 0, err
+	}
+	work := 0.0
+	for _, g := range gs {
+		for _, b := range g.binaries {
+			work += b.minutes
+		}
+	}
+	return int(math.Ceil(work)), nil
+}
