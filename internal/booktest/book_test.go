@@ -115,6 +115,13 @@ func runPage(t *testing.T, root, cli string, blocks []testkit.Block) {
 		down := exec.Command(cli, "controlplane", "down", "--dir", filepath.Join(home, ".opzero", "controlplane"))
 		down.Env = env
 		_ = down.Run()
+		if os.Getenv(e2eEnv) != "" && t.Failed() {
+			// and its cluster: the machine's network and kernel settings
+			// come back (cluster down with no cluster says so and is done)
+			down := exec.Command(cli, "cluster", "down")
+			down.Env = env
+			_ = down.Run()
+		}
 	})
 	out := testkit.RunBlocks(t, clone, env, ready, blocks)
 	t.Logf("%s:\n%s", blocks[0].Path, testkit.Tail([]byte(out), 60))
