@@ -82,7 +82,8 @@ func TestBook(t *testing.T) {
 			continue
 		}
 		rel, _ := filepath.Rel(root, p)
-		t.Run(rel, func(t *testing.T) { runPage(t, root, cli, run) })
+		name := strings.TrimPrefix(filepath.ToSlash(rel), "docs/") // TestBook/tutorial.md
+		t.Run(name, func(t *testing.T) { runPage(t, root, cli, run) })
 	}
 }
 

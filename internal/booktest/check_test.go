@@ -198,7 +198,7 @@ func commands(line string) [][]string {
 		case c == '#' && !inWord:
 			end()
 			return out
-		case c == ' ' || c == '\t':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\\' && i+1 < len(line) && line[i+1] == '\n':
 			flush()
 		case c == '|' || c == ';' || c == '&' || c == '(' || c == ')':
 			end()

@@ -45,7 +45,8 @@ type Block struct {
 	// terminal while the previous block's last command, one that runs
 	// until Ctrl-C, keeps running in the first.
 	Terminal int
-	// Lines are the block's non-empty lines, as written.
+	// Lines are the block's non-empty lines, as written; a line ending in a
+	// backslash and the lines it continues are one.
 	Lines []string
 }
 
@@ -82,6 +83,8 @@ func Blocks(path string) ([]Block, error) {
 			}
 			out = append(out, *cur)
 			cur = nil
+		case cur != nil && len(cur.Lines) > 0 && strings.HasSuffix(cur.Lines[len(cur.Lines)-1], "\\"):
+			cur.Lines[len(cur.Lines)-1] += "\n" + line // a continued command is one line
 		case cur != nil && strings.TrimSpace(line) != "":
 			cur.Lines = append(cur.Lines, line)
 		}

@@ -64,3 +64,18 @@ func TestRunBlocksSecondTerminal(t *testing.T) {
 		t.Errorf("want the second terminal's line, then Ctrl-C's, then the first terminal's next block:\n%s", out)
 	}
 }
+
+// TestBlocksJoinContinuedLines: a command continued with a backslash is one
+// line, run as one.
+func TestBlocksJoinContinuedLines(t *testing.T) {
+	bs, err := Blocks(writePage(t, "```sh run\necho a \\\n    b\necho c\n```\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs) != 1 || len(bs[0].Lines) != 2 || bs[0].Lines[0] != "echo a \\\n    b" {
+		t.Fatalf("lines %q", bs[0].Lines)
+	}
+	if out := RunBlocks(t, t.TempDir(), os.Environ(), "", bs); !strings.Contains(out, "\na b\n") {
+		t.Errorf("the continued command did not run as one:\n%s", out)
+	}
+}
