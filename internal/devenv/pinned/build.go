@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,12 @@ import (
 func (r *Resolver) install(ctx context.Context, dir string, names []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s for opzero's pinned binaries: %w", dir, err)
+	}
+	// Every one there already (a build renames a finished binary into
+	// place): nothing to wait for, so another process building other sets
+	// into dir under the lock does not hold this one up.
+	if !slices.ContainsFunc(names, func(n string) bool { return !executable(filepath.Join(dir, n)) }) {
+		return nil
 	}
 	unlock, err := Lock(ctx, dir, r.progress())
 	if err != nil {
