@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
@@ -69,6 +70,11 @@ func TestBook(t *testing.T) {
 	if t.Failed() || testing.Short() {
 		return
 	}
+	// Pages run in parallel (most of their time is spent waiting: for a
+	// control plane, a cold start, a scale to zero), except those that
+	// start the plane of `opzero controlplane up` on its default port,
+	// which take turns.
+	var defaultPort sync.Mutex
 	for _, p := range pages {
 		var run []testkit.Block
 		hasE2E := false
@@ -83,8 +89,28 @@ func TestBook(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, p)
 		name := strings.TrimPrefix(filepath.ToSlash(rel), "docs/") // TestBook/tutorial.md
-		t.Run(name, func(t *testing.T) { runPage(t, root, cli, run) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if usesDefaultPort(run) {
+				defaultPort.Lock()
+				defer defaultPort.Unlock()
+			}
+			runPage(t, root, cli, run)
+		})
 	}
+}
+
+// usesDefaultPort says whether blocks start `opzero controlplane up`
+// without --port: the plane then serves on 16443, one at a time.
+func usesDefaultPort(blocks []testkit.Block) bool {
+	for _, b := range blocks {
+		for _, l := range b.Lines {
+			if strings.Contains(l, "controlplane up") && !strings.Contains(l, "--port") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // runPage runs a page's blocks in a clone of the checkout with a new
