@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/testkit"
@@ -235,13 +236,20 @@ func checkLinks(t *testing.T, root string, pages []string) {
 			t.Fatal(err)
 		}
 		for _, m := range linkRE.FindAllStringSubmatch(string(b), -1) {
-			target, _, _ := strings.Cut(m[1], "#")
-			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+			target, anchor, _ := strings.Cut(m[1], "#")
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			abs := filepath.Join(filepath.Dir(p), target)
+			abs := p
+			if target != "" {
+				abs = filepath.Join(filepath.Dir(p), target)
+			}
 			if _, err := os.Stat(abs); err != nil {
 				t.Errorf("%s: the link %s leads nowhere", p, m[1])
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(abs, ".md") && !anchors(t, abs)[anchor] {
+				t.Errorf("%s: the link %s names no heading of %s", p, m[1], abs)
 			}
 			if p == index {
 				linked[abs] = true
@@ -256,4 +264,34 @@ func checkLinks(t *testing.T, root string, pages []string) {
 			t.Errorf("the index docs/README.md does not link %s", p)
 		}
 	}
+}
+
+// anchors are the fragment names GitHub gives the headings of the Markdown
+// file path: lower case, punctuation dropped, spaces as hyphens.
+func anchors(t *testing.T, path string) map[string]bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	fence := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		var slug strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#"))) {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		out[slug.String()] = true
+	}
+	return out
 }
