@@ -6,7 +6,7 @@ GO        ?= go
 GOTEST    ?= $(GO) test -race -count=1 -timeout 20m
 PKGS      ?= ./...
 
-.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit matrix demo demo-postgres clean help bench bench-coldstart bench-hubscale fuzz e2e-cluster e2e-cluster-knative e2e-knative
+.PHONY: all bins knative-bins otel-bins cluster-bins postgres opzero test unit matrix demo demo-postgres clean help bench bench-coldstart bench-hubscale fuzz e2e-cluster e2e-cluster-knative e2e-knative e2e-book
 
 all: opzero
 
@@ -35,6 +35,9 @@ e2e-cluster-knative: bins cluster-bins ## (root) e2e-cluster with Knative Servin
 e2e-knative: bins cluster-bins ## (root) what `opzero manifests` generates for the examples, applied unchanged on real Knative (a running `opzero cluster up --knative`, else one of its own): create, ConfigMap edit, scale to zero, a Wakeup at zero, OIDC, cold start figures, the adopted kubebuilder project, scale-out to max-scale 3, the Metacontroller HelloWorld with its Python hook; not part of make test
 	$(GO) run ./cmd/opzero install knative-cluster
 	OPZERO_E2E_KNATIVE_OPERATORS=1 $(GO) test -race -count=1 -timeout 60m -run '^TestKnativeOperators$$' -v ./internal/devenv/cluster
+
+e2e-book: bins cluster-bins ## (root) the book's pages on the real cluster: their "sh e2e" blocks run as written, in order with the page's run blocks (make test only checks them); not part of make test
+	OPZERO_E2E_BOOK=1 $(GO) test -count=1 -timeout 90m -run '^TestBook$$' -v ./internal/booktest
 
 postgres: ## find PostgreSQL's server binaries (initdb, postgres), or install Debian's postgresql package when root (for examples/postgres)
 	@bash hack/install-postgres.sh >/dev/null
