@@ -23,9 +23,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/hub/admission"
 	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/internal/trim"
 )
@@ -64,6 +66,7 @@ func main() {
 	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes) and /metrics on this address, e.g. :8081 (default: not served).")
 	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
+	webhooks := admission.BindFlags(fs, os.Getenv("POD_NAMESPACE"))
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -72,7 +75,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *sa, *healthAddr, *recheck, *flush)
+	err := run(ctx, *sa, *healthAddr, *recheck, *flush, webhooks)
 	profile.Stop() // a benchmark build (-tags opzero_pprof) writes its profiles
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -111,7 +114,7 @@ func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 	}
 }
 
-func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration) error {
+func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, webhooks *admission.Flags) error {
 	var id types.NamespacedName
 	if sa != "" {
 		ns, name, ok := strings.Cut(sa, "/")
@@ -134,6 +137,10 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	if err != nil {
 		return err
 	}
+	adm, err := startAdmission(ctx, cfg, webhooks, id, log)
+	if err != nil {
+		return err
+	}
 	if healthAddr != "" {
 		l, err := net.Listen("tcp", healthAddr)
 		if err != nil {
@@ -141,6 +148,9 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(h.Stats().Collectors()...)
+		if adm != nil {
+			reg.MustRegister(adm.Collectors()...)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", h.HealthHandler())
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -151,4 +161,22 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	go trimWhenSettled(ctx, h)
 	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid())
 	return h.Run(ctx)
+}
+
+// startAdmission serves the operators' admission webhooks
+// (internal/hub/admission) when --webhook-addr (or opzero dev's port) is set.
+func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, log logr.Logger) (*admission.Server, error) {
+	o, on, err := f.Options()
+	if err != nil || !on {
+		return nil, err
+	}
+	o.Identity, o.Log = id, log
+	s, err := admission.New(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
