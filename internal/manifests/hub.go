@@ -174,7 +174,8 @@ func hubObjects(image string) []Object {
 	for _, o := range role(HubName, HubNamespace, HubName, own.list(), l) {
 		objs = append(objs, inFile(FileHub, o))
 	}
-	return append(objs, hub(hubDeployment(image, l)))
+	objs = append(objs, hubAdmissionObjects(l)...) // its admission endpoint (hubwebhooks.go)
+	return append(objs, hub(withAdmission(hubDeployment(image, l))))
 }
 
 // hubDeployment runs cmd/opzero-hub: one replica (its deliveries of one

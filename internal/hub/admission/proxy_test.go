@@ -273,7 +273,9 @@ func TestRouteTable(t *testing.T) {
 	}
 }
 
-func opAName() types.NamespacedName { return types.NamespacedName{Namespace: "team-a", Name: "gadgets"} }
+func opAName() types.NamespacedName {
+	return types.NamespacedName{Namespace: "team-a", Name: "gadgets"}
+}
 
 func keys(t table) []string {
 	var out []string
