@@ -36,7 +36,10 @@ type Tokens func(ctx context.Context, audience string) (string, error)
 // proxy is the hub's admission endpoint: it checks a call against the
 // routes and forwards it to the operator; see the package documentation.
 type proxy struct {
-	routes   func() table
+	routes func() table
+	// synced, if set, is closed once the routes were first listed: a call
+	// for an unknown path waits for it.
+	synced   <-chan struct{}
 	resolve  Resolver
 	tokens   Tokens
 	http     *http.Client
@@ -69,6 +72,13 @@ func (p *proxy) slot(op types.NamespacedName) (release func(), ok bool) {
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := p.routes()[r.URL.Path]
+	if rt == nil && p.synced != nil {
+		select { // a call right after the start: the routes are being listed
+		case <-p.synced:
+			rt = p.routes()[r.URL.Path]
+		case <-r.Context().Done():
+		}
+	}
 	if rt == nil {
 		// Unknown paths (a forged call without the install's token among
 		// them) learn nothing: not which operators exist.

@@ -61,6 +61,7 @@ type Server struct {
 	routes  atomic.Pointer[table]
 	configs atomic.Pointer[[]*unstructured.Unstructured]
 	inject  chan struct{}
+	synced  chan struct{} // closed once the configurations were first listed
 
 	tokMu  sync.Mutex
 	tokens map[string]func(context.Context) (string, error)
@@ -85,7 +86,7 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, dyn: dyn, inject: make(chan struct{}, 1), tokens: map[string]func(context.Context) (string, error){}}
+	s := &Server{o: o, dyn: dyn, inject: make(chan struct{}, 1), tokens: map[string]func(context.Context) (string, error){}, synced: make(chan struct{})}
 	if o.CertDir != "" {
 		s.certs = fileCerts{dir: o.CertDir}
 	} else {
@@ -98,7 +99,7 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	}
 	empty := table{}
 	s.routes.Store(&empty)
-	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, resolve: newServiceResolver(dyn), tokens: s.token,
+	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, synced: s.synced, resolve: newServiceResolver(dyn), tokens: s.token,
 		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{}}
 	return s, nil
 }
@@ -146,7 +147,7 @@ func (s *Server) Start(ctx context.Context) (net.Addr, error) {
 	}
 	srv := &http.Server{Handler: s.mux(), TLSConfig: tc, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	w := &configWatch{dyn: s.dyn, log: s.o.Log.WithName("admission"), changed: s.configsChanged}
+	w := &configWatch{dyn: s.dyn, log: s.o.Log.WithName("admission"), changed: s.configsChanged, synced: s.synced}
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.keepCert(ctx) }()
 	go func() { defer s.wg.Done(); w.run(ctx) }()

@@ -29,6 +29,9 @@ type configWatch struct {
 	log     logr.Logger
 	changed func([]config, []*unstructured.Unstructured)
 
+	// synced is closed once both kinds were listed.
+	synced chan struct{}
+
 	mu   sync.Mutex
 	objs map[schema.GroupVersionResource]map[string]*unstructured.Unstructured
 }
@@ -121,6 +124,13 @@ func (w *configWatch) set(gvr schema.GroupVersionResource, objs map[string]*unst
 		w.objs = map[schema.GroupVersionResource]map[string]*unstructured.Unstructured{}
 	}
 	w.objs[gvr] = objs
+	if len(w.objs) == 2 && w.synced != nil {
+		select {
+		case <-w.synced:
+		default:
+			defer close(w.synced) // after changed: the routes are in place
+		}
+	}
 	var all []*unstructured.Unstructured
 	for _, g := range []schema.GroupVersionResource{mutatingConfigs, validatingConfigs} {
 		names := make([]string, 0, len(w.objs[g]))
