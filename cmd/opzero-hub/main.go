@@ -41,11 +41,22 @@ they are due. It checks with SubjectAccessReview that each operator's service
 account may itself read what it subscribes to, and persists how far it has
 delivered in each Subscription's status.
 
+With --webhook-addr it is also the one TLS endpoint of every serverless
+operator's admission webhooks: the API server calls it at
+/admission/<namespace>/<operator>/<token>/<path> (the webhook configurations
+opzero manifests writes), it checks the review against what that webhook
+declares and forwards it to the operator's Knative Service with its OIDC
+token, waking it (internal/hub/admission). It keeps its serving certificate
+in a Secret and writes its CA into those configurations' caBundles.
+
 It needs: get/list/watch on subscriptions.opzero.dev and every kind
 subscribed to (opzero manifests --source=hub aggregates them into the
 opzero-hub ClusterRole), update on subscriptions/status, get/list/watch/delete
 on wakeups.opzero.dev, create on events and subjectaccessreviews, get on the
-sinks (Knative Services), and create on its own serviceaccounts/token.
+sinks (Knative Services), and create on its own serviceaccounts/token; for
+the webhooks, get/list/watch on mutating/validatingwebhookconfigurations
+(patch on the operators' own), and get/create/update on its certificate's
+Secret.
 
 Usage:
   opzero-hub [flags]

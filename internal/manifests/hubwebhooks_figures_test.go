@@ -1,0 +1,232 @@
+package manifests_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/proc"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/testenv"
+)
+
+// benchRuns is how many admissions and events at zero the figures take.
+const benchRuns = 10
+
+// TestWebhooksAtZeroFigures measures issue 38's figures in one run, on
+// testdata/widgets (a defaulting and a validating webhook) through opzero
+// dev (--source=hub), printing a table:
+//
+//   - admission at zero: a Widget create with the operator at 0 instances,
+//     end to end (the API server calls the hub, which wakes the operator),
+//     and that call's time at the activator, against the operator's own
+//     event at zero (its owned ConfigMap deleted: the hub's delivery, a cold
+//     start at the activator), benchRuns of each, p50 and max;
+//   - a warm admission (creates while the operator runs) through the hub,
+//     next to the same creates with --webhooks=always-on;
+//   - what runs always at zero: the hub (its admission endpoint serving
+//     the webhooks), against the --webhooks=always-on wiring (hub and the
+//     webhooks Deployment) and the same project classic (controller-runtime).
+//
+// Run it with
+//
+//	OPZERO_BENCH_WEBHOOKS=1 go test -count=1 -run TestWebhooksAtZeroFigures -v ./internal/manifests/
+func TestWebhooksAtZeroFigures(t *testing.T) {
+	if os.Getenv("OPZERO_BENCH_WEBHOOKS") == "" {
+		t.Skip("a measurement (minutes): OPZERO_BENCH_WEBHOOKS=1 runs it")
+	}
+	env := testenv.Get(t)
+	cache := t.TempDir() // one build of each binary for the three sessions
+	var rep []string
+	say := func(format string, args ...any) { rep = append(rep, fmt.Sprintf(format, args...)) }
+
+	// 1. Through the hub (the default).
+	ns := env.Namespace(t)
+	hubRSS, admitE2E, admitAct, eventAct, eventE2E, warmHub := func() (float64, []time.Duration, []time.Duration, []time.Duration, []time.Duration, []time.Duration) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p := startWidgets(t, ctx, env, ns, cache, manifests.Options{Source: manifests.SourceHub})
+		w := service(t, p, "widgets")
+		inForce(t, env, ns)
+		var admitE2E, admitAct, eventAct, eventE2E []time.Duration
+		for i := range benchRuns {
+			atZero(t, w)
+			n := len(w.Deliveries())
+			start := time.Now()
+			x := widget(ns, fmt.Sprint("w-", i), 1)
+			if err := env.Client.Create(context.Background(), x); err != nil {
+				t.Fatal(err)
+			}
+			admitE2E = append(admitE2E, time.Since(start))
+			if c, _, _ := unstructured.NestedString(x.Object, "spec", "color"); c != "green" {
+				t.Fatalf("color %q, want green: not defaulted", c)
+			}
+			admitAct = append(admitAct, firstCold(t, w, n, true))
+			waitConfigMap(t, env, ns, fmt.Sprint("w-", i, "-widget"))
+
+			cm := &corev1.ConfigMap{}
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprint("w-", i, "-widget")}, cm); err != nil {
+				t.Fatal(err)
+			}
+			atZero(t, w)
+			n = len(w.Deliveries())
+			start = time.Now()
+			if err := env.Client.Delete(context.Background(), cm); err != nil {
+				t.Fatal(err)
+			}
+			waitConfigMapRecreated(t, env, ns, cm.Name, cm)
+			eventE2E = append(eventE2E, time.Since(start))
+			eventAct = append(eventAct, firstCold(t, w, n, false))
+		}
+		warm := warmAdmissions(t, env, ns, "hub")
+		atZero(t, w)
+		time.Sleep(75 * time.Second) // the hub gives back what the work left resident (internal/trim, each minute it worked)
+		rss, _ := proc.Mem(p.DeploymentPID(manifests.HubNamespace, manifests.HubName))
+		return rss, admitE2E, admitAct, eventAct, eventE2E, warm
+	}()
+
+	// 2. --webhooks=always-on.
+	ns2 := env.Namespace(t)
+	aoRSS, warmAO := func() (float64, []time.Duration) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p := startWidgets(t, ctx, env, ns2, cache, manifests.Options{Source: manifests.SourceHub, Webhooks: manifests.WebhooksAlwaysOn})
+		inForce(t, env, ns2)
+		warm := warmAdmissions(t, env, ns2, "always-on")
+		atZero(t, service(t, p, "widgets"))
+		time.Sleep(75 * time.Second)
+		hub, _ := proc.Mem(p.DeploymentPID(manifests.HubNamespace, manifests.HubName))
+		wh, _ := proc.Mem(p.DeploymentPID(ns2, "widgets-webhooks"))
+		say("| --webhooks=always-on at zero: hub %.1f MiB + webhooks Deployment %.1f MiB | %.1f MiB |", hub, wh, hub+wh)
+		return hub + wh, warm
+	}()
+
+	// 3. Classic: controller-runtime's manager serves controller and webhooks.
+	ns3 := env.Namespace(t)
+	classicRSS := func() float64 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p := startWidgets(t, ctx, env, ns3, cache, manifests.Options{Mode: manifests.Classic})
+		inForce(t, env, ns3)
+		_ = warmAdmissions(t, env, ns3, "classic")
+		time.Sleep(30 * time.Second)
+		rss, _ := proc.Mem(p.DeploymentPID(ns3, "widgets"))
+		return rss
+	}()
+
+	p50 := func(ds []time.Duration) time.Duration { return pct(ds, 50) }
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+	out := []string{
+		"| figure | value |", "|---|---|",
+		fmt.Sprintf("| always on at zero, through the hub (the hub alone) | %.1f MiB |", hubRSS),
+		fmt.Sprintf("| the same project classic (controller-runtime, serving its webhooks) | %.1f MiB |", classicRSS),
+		fmt.Sprintf("| **ratio hub / classic** (goal <= 0.3x) | **%.2fx** |", hubRSS/classicRSS),
+	}
+	out = append(out, rep...)
+	out = append(out,
+		fmt.Sprintf("| --webhooks=always-on / classic | %.2fx |", aoRSS/classicRSS),
+		fmt.Sprintf("| admission at zero, end to end (create -> answered), %d runs: p50 / max | %s / %s |", benchRuns, ms(p50(admitE2E)), ms(slices.Max(admitE2E))),
+		fmt.Sprintf("| admission at zero, at the activator (cold start + webhook): p50 / max | %s / %s |", ms(p50(admitAct)), ms(slices.Max(admitAct))),
+		fmt.Sprintf("| the operator's event at zero, at the activator (cold start + reconcile): p50 / max | %s / %s |", ms(p50(eventAct)), ms(slices.Max(eventAct))),
+		fmt.Sprintf("| the operator's event at zero, end to end (delete -> re-made): p50 | %s |", ms(p50(eventE2E))),
+		fmt.Sprintf("| **ratio admission end to end p50 / event at zero p50** (goal <= 1.5x) | **%.2fx** |", float64(p50(admitE2E))/float64(p50(eventAct))),
+		fmt.Sprintf("| max admission at zero vs timeoutSeconds (10 s) | %s < 10 s: %v |", ms(slices.Max(admitE2E)), slices.Max(admitE2E) < 10*time.Second),
+		fmt.Sprintf("| warm admission (create, both webhooks), through the hub: p50 | %s |", ms(p50(warmHub))),
+		fmt.Sprintf("| warm admission, --webhooks=always-on: p50 | %s |", ms(p50(warmAO))),
+	)
+	t.Logf("issue 38 figures (load %s):\n%s\nruns: admission e2e %v\nadmission at activator %v\nevent at activator %v",
+		loadAvg(), strings.Join(out, "\n"), admitE2E, admitAct, eventAct)
+}
+
+func startWidgets(t *testing.T, ctx context.Context, env *testenv.Env, ns, cache string, o manifests.Options) *dev.Platform {
+	t.Helper()
+	us := manifestsFor(t, ns, project{pkg: "./testdata/widgets", o: o})
+	return devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: cache,
+		BuildDir: ".", Namespace: ns, Idle: time.Second})
+}
+
+// inForce waits until widgets' validating webhook refuses.
+func inForce(t *testing.T, env *testenv.Env, ns string) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "widgets' validating webhook in force", func(ctx context.Context) (bool, error) {
+		err := env.Client.Create(ctx, widget(ns, "probe", 500))
+		if err == nil {
+			_ = env.Client.Delete(ctx, widget(ns, "probe", 0))
+		}
+		return err != nil && strings.Contains(err.Error(), "size over 100 is not allowed"), nil
+	})
+}
+
+// firstCold is the time at the activator of the first cold delivery after
+// the n-th: an admission call (no CloudEvent type) or an event.
+func firstCold(t *testing.T, s *dev.Service, n int, admission bool) time.Duration {
+	t.Helper()
+	var got time.Duration
+	testkit.Eventually(t, 30*time.Second, "the cold delivery recorded", func(context.Context) (bool, error) {
+		for _, d := range s.Deliveries()[n:] {
+			if d.Cold && (d.Type == "") == admission {
+				got = d.Took
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return got
+}
+
+func waitConfigMap(t *testing.T, env *testenv.Env, ns, name string) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "ConfigMap "+name, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.ConfigMap{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+}
+
+// waitConfigMapRecreated waits for a ConfigMap of name other than old.
+func waitConfigMapRecreated(t *testing.T, env *testenv.Env, ns, name string, old *corev1.ConfigMap) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "ConfigMap "+name+" made again", func(ctx context.Context) (bool, error) {
+		cm := &corev1.ConfigMap{}
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)
+		return err == nil && cm.UID != old.UID, client.IgnoreNotFound(err)
+	})
+}
+
+// warmAdmissions times 20 Widget creates after one that wakes the operator.
+func warmAdmissions(t *testing.T, env *testenv.Env, ns, tag string) []time.Duration {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), widget(ns, tag+"-wake", 1)); err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Duration
+	for i := range 20 {
+		start := time.Now()
+		if err := env.Client.Create(context.Background(), widget(ns, fmt.Sprint(tag, "-warm-", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
+}
