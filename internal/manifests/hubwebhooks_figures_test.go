@@ -3,14 +3,20 @@ package manifests_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
@@ -125,6 +131,9 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		return rss
 	}()
 
+	// 4. Conversion: how often the API server calls gadgets' /convert.
+	conv := conversionCalls(t, env, cache)
+
 	p50 := func(ds []time.Duration) time.Duration { return pct(ds, 50) }
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
 	out := []string{
@@ -145,6 +154,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		fmt.Sprintf("| warm admission (create, both webhooks), through the hub: p50 | %s |", ms(p50(warmHub))),
 		fmt.Sprintf("| warm admission, --webhooks=always-on: p50 | %s |", ms(p50(warmAO))),
 	)
+	out = append(out, conv...)
 	t.Logf("issue 38 figures (load %s):\n%s\nruns: admission e2e %v\nadmission at activator %v\nevent at activator %v",
 		loadAvg(), strings.Join(out, "\n"), admitE2E, admitAct, eventAct)
 }
@@ -229,4 +239,100 @@ func pct(ds []time.Duration, p int) time.Duration {
 func loadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))
+}
+
+// conversionCalls counts the API server's calls of gadgets' conversion
+// webhook (apiserver_conversion_webhook_request_total): with 10 Gadgets
+// stored (v2, the storage version) and the hub, kube-controller-manager
+// and the operator reading v2, over a minute idle; for one list at v1;
+// and for 20 updates at v2 while one client watches v1. Each call would
+// wake an operator at zero, on the read path of every client of v1.
+func conversionCalls(t *testing.T, env *testenv.Env, cache string) []string {
+	t.Helper()
+	ns := env.Namespace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	us := manifestsFor(t, ns, project{pkg: "./testdata/gadgets", o: manifests.Options{Source: manifests.SourceHub}})
+	devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: cache, BuildDir: ".", Namespace: ns, Idle: time.Second})
+	testkit.Eventually(t, 60*time.Second, "gadgets' webhooks in force", func(ctx context.Context) (bool, error) {
+		err := env.Client.Create(ctx, gadget(ns, "probe", "v2", map[string]any{"length": int64(200)}))
+		return err != nil && strings.Contains(err.Error(), "length over 100"), nil
+	})
+	for i := range 10 {
+		if err := env.Client.Create(ctx, gadget(ns, fmt.Sprint("g-", i), "v2", map[string]any{"length": int64(i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Second)
+	c0 := conversionRequests(t, env)
+	time.Sleep(time.Minute)
+	c1 := conversionRequests(t, env)
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("gadgets.opzero.dev/v1")
+	list.SetKind("GadgetList")
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	c2 := conversionRequests(t, env)
+	dyn, err := dynamicFor(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := dyn.Resource(gadgetsV1).Namespace(ns).Watch(ctx, metav1ListOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	go func() {
+		for range w.ResultChan() { // a client of v1, reading what it is sent
+		}
+	}()
+	for i := range 20 {
+		g := gadget(ns, "g-0", "v2", nil)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(g.Object, int64(i+1), "spec", "length")
+		if err := env.Client.Update(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	c3 := conversionRequests(t, env)
+	return []string{
+		fmt.Sprintf("| conversion calls, 10 Gadgets stored at v2, a minute idle (hub, kube-controller-manager, operator read v2) | %.0f |", c1-c0),
+		fmt.Sprintf("| conversion calls for one list of the 10 at v1 | %.0f |", c2-c1),
+		fmt.Sprintf("| conversion calls for 20 updates at v2 while one client watches v1 | %.0f |", c3-c2),
+	}
+}
+
+var gadgetsV1 = schema.GroupVersionResource{Group: "gadgets.opzero.dev", Version: "v1", Resource: "gadgets"}
+
+func metav1ListOptions() metav1.ListOptions { return metav1.ListOptions{} }
+
+func dynamicFor(env *testenv.Env) (dynamic.Interface, error) { return dynamic.NewForConfig(env.Config) }
+
+// conversionRequests is the API server's count of conversion webhook
+// calls (every result).
+func conversionRequests(t *testing.T, env *testenv.Env) float64 {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(strings.TrimSuffix(env.Config.Host, "/") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "apiserver_conversion_webhook_request_total{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return total
 }
