@@ -40,10 +40,12 @@
 //
 //   - The API server's semantics are unchanged: a call the hub could not
 //     complete (operator failing, not answering in time, too many calls in
-//     flight) is answered with a non-200 status, so the webhook's own
-//     failurePolicy decides, as if the operator had been called directly.
-//     A call is answered before the webhook's timeoutSeconds (less a
-//     margin of a tenth, at most 0.5 s), with the reason.
+//     flight) is answered with a non-200 status and a Status saying why
+//     (503; 429 for too many in flight, which the API server retries),
+//     never with a verdict, so the webhook's own failurePolicy decides, as
+//     if the operator had been called directly. A call is answered before
+//     the webhook's timeoutSeconds (less a margin of a tenth, at most
+//     0.5 s), so the API server shows the hub's reason.
 //   - Operators are isolated: no lock is shared between calls of different
 //     operators (routes are an immutable table swapped whole, each
 //     operator has its own address cache entry, token and in-flight

@@ -38,7 +38,7 @@ func BindFlags(fs *flag.FlagSet, ns string) *Flags {
 	fs.StringVar(&f.secret, "webhook-cert-secret", def("opzero-hub-webhook-certs"), "namespace/name of the Secret where the hub keeps the webhooks' CA and serving certificate (made, and renewed 30 days before expiry, by the hub).")
 	fs.StringVar(&f.service, "webhook-service", def("opzero-hub"), "namespace/name of the hub's Service: the certificate is for its names, and every webhook configuration that calls it gets the CA as caBundle.")
 	fs.StringVar(&f.clientCA, "webhook-client-ca", "", "A PEM file: callers must present a client certificate it signed (the API server, given one by its AdmissionConfiguration kubeconfig); default: none asked (the path's per-install token authenticates).")
-	fs.IntVar(&f.inFlight, "webhook-in-flight", 32, "At most this many admission calls forwarded to one operator at once; more are answered 503 (its failurePolicy applies).")
+	fs.IntVar(&f.inFlight, "webhook-in-flight", 32, "At most this many admission calls forwarded to one operator at once; more are answered 429 (the API server retries within the timeout, then its failurePolicy applies).")
 	return f
 }
 

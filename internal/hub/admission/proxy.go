@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -116,7 +117,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release, ok := p.slot(rt.operator)
 	if !ok {
 		p.failed.Add(1)
-		http.Error(w, fmt.Sprintf("operator %s has %d admission calls in flight: not forwarded (the webhook's failurePolicy applies)", rt.operator, p.inFlight), http.StatusServiceUnavailable)
+		failure(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			fmt.Sprintf("the opzero hub: operator %s has %d admission calls in flight; not forwarded", rt.operator, p.inFlight))
 		return
 	}
 	defer release()
@@ -127,14 +129,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code, answer, err := p.forward(ctx, rt, body)
 	if err != nil {
 		p.failed.Add(1)
-		status := http.StatusBadGateway
 		if errors.Is(err, context.DeadlineExceeded) {
-			status = http.StatusGatewayTimeout
 			err = fmt.Errorf("operator %s did not answer within %s (the webhook's timeoutSeconds %s, less a margin; a cold start that does not fit: see docs/webhooks.md): %w",
 				rt.operator, budget, rt.timeout, err)
 		}
 		p.log.Info("an admission call failed", "operator", rt.operator.String(), "path", rt.path, "error", err.Error())
-		http.Error(w, err.Error(), status)
+		failure(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "the opzero hub: "+err.Error())
 		return
 	}
 	p.forwarded.Add(1)
@@ -208,4 +208,17 @@ func resourceString(req *admissionv1.AdmissionRequest) string {
 		s += "/" + req.SubResource
 	}
 	return strings.TrimPrefix(s, "/")
+}
+
+// failure answers a call the hub could not complete: never a verdict (the
+// webhook's failurePolicy decides), a Status the API server reads the
+// message of (it shows only a generic one for a text body). 503 and a
+// Status are not retried by the API server (its webhook client retries
+// 500, 504 and 429 within the timeout); 429 is, on purpose.
+func failure(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	b, _ := json.Marshal(metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure,
+		Message: msg, Reason: reason, Code: int32(code)})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
 }

@@ -179,7 +179,7 @@ func TestForwardsWithTheOperatorsToken(t *testing.T) {
 }
 
 // TestOperatorFailuresAreNotAnswers: a dead operator or one that cannot be
-// resolved gets a non-200 answer (502), never a verdict, so the API
+// resolved gets a non-200 answer (503 and a Status saying why), never a verdict, so the API
 // server applies the webhook's failurePolicy.
 func TestOperatorFailuresAreNotAnswers(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
@@ -188,15 +188,15 @@ func TestOperatorFailuresAreNotAnswers(t *testing.T) {
 	for name, res := range map[string]Resolver{"dead": staticResolver{opA: deadURL}, "unresolved": staticResolver{}} {
 		p := newTestProxy(testTable(10*time.Second), res, 4)
 		rec := call(p, "POST", Path(opA.Namespace, opA.Name, "tok-a", "/mutate-gadget"), review("1", "example.com", "gadgets", admissionv1.Create))
-		if rec.Code != http.StatusBadGateway || strings.Contains(rec.Body.String(), "allowed") {
-			t.Errorf("%s: answered %d %q, want 502 and no verdict", name, rec.Code, rec.Body.String())
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"kind":"Status"`) || strings.Contains(rec.Body.String(), "allowed") {
+			t.Errorf("%s: answered %d %q, want 503 with a Status and no verdict", name, rec.Code, rec.Body.String())
 		}
 	}
 }
 
 // TestHangingOperatorDoesNotHoldAnother: operator A never answers. Its
 // calls take its in-flight slots (the ones beyond are answered 503 at
-// once), and end in 504 with the reason at its webhook's timeout; while
+// once, 429), and end in 503 with the reason at its webhook's timeout; while
 // they hang, operator B's calls are answered.
 func TestHangingOperatorDoesNotHoldAnother(t *testing.T) {
 	a, b := newFakeOperator(t, true), newFakeOperator(t, false)
@@ -211,8 +211,8 @@ func TestHangingOperatorDoesNotHoldAnother(t *testing.T) {
 	for range inFlight {
 		<-a.entered // every slot of A is taken by a hanging call
 	}
-	if rec := call(p, "POST", Path(opA.Namespace, opA.Name, "tok-a", "/mutate-gadget"), review("x", "example.com", "gadgets", admissionv1.Create)); rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("a call to A beyond its %d in flight: %d %q, want 503 at once", inFlight, rec.Code, rec.Body.String())
+	if rec := call(p, "POST", Path(opA.Namespace, opA.Name, "tok-a", "/mutate-gadget"), review("x", "example.com", "gadgets", admissionv1.Create)); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a call to A beyond its %d in flight: %d %q, want 429 at once", inFlight, rec.Code, rec.Body.String())
 	}
 	for i := range 20 {
 		rec := call(p, "POST", Path(opB.Namespace, opB.Name, "tok-b", "/validate-widget"), review(fmt.Sprint("b", i), "example.com", "widgets", admissionv1.Create))
@@ -227,8 +227,8 @@ func TestHangingOperatorDoesNotHoldAnother(t *testing.T) {
 	}
 	for range inFlight {
 		rec := <-codes
-		if rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), "did not answer within") {
-			t.Errorf("A's hanging call: %d %q, want 504 with the reason", rec.Code, rec.Body.String())
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "did not answer within") {
+			t.Errorf("A's hanging call: %d %q, want 503 with the reason", rec.Code, rec.Body.String())
 		}
 	}
 	if b.calls.Load() != 20 {

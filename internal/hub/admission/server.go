@@ -44,7 +44,8 @@ type Options struct {
 	// TokenRequest tokens for the operator's audience (empty: no token).
 	Identity types.NamespacedName
 	// InFlight bounds the calls forwarded to one operator at once (32);
-	// more are answered 503 at once (the webhook's failurePolicy applies).
+	// more are answered 429 at once (the API server retries within the
+	// webhook's timeout, then its failurePolicy applies).
 	InFlight int
 	// HTTP forwards the calls (each bounded by its webhook's timeout).
 	HTTP *http.Client
