@@ -265,8 +265,28 @@ func conversionCalls(t *testing.T, env *testenv.Env, cache string) []string {
 	}
 	time.Sleep(5 * time.Second)
 	c0 := conversionRequests(t, env)
-	time.Sleep(time.Minute)
+	var windows []string
+	last := c0
+	for range 6 {
+		time.Sleep(10 * time.Second)
+		c := conversionRequests(t, env)
+		windows = append(windows, fmt.Sprint(c-last))
+		last = c
+	}
 	c1 := conversionRequests(t, env)
+	for i := range 20 { // writes at v2, no client of v1
+		g := gadget(ns, "g-1", "v2", nil)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(g.Object, int64(i+1), "spec", "length")
+		if err := env.Client.Update(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	c1w := conversionRequests(t, env)
+	c1 = c1w
 	list := &unstructured.UnstructuredList{}
 	list.SetAPIVersion("gadgets.opzero.dev/v1")
 	list.SetKind("GadgetList")
@@ -300,7 +320,8 @@ func conversionCalls(t *testing.T, env *testenv.Env, cache string) []string {
 	time.Sleep(3 * time.Second)
 	c3 := conversionRequests(t, env)
 	return []string{
-		fmt.Sprintf("| conversion calls, 10 Gadgets stored at v2, a minute idle (hub, kube-controller-manager, operator read v2) | %.0f |", c1-c0),
+		fmt.Sprintf("| conversion calls, 10 Gadgets stored at v2, a minute idle (hub, kube-controller-manager, operator read v2; per 10 s: %s) | %.0f |", strings.Join(windows, ", "), last-c0),
+		fmt.Sprintf("| conversion calls for 20 updates at v2, no client of v1 | %.0f |", c1w-last),
 		fmt.Sprintf("| conversion calls for one list of the 10 at v1 | %.0f |", c2-c1),
 		fmt.Sprintf("| conversion calls for 20 updates at v2 while one client watches v1 | %.0f |", c3-c2),
 	}
@@ -335,4 +356,15 @@ func conversionRequests(t *testing.T, env *testenv.Env) float64 {
 		}
 	}
 	return total
+}
+
+// TestConversionCallsFigures is the conversion part of
+// TestWebhooksAtZeroFigures alone:
+//
+//	OPZERO_BENCH_WEBHOOKS=1 go test -count=1 -run TestConversionCallsFigures -v ./internal/manifests/
+func TestConversionCallsFigures(t *testing.T) {
+	if os.Getenv("OPZERO_BENCH_WEBHOOKS") == "" {
+		t.Skip("a measurement (minutes): OPZERO_BENCH_WEBHOOKS=1 runs it")
+	}
+	t.Logf("conversion webhook calls (load %s):\n%s", loadAvg(), strings.Join(conversionCalls(t, testenv.Get(t), t.TempDir()), "\n"))
 }
