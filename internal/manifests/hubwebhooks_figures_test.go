@@ -1,9 +1,14 @@
 package manifests_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -11,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +66,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 	say := func(format string, args ...any) { rep = append(rep, fmt.Sprintf(format, args...)) }
 
 	// 1. Through the hub (the default).
+	var directHub, directAO []time.Duration
 	ns := env.Namespace(t)
 	hubRSS, admitE2E, admitAct, eventAct, eventE2E, warmHub := func() (float64, []time.Duration, []time.Duration, []time.Duration, []time.Duration, []time.Duration) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -96,6 +105,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 			eventAct = append(eventAct, firstCold(t, w, n, false))
 		}
 		warm := warmAdmissions(t, env, ns, "hub")
+		directHub = directAdmissions(t, env, ns)
 		atZero(t, w)
 		time.Sleep(75 * time.Second) // the hub gives back what the work left resident (internal/trim, each minute it worked)
 		rss, _ := proc.Mem(p.DeploymentPID(manifests.HubNamespace, manifests.HubName))
@@ -110,6 +120,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		p := startWidgets(t, ctx, env, ns2, cache, manifests.Options{Source: manifests.SourceHub, Webhooks: manifests.WebhooksAlwaysOn})
 		inForce(t, env, ns2)
 		warm := warmAdmissions(t, env, ns2, "always-on")
+		directAO = directAdmissions(t, env, ns2)
 		atZero(t, service(t, p, "widgets"))
 		time.Sleep(75 * time.Second)
 		hub, _ := proc.Mem(p.DeploymentPID(manifests.HubNamespace, manifests.HubName))
@@ -153,6 +164,8 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		fmt.Sprintf("| max admission at zero vs timeoutSeconds (10 s) | %s < 10 s: %v |", ms(slices.Max(admitE2E)), slices.Max(admitE2E) < 10*time.Second),
 		fmt.Sprintf("| warm admission (create, both webhooks), through the hub: p50 | %s |", ms(p50(warmHub))),
 		fmt.Sprintf("| warm admission, --webhooks=always-on: p50 | %s |", ms(p50(warmAO))),
+		fmt.Sprintf("| warm webhook call alone (an AdmissionReview POSTed as the API server does, 50 times), hub -> operator: p50 / p90 | %s / %s |", ms(p50(directHub)), ms(pct(directHub, 90))),
+		fmt.Sprintf("| the same, to the always-on webhook server: p50 / p90 | %s / %s |", ms(p50(directAO)), ms(pct(directAO, 90))),
 	)
 	out = append(out, conv...)
 	t.Logf("issue 38 figures (load %s):\n%s\nruns: admission e2e %v\nadmission at activator %v\nevent at activator %v",
@@ -367,4 +380,39 @@ func TestConversionCallsFigures(t *testing.T) {
 		t.Skip("a measurement (minutes): OPZERO_BENCH_WEBHOOKS=1 runs it")
 	}
 	t.Logf("conversion webhook calls (load %s):\n%s", loadAvg(), strings.Join(conversionCalls(t, testenv.Get(t), t.TempDir()), "\n"))
+}
+
+// directAdmissions POSTs 50 AdmissionReviews of a Widget create to the URL
+// the API server calls for widgets' mutating webhook (the hub, or the
+// always-on server; opzero dev wrote the URL and caBundle) and times each.
+func directAdmissions(t *testing.T, env *testenv.Env, ns string) []time.Duration {
+	t.Helper()
+	cfg := &admissionregv1.MutatingWebhookConfiguration{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "opzero-" + ns + "-widgets"}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cc := cfg.Webhooks[0].ClientConfig
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cc.CABundle)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	var out []time.Duration
+	for i := range 50 {
+		b, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{UID: types.UID(fmt.Sprint("direct-", i)), Operation: admissionv1.Create, Namespace: ns, Name: "direct",
+				Kind:     metav1.GroupVersionKind{Group: "widgets.opzero.dev", Version: "v1", Kind: "Widget"},
+				Resource: metav1.GroupVersionResource{Group: "widgets.opzero.dev", Version: "v1", Resource: "widgets"},
+				Object:   runtimeRaw(`{"apiVersion":"widgets.opzero.dev/v1","kind":"Widget","metadata":{"name":"direct","namespace":"` + ns + `"},"spec":{"size":1}}`)}})
+		start := time.Now()
+		resp, err := hc.Post(*cc.URL, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out = append(out, time.Since(start))
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"allowed":true`) {
+			t.Fatalf("a direct AdmissionReview: %d %s", resp.StatusCode, body)
+		}
+	}
+	return out
 }
