@@ -120,16 +120,13 @@ func buildTable(cfgs []config, svc types.NamespacedName) (table, []string) {
 	t := table{}
 	var skipped []string
 	for _, c := range cfgs {
-		declared, err := types.NamespacedName{}, error(nil)
-		if ns, name, ok := strings.Cut(c.annotations[AnnotationOperator], "/"); ok && ns != "" && name != "" {
-			declared = types.NamespacedName{Namespace: ns, Name: name}
-		} else {
-			err = fmt.Errorf("%s %s: annotation %s=%q is not <namespace>/<operator>: its webhooks are not served", c.kind, c.name, AnnotationOperator, c.annotations[AnnotationOperator])
-		}
-		if err != nil {
-			skipped = append(skipped, err.Error())
+		ns, name, ok := strings.Cut(c.annotations[AnnotationOperator], "/")
+		if !ok || ns == "" || name == "" {
+			skipped = append(skipped, fmt.Sprintf("%s %s: annotation %s=%q is not <namespace>/<operator>: its webhooks are not served",
+				c.kind, c.name, AnnotationOperator, c.annotations[AnnotationOperator]))
 			continue
 		}
+		declared := types.NamespacedName{Namespace: ns, Name: name}
 		for _, w := range c.webhooks {
 			p, ok := callPath(w.cc, svc)
 			if !ok {
