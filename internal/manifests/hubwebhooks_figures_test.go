@@ -146,7 +146,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 	conv := conversionCalls(t, env, cache)
 
 	p50 := func(ds []time.Duration) time.Duration { return pct(ds, 50) }
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	out := []string{
 		"| figure | value |", "|---|---|",
 		fmt.Sprintf("| always on at zero, through the hub (the hub alone) | %.1f MiB |", hubRSS),
