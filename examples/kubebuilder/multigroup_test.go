@@ -42,8 +42,9 @@ var fleetAPIs = []struct{ group, kind, plural string }{
 //     `opzero install` (see makeTest);
 //   - serverless: all three controllers in one Knative Service through
 //     opzero dev: create, update and delete of each kind, scaling to zero
-//     between; the apiserver calls the webhooks (the --mode=webhooks
-//     Deployment) before, during and after, the operator at zero;
+//     between; the apiserver calls the webhooks (at the opzero hub, which
+//     wakes the operator: no Deployment of the project's runs) before,
+//     during and after, the operator at zero;
 //   - classic: the generated classic manifests, with the project's
 //     --leader-elect and a Lease held, the same steps and webhook calls.
 func TestKubebuilderMultigroupAdopted(t *testing.T) {
@@ -222,7 +223,8 @@ func makeTest(t *testing.T, dir, controllerGen string) {
 // fleetServerless: one Knative Service for the three controllers, fed by
 // one Subscription to the hub with every kind and every controller's
 // Wakeups (the default) or, with --source=knative, a source for each kind;
-// the webhooks in their own Deployment; run through opzero dev.
+// the webhooks served through the hub (no always-on Deployment of the
+// project's); run through opzero dev.
 func fleetServerless(t *testing.T, env *testenv.Env, dir, source string) {
 	ns := env.Namespace(t)
 	us := devObjects(t, dir, manifests.Options{Namespace: ns, Source: source})
@@ -255,8 +257,8 @@ func fleetServerless(t *testing.T, env *testenv.Env, dir, source string) {
 	if wantSubs := "[fleet [ship-frigate ship-destroyer sea-cruiser]]"; source == "" && fmt.Sprint(subs) != wantSubs {
 		t.Fatalf("Subscriptions %v, want %s: one for the binary, with every controller's Wakeups", subs, wantSubs)
 	}
-	if !slices.Contains(webhooks, "Deployment fleet-webhooks") {
-		t.Fatalf("no Deployment fleet-webhooks (--mode=webhooks) among %v", webhooks)
+	if slices.Contains(webhooks, "Deployment fleet-webhooks") || !slices.Contains(webhooks, "Deployment opzero-hub") {
+		t.Fatalf("%v: want the hub's Deployment and no fleet-webhooks (the hub serves the webhooks at zero)", webhooks)
 	}
 	p := devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
 		BuildDir: dir, Idle: time.Second})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,9 +67,13 @@ import (
 //   - Every controller added runs in the one process, each as its own
 //     engine behind one endpoint (serverless.Group): an event goes to the
 //     controllers whose sources watch its kind.
-//   - What cannot work fails at Start with the reason: webhooks and
-//     conversion (a service scaled to zero cannot answer the API server;
-//     --mode=webhooks serves them).
+//   - The webhooks registered on GetWebhookServer (admission, conversion)
+//     are served on the serverless port at their paths, behind the same
+//     authentication as the events: the API server calls the opzero hub,
+//     which forwards each AdmissionReview with its OIDC token and so
+//     wakes the operator (docs/webhooks.md). The project's webhook server
+//     is not started (its port and certificate are not used).
+//   - What cannot work fails at Start with the reason.
 //   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
 //     List: it lists without the indexed requirement and keeps the objects
 //     whose index function yields the wanted value.
@@ -289,18 +292,6 @@ func (m *adopted) refusals() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	errs := append([]error(nil), m.errs...)
-	// Describing, webhooks are described instead (describeWebhooks).
-	p := m.webhooks.paths()
-	if i := slices.Index(p, convertPath); i >= 0 && !m.describing {
-		p = slices.Delete(p, i, i+1)
-		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; "+
-			"serve them with --mode=webhooks (opzero manifests generates it) and leave them out of the serverless binary (ENABLE_WEBHOOKS=false), or run --mode=classic"))
-	}
-	if len(p) > 0 && !m.describing {
-		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
-			"the manifests opzero manifests writes for a binary with webhooks run it so, beside a --mode=webhooks Deployment); or run --mode=classic", strings.Join(p, ", ")))
-	}
 	if len(m.controllers) == 0 {
 		errs = append(errs, errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start"))
 	}
@@ -363,6 +354,10 @@ func (m *adopted) Start(ctx context.Context) error {
 		m.later(p.controller, p.req, 0)
 	}
 	seam.SetRoutes(m.Runtime, m.serveChecks)
+	if p := m.webhooks.paths(); len(p) > 0 {
+		seam.SetAuthenticatedRoutes(m.Runtime, m.webhooks.serve)
+		m.log.Info("serving the webhooks on the serverless port, behind authentication (the opzero hub forwards the API server's calls)", "paths", strings.Join(p, ", "))
+	}
 	errc := make(chan error, len(m.runnables)+1)
 	var wg sync.WaitGroup
 	run := func(what string, r manager.Runnable) {

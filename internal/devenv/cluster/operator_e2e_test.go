@@ -104,6 +104,7 @@ func TestKnativeOperators(t *testing.T) {
 	t.Logf("kubectl get pods -A:\n%s", kubectl(t, e.c, "get", "pods", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,STATUS:.status.phase,IMAGE:.spec.containers[0].image"))
 	t.Run("configwatcher", e.configWatcher)
 	t.Run("kubebuilder", e.kubebuilder)
+	t.Run("webhooks", e.webhooks)
 	t.Run("scale-out", e.scaleOut)
 	t.Run("metacontroller", e.metacontroller)
 }
