@@ -126,7 +126,7 @@ func TestSubscriptionFromNewerOpzero(t *testing.T) {
 	})
 
 	c := condition(t, ns, "newer", v1alpha1.SubscriptionReady, metav1.ConditionFalse, "HubOutdated")
-	for _, want := range []string{"spec.ordering", "upgrade the hub", hub.Version()} {
+	for _, want := range []string{"spec.ordering", "upgrade the hub", hub.BuildVersion()} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("condition message %q does not say %q", c.Message, want)
 		}
