@@ -104,6 +104,11 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	if pprofDir != "" {
 		tags = "opzero_pprof"
 	}
+	if pprofDir != "" { // -only hubscale does not pass run's set-up
+		if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+			return err
+		}
+	}
 	bin := filepath.Join(d, "opzero-hub")
 	if out, err := buildCmd(tags, bin, "./cmd/opzero-hub").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/opzero-hub: %v\n%s", err, out)
@@ -184,7 +189,8 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 		hubs = append(hubs, h)
 	}
 	if err := hsAllReady(ctx, c, p.ops, hubs); err != nil {
-		return err
+		b, _ := os.ReadFile(filepath.Join(d, "hub-0.log"))
+		return fmt.Errorf("%w; hub-0.log ends:\n%s", err, tail(string(b), 2000))
 	}
 	res.ready = time.Since(t0)
 	fmt.Printf("    every Subscription Ready %s after the hub's start; settling %s\n", res.ready.Round(time.Millisecond), hubscaleSettle)
@@ -344,7 +350,7 @@ func hsAllReady(ctx context.Context, c client.Client, n int, hubs []*hsHub) erro
 		for _, h := range hubs {
 			select {
 			case <-h.gone:
-				return false, fmt.Errorf("a hub exited (its log is hub-<i>.log in the part's folder)")
+				return false, fmt.Errorf("a hub exited")
 			default:
 			}
 		}
