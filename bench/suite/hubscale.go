@@ -101,10 +101,8 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	}
 	fmt.Println("  hubscale: building opzero-hub ...")
 	tags := ""
-	if pprofDir != "" {
+	if pprofDir != "" { // the folder: -only hubscale does not pass run's set-up
 		tags = "opzero_pprof"
-	}
-	if pprofDir != "" { // -only hubscale does not pass run's set-up
 		if err := os.MkdirAll(pprofDir, 0o755); err != nil {
 			return err
 		}
@@ -200,70 +198,12 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 		res.watches += hubMetrics(h.metrics)["watches"]
 	}
 
-	// A warm-up change per operator, not measured: the hub's first
-	// delivery to a sink fetches its token (TokenRequest) and dials, the
-	// sink's first TokenReview; the stream measures the steady state.
-	fmt.Printf("  hubscale: warm-up, one change per operator ...\n")
-	var warm []hsObj
-	for i := range p.ops {
-		tg := p.targets(i)
-		warm = append(warm, tg[len(tg)-1])
+	if err := res.warmUp(ctx, cs, sinks); err != nil {
+		return err
 	}
-	runStream(ctx, cs, warm, hubscaleRate)
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		for _, s := range sinks {
-			if s.count() == 0 {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("warm-up: not every sink got its change within a minute: %w", err)
+	if err := res.stream(ctx, cs, plane, hubs, sinks); err != nil {
+		return err
 	}
-	time.Sleep(2 * time.Second) // a second subscriber's copy
-	for _, s := range sinks {
-		res.warm += s.count()
-	}
-	res.warmWatch = [2]int64{res.wAll.n.Load(), res.wNS.n.Load()}
-	seq := p.stream(hubscaleChanges)
-	fmt.Printf("  hubscale: %d changes at %.0f/s ...\n", len(seq), hubscaleRate)
-	pids := map[string]int{"suite": os.Getpid()}
-	for _, pr := range plane.Processes {
-		pids[pr.Name] = pr.PID
-	}
-	before := map[string]time.Duration{}
-	for name, pid := range pids {
-		before[name], _ = proc.CPU(pid)
-	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		before["hub"] += cpu
-	}
-	res.load[1] = loadavg()
-	start := time.Now()
-	res.changes = runStream(ctx, cs, seq, hubscaleRate)
-	res.streamTook = time.Since(start)
-	for _, ch := range res.changes {
-		if ch.err == nil {
-			res.expected += len(p.subscribers(ch.obj.n, ch.obj.j))
-		} else {
-			return fmt.Errorf("a change of the stream failed: %w", ch.err)
-		}
-	}
-	res.drain(sinks)
-	res.drainTook = time.Since(start) - res.streamTook
-	for name, pid := range pids {
-		cpu, _ := proc.CPU(pid)
-		res.cpu[name] = cpu - before[name]
-	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		res.cpu["hub"] += cpu
-	}
-	res.cpu["hub"] -= before["hub"]
-	res.load[2] = loadavg()
-	res.point(hubs, "right after the stream (every change delivered)")
-	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
 	res.measure(sinks)
 	fmt.Printf("    one watch p50 %s p99 %s; a watch per namespace p50 %s p99 %s; hub p50 %s p99 %s; waiting %s for the hub's next trim\n", quantile(res.watchLat, .5), quantile(res.watchLat, .99), quantile(res.nsLat, .5), quantile(res.nsLat, .99), quantile(res.hubLat, .5), quantile(res.hubLat, .99), hsTrimWait)
 	if hubscaleCSV != "" {
@@ -288,6 +228,80 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 		s.mu.Unlock()
 	}
 	r.add(hubscaleTitle, res.section())
+	return nil
+}
+
+// stream runs the measured changes, waits until they are delivered and
+// seen by the watches, and takes the CPU every process used meanwhile.
+func (res *hsResult) stream(ctx context.Context, cs kubernetes.Interface, plane *controlplane.Plane, hubs []*hsHub, sinks []*hsSink) error {
+	seq := res.p.stream(hubscaleChanges)
+	fmt.Printf("  hubscale: %d changes at %.0f/s ...\n", len(seq), hubscaleRate)
+	pids := map[string]int{"suite": os.Getpid()}
+	for _, pr := range plane.Processes {
+		pids[pr.Name] = pr.PID
+	}
+	before := map[string]time.Duration{}
+	for name, pid := range pids {
+		before[name], _ = proc.CPU(pid)
+	}
+	for _, h := range hubs {
+		cpu, _ := proc.CPU(h.pid())
+		before["hub"] += cpu
+	}
+	res.load[1] = loadavg()
+	start := time.Now()
+	res.changes = runStream(ctx, cs, seq, hubscaleRate)
+	res.streamTook = time.Since(start)
+	for _, ch := range res.changes {
+		if ch.err == nil {
+			res.expected += len(res.p.subscribers(ch.obj.n, ch.obj.j))
+		} else {
+			return fmt.Errorf("a change of the stream failed: %w", ch.err)
+		}
+	}
+	res.drain(sinks)
+	res.drainTook = time.Since(start) - res.streamTook
+	for name, pid := range pids {
+		cpu, _ := proc.CPU(pid)
+		res.cpu[name] = cpu - before[name]
+	}
+	for _, h := range hubs {
+		cpu, _ := proc.CPU(h.pid())
+		res.cpu["hub"] += cpu
+	}
+	res.cpu["hub"] -= before["hub"]
+	res.load[2] = loadavg()
+	res.point(hubs, "right after the stream (every change delivered)")
+	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
+	return nil
+}
+
+// warmUp sends one change per operator, not measured: the hub's first
+// delivery to a sink fetches its token (TokenRequest) and dials, the
+// sink's first TokenReview; the stream measures the steady state.
+func (res *hsResult) warmUp(ctx context.Context, cs kubernetes.Interface, sinks []*hsSink) error {
+	fmt.Printf("  hubscale: warm-up, one change per operator ...\n")
+	var warm []hsObj
+	for i := range res.p.ops {
+		tg := res.p.targets(i)
+		warm = append(warm, tg[len(tg)-1])
+	}
+	runStream(ctx, cs, warm, hubscaleRate)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, s := range sinks {
+			if s.count() == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("warm-up: not every sink got its change within a minute: %w", err)
+	}
+	time.Sleep(2 * time.Second) // a second subscriber's copy
+	for _, s := range sinks {
+		res.warm += s.count()
+	}
+	res.warmWatch = [2]int64{res.wAll.n.Load(), res.wNS.n.Load()}
 	return nil
 }
 
