@@ -78,6 +78,7 @@ type hsResult struct {
 	watchMissing, hubMissing int
 	expected                 int
 	cpu                      map[string]time.Duration // hub, kube-apiserver, etcd, suite over the stream
+	idleCPU, idleAfter       time.Duration            // the hub's over the settle time and the wait after the stream
 	apiserverRSS             float64
 	metrics                  map[string]float64
 	refused                  int64
@@ -192,7 +193,9 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	}
 	res.ready = time.Since(t0)
 	fmt.Printf("    every Subscription Ready %s after the hub's start; settling %s\n", res.ready.Round(time.Millisecond), hubscaleSettle)
+	idle0 := hubsCPU(hubs)
 	time.Sleep(hubscaleSettle)
+	res.idleCPU = hubsCPU(hubs) - idle0
 	res.point(hubs, fmt.Sprintf("after the initial sync (every Subscription Ready, then %s)", hubscaleSettle))
 	for _, h := range hubs {
 		res.watches += hubMetrics(h.metrics)["watches"]
@@ -211,7 +214,9 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 			return err
 		}
 	}
+	idle0 = hubsCPU(hubs)
 	time.Sleep(hsTrimWait)
+	res.idleAfter = hubsCPU(hubs) - idle0
 	res.point(hubs, fmt.Sprintf("%s after the stream", hsTrimWait))
 	res.metrics = map[string]float64{}
 	for _, h := range hubs {
@@ -244,10 +249,7 @@ func (res *hsResult) stream(ctx context.Context, cs kubernetes.Interface, plane 
 	for name, pid := range pids {
 		before[name], _ = proc.CPU(pid)
 	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		before["hub"] += cpu
-	}
+	before["hub"] = hubsCPU(hubs)
 	res.load[1] = loadavg()
 	start := time.Now()
 	res.changes = runStream(ctx, cs, seq, hubscaleRate)
@@ -265,15 +267,21 @@ func (res *hsResult) stream(ctx context.Context, cs kubernetes.Interface, plane 
 		cpu, _ := proc.CPU(pid)
 		res.cpu[name] = cpu - before[name]
 	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		res.cpu["hub"] += cpu
-	}
-	res.cpu["hub"] -= before["hub"]
+	res.cpu["hub"] = hubsCPU(hubs) - before["hub"]
 	res.load[2] = loadavg()
 	res.point(hubs, "right after the stream (every change delivered)")
 	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
 	return nil
+}
+
+// hubsCPU is the CPU time the hub replicas used so far.
+func hubsCPU(hubs []*hsHub) time.Duration {
+	var t time.Duration
+	for _, h := range hubs {
+		cpu, _ := proc.CPU(h.pid())
+		t += cpu
+	}
+	return t
 }
 
 // warmUp sends one change per operator, not measured: the hub's first
