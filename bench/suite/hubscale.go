@@ -78,6 +78,7 @@ type hsResult struct {
 	watchMissing, hubMissing int
 	expected                 int
 	cpu                      map[string]time.Duration // hub, kube-apiserver, etcd, suite over the stream
+	idleCPU, idleAfter       time.Duration            // the hub's over the settle time and the wait after the stream
 	apiserverRSS             float64
 	metrics                  map[string]float64
 	refused                  int64
@@ -101,8 +102,11 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 	}
 	fmt.Println("  hubscale: building opzero-hub ...")
 	tags := ""
-	if pprofDir != "" {
+	if pprofDir != "" { // the folder: -only hubscale does not pass run's set-up
 		tags = "opzero_pprof"
+		if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+			return err
+		}
 	}
 	bin := filepath.Join(d, "opzero-hub")
 	if out, err := buildCmd(tags, bin, "./cmd/opzero-hub").CombinedOutput(); err != nil {
@@ -184,23 +188,110 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 		hubs = append(hubs, h)
 	}
 	if err := hsAllReady(ctx, c, p.ops, hubs); err != nil {
-		return err
+		b, _ := os.ReadFile(filepath.Join(d, "hub-0.log"))
+		return fmt.Errorf("%w; hub-0.log ends:\n%s", err, tail(string(b), 2000))
 	}
 	res.ready = time.Since(t0)
 	fmt.Printf("    every Subscription Ready %s after the hub's start; settling %s\n", res.ready.Round(time.Millisecond), hubscaleSettle)
+	idle0 := hubsCPU(hubs)
 	time.Sleep(hubscaleSettle)
+	res.idleCPU = hubsCPU(hubs) - idle0
 	res.point(hubs, fmt.Sprintf("after the initial sync (every Subscription Ready, then %s)", hubscaleSettle))
 	for _, h := range hubs {
 		res.watches += hubMetrics(h.metrics)["watches"]
 	}
 
-	// A warm-up change per operator, not measured: the hub's first
-	// delivery to a sink fetches its token (TokenRequest) and dials, the
-	// sink's first TokenReview; the stream measures the steady state.
+	if err := res.warmUp(ctx, cs, sinks); err != nil {
+		return err
+	}
+	if err := res.stream(ctx, cs, plane, hubs, sinks); err != nil {
+		return err
+	}
+	res.measure(sinks)
+	fmt.Printf("    one watch p50 %s p99 %s; a watch per namespace p50 %s p99 %s; hub p50 %s p99 %s; waiting %s for the hub's next trim\n", quantile(res.watchLat, .5), quantile(res.watchLat, .99), quantile(res.nsLat, .5), quantile(res.nsLat, .99), quantile(res.hubLat, .5), quantile(res.hubLat, .99), hsTrimWait)
+	if hubscaleCSV != "" {
+		if err := res.writeCSV(hubscaleCSV); err != nil {
+			return err
+		}
+	}
+	idle0 = hubsCPU(hubs)
+	time.Sleep(hsTrimWait)
+	res.idleAfter = hubsCPU(hubs) - idle0
+	res.point(hubs, fmt.Sprintf("%s after the stream", hsTrimWait))
+	res.metrics = map[string]float64{}
+	for _, h := range hubs {
+		for k, v := range hubMetrics(h.metrics) {
+			res.metrics[k] += v
+		}
+	}
+	for _, s := range sinks {
+		res.refused += s.refused.Load()
+		s.mu.Lock()
+		for k, v := range s.other {
+			res.other[k] += v
+		}
+		s.mu.Unlock()
+	}
+	r.add(hubscaleTitle, res.section())
+	return nil
+}
+
+// stream runs the measured changes, waits until they are delivered and
+// seen by the watches, and takes the CPU every process used meanwhile.
+func (res *hsResult) stream(ctx context.Context, cs kubernetes.Interface, plane *controlplane.Plane, hubs []*hsHub, sinks []*hsSink) error {
+	seq := res.p.stream(hubscaleChanges)
+	fmt.Printf("  hubscale: %d changes at %.0f/s ...\n", len(seq), hubscaleRate)
+	pids := map[string]int{"suite": os.Getpid()}
+	for _, pr := range plane.Processes {
+		pids[pr.Name] = pr.PID
+	}
+	before := map[string]time.Duration{}
+	for name, pid := range pids {
+		before[name], _ = proc.CPU(pid)
+	}
+	before["hub"] = hubsCPU(hubs)
+	res.load[1] = loadavg()
+	start := time.Now()
+	res.changes = runStream(ctx, cs, seq, hubscaleRate)
+	res.streamTook = time.Since(start)
+	for _, ch := range res.changes {
+		if ch.err == nil {
+			res.expected += len(res.p.subscribers(ch.obj.n, ch.obj.j))
+		} else {
+			return fmt.Errorf("a change of the stream failed: %w", ch.err)
+		}
+	}
+	res.drain(sinks)
+	res.drainTook = time.Since(start) - res.streamTook
+	for name, pid := range pids {
+		cpu, _ := proc.CPU(pid)
+		res.cpu[name] = cpu - before[name]
+	}
+	res.cpu["hub"] = hubsCPU(hubs) - before["hub"]
+	res.load[2] = loadavg()
+	res.point(hubs, "right after the stream (every change delivered)")
+	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
+	return nil
+}
+
+// hubsCPU is the CPU time the hub replicas used so far.
+func hubsCPU(hubs []*hsHub) time.Duration {
+	var t time.Duration
+	for _, h := range hubs {
+		cpu, _ := proc.CPU(h.pid())
+		t += cpu
+	}
+	return t
+}
+
+// warmUp sends one change per operator, not measured: the hub's first
+// delivery to a sink fetches its token (TokenRequest) and dials, the
+// sink's first TokenReview; the stream measures the steady state.
+func (res *hsResult) warmUp(ctx context.Context, cs kubernetes.Interface, sinks []*hsSink) error {
 	fmt.Printf("  hubscale: warm-up, one change per operator ...\n")
 	var warm []hsObj
-	for i := range p.ops {
-		tg := p.targets(i)
+	for i := range res.p.ops {
+		tg := res.p.targets(i)
 		warm = append(warm, tg[len(tg)-1])
 	}
 	runStream(ctx, cs, warm, hubscaleRate)
@@ -219,69 +310,6 @@ func hubScale(ctx context.Context, r *report, dir string) error {
 		res.warm += s.count()
 	}
 	res.warmWatch = [2]int64{res.wAll.n.Load(), res.wNS.n.Load()}
-	seq := p.stream(hubscaleChanges)
-	fmt.Printf("  hubscale: %d changes at %.0f/s ...\n", len(seq), hubscaleRate)
-	pids := map[string]int{"suite": os.Getpid()}
-	for _, pr := range plane.Processes {
-		pids[pr.Name] = pr.PID
-	}
-	before := map[string]time.Duration{}
-	for name, pid := range pids {
-		before[name], _ = proc.CPU(pid)
-	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		before["hub"] += cpu
-	}
-	res.load[1] = loadavg()
-	start := time.Now()
-	res.changes = runStream(ctx, cs, seq, hubscaleRate)
-	res.streamTook = time.Since(start)
-	for _, ch := range res.changes {
-		if ch.err == nil {
-			res.expected += len(p.subscribers(ch.obj.n, ch.obj.j))
-		} else {
-			return fmt.Errorf("a change of the stream failed: %w", ch.err)
-		}
-	}
-	res.drain(sinks)
-	res.drainTook = time.Since(start) - res.streamTook
-	for name, pid := range pids {
-		cpu, _ := proc.CPU(pid)
-		res.cpu[name] = cpu - before[name]
-	}
-	for _, h := range hubs {
-		cpu, _ := proc.CPU(h.pid())
-		res.cpu["hub"] += cpu
-	}
-	res.cpu["hub"] -= before["hub"]
-	res.load[2] = loadavg()
-	res.point(hubs, "right after the stream (every change delivered)")
-	res.apiserverRSS = readMem(pids["kube-apiserver"]).rss
-	res.measure(sinks)
-	fmt.Printf("    one watch p50 %s p99 %s; a watch per namespace p50 %s p99 %s; hub p50 %s p99 %s; waiting %s for the hub's next trim\n", quantile(res.watchLat, .5), quantile(res.watchLat, .99), quantile(res.nsLat, .5), quantile(res.nsLat, .99), quantile(res.hubLat, .5), quantile(res.hubLat, .99), hsTrimWait)
-	if hubscaleCSV != "" {
-		if err := res.writeCSV(hubscaleCSV); err != nil {
-			return err
-		}
-	}
-	time.Sleep(hsTrimWait)
-	res.point(hubs, fmt.Sprintf("%s after the stream", hsTrimWait))
-	res.metrics = map[string]float64{}
-	for _, h := range hubs {
-		for k, v := range hubMetrics(h.metrics) {
-			res.metrics[k] += v
-		}
-	}
-	for _, s := range sinks {
-		res.refused += s.refused.Load()
-		s.mu.Lock()
-		for k, v := range s.other {
-			res.other[k] += v
-		}
-		s.mu.Unlock()
-	}
-	r.add(hubscaleTitle, res.section())
 	return nil
 }
 
@@ -344,7 +372,7 @@ func hsAllReady(ctx context.Context, c client.Client, n int, hubs []*hsHub) erro
 		for _, h := range hubs {
 			select {
 			case <-h.gone:
-				return false, fmt.Errorf("a hub exited (its log is hub-<i>.log in the part's folder)")
+				return false, fmt.Errorf("a hub exited")
 			default:
 			}
 		}
