@@ -77,6 +77,7 @@ func ExampleGenerate_hub() {
 	// hub.yaml       RoleBinding        opzero-hub
 	// hub.yaml       RoleBinding        opzero-hub-webhook-certs
 	// hub.yaml       Deployment         opzero-hub
+	// hub.yaml       PodDisruptionBudget opzero-hub
 	// hub.yaml       Service            opzero-hub
 	// rbac.yaml      ServiceAccount     op
 	// rbac.yaml      ClusterRole        opzero-hub:ops:op
