@@ -18,6 +18,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -142,6 +143,15 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		return rss
 	}()
 
+	dep := &appsv1.Deployment{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: manifests.HubNamespace, Name: manifests.HubName}, dep); err != nil {
+		t.Fatal(err)
+	}
+	hubReplicas := int32(1)
+	if dep.Spec.Replicas != nil {
+		hubReplicas = *dep.Spec.Replicas
+	}
+
 	// 4. Conversion: how often the API server calls gadgets' /convert.
 	conv := conversionCalls(t, env, cache)
 
@@ -152,6 +162,7 @@ func TestWebhooksAtZeroFigures(t *testing.T) {
 		fmt.Sprintf("| always on at zero, through the hub (the hub alone) | %.1f MiB |", hubRSS),
 		fmt.Sprintf("| the same project classic (controller-runtime, serving its webhooks) | %.1f MiB |", classicRSS),
 		fmt.Sprintf("| **ratio hub / classic** (goal <= 0.3x) | **%.2fx** |", hubRSS/classicRSS),
+		fmt.Sprintf("| the hub as deployed: %d replicas (opzero dev runs one) / classic | %.2fx |", hubReplicas, float64(hubReplicas)*hubRSS/classicRSS),
 	}
 	out = append(out, rep...)
 	out = append(out,
