@@ -84,7 +84,7 @@ func (e *e2e) multigroup(t *testing.T) {
 	const after = 15 * time.Second
 	due := time.Now().Add(after)
 	for _, a := range kbproject.FleetAPIs {
-		i := slices.IndexFunc(operators, func(op string) bool { return strings.Contains(op, strings.ToLower(a.Kind)) })
+		i := slices.IndexFunc(operators, func(op string) bool { return strings.Contains(strings.ToLower(op), strings.ToLower(a.Kind)) })
 		if i < 0 {
 			t.Fatalf("no controller of %s among spec.operators %v", a.Kind, operators)
 		}
