@@ -421,6 +421,21 @@ func converged(t *testing.T, rc *recorder, subs []string, last map[string]string
 	}
 }
 
+// twoReplicas starts replicas a and b holding two of 4 buckets each, as
+// assigned, with a sink for the Subscriptions of ns.
+func twoReplicas(t *testing.T) (ns string, rc *recorder, f *fleet, a, b *replica) {
+	t.Helper()
+	_, _, ns = withReader(t)
+	rc = newRecorder(t)
+	f = newFleet(t, 4)
+	for i, holder := range []string{"a", "a", "b", "b"} {
+		f.preassign(i, holder)
+	}
+	a, b = f.start("a", hub.Options{}), f.start("b", hub.Options{})
+	f.heldBy(nil, a, b)
+	return ns, rc, f, a, b
+}
+
 // TestReplicasHandOver: Subscriptions spread over two replicas' buckets;
 // a replica stopped (SIGTERM) hands its buckets over at once, one killed
 // (SIGKILL: nothing more leaves it) loses them to the other once their
@@ -430,14 +445,7 @@ func converged(t *testing.T, rc *recorder, subs []string, last map[string]string
 // the replicas counted as replayed, and no replica writes the status of a
 // Subscription whose bucket another live replica holds.
 func TestReplicasHandOver(t *testing.T) {
-	_, _, ns := withReader(t)
-	rc := newRecorder(t)
-	f := newFleet(t, 4)
-	for i, holder := range []string{"a", "a", "b", "b"} {
-		f.preassign(i, holder)
-	}
-	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
-	f.heldBy(nil, a, b)
+	ns, rc, f, a, b := twoReplicas(t)
 	t.Logf("buckets: a holds %v, b holds %v", a.held(), b.held())
 	if len(a.held()) != 2 || len(b.held()) != 2 {
 		t.Fatalf("a holds %v, b %v: want two each, as assigned", a.held(), b.held())
@@ -493,14 +501,7 @@ func TestReplicasHandOver(t *testing.T) {
 // and no replica writes the status of a Subscription whose bucket another
 // live replica holds.
 func TestRollingRestart(t *testing.T) {
-	_, _, ns := withReader(t)
-	rc := newRecorder(t)
-	f := newFleet(t, 4)
-	for i, holder := range []string{"a", "a", "b", "b"} {
-		f.preassign(i, holder)
-	}
-	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
-	f.heldBy(nil, a, b)
+	ns, rc, f, a, b := twoReplicas(t)
 	subs := haSubscriptions(t, ns, rc, 8)
 	w := startWriter(t, ns, 10)
 	time.Sleep(2 * time.Second)
