@@ -3,16 +3,19 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/opzero/opzero/internal/kustomize"
 	"github.com/opzero/opzero/internal/manifests"
 )
 
 func newManifestsCmd() *cobra.Command {
 	var o manifests.Options
-	var pkg, out string
+	var pkg, out, config string
 	var durable, installHub bool
 	var timeout time.Duration
 	var env envFlags
@@ -146,6 +149,10 @@ control, or use --webhook-certs=cert-manager.`,
 				return err
 			}
 			o.Warnings = cmd.ErrOrStderr()
+			overlay, err := readConfig(cmd, dir, pkg, config, out, &o)
+			if err != nil {
+				return err
+			}
 			if out != "-" && o.WebhookCerts != manifests.CertsCertManager {
 				if o.WebhookCert, err = manifests.ReadWebhookCert(out); err != nil {
 					return err
@@ -168,6 +175,13 @@ control, or use --webhook-certs=cert-manager.`,
 				_, err = cmd.OutOrStdout().Write(b)
 				return err
 			}
+			if overlay {
+				if err := manifests.WriteOverlay(out, objs); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d objects and their kustomization.yaml to %s (kubectl apply -k %s, opzero dev -k %s)\n", len(objs), out, out, out)
+				return nil
+			}
 			if err := manifests.WriteDir(out, objs); err != nil {
 				return err
 			}
@@ -177,9 +191,10 @@ control, or use --webhook-certs=cert-manager.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&pkg, "operator", "", "Go package of the operator's main, as go build takes it, e.g. ./examples/configwatcher (required)")
-	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout")
+	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout; a folder under the project's config/ (e.g. config/serverless) also gets a kustomization.yaml listing them")
+	f.StringVar(&config, "config", "", "the project's kustomization to read the manager's env, envFrom, resources, securityContext, namespace, namePrefix and labels from (default: config/default of the operator's Go module, when it has a kustomization.yaml); none reads nothing")
 	f.StringVar(&o.Mode, "mode", manifests.Serverless, "serverless (Knative Service and sources) or classic (Deployment with leader election)")
-	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts")
+	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts (unset: config/'s namespace, if it declares one)")
 	f.StringVar(&o.Image, "image", "", "operator image (default ko://<operator import path>, which ko and opzero dev build)")
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
 	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
@@ -202,6 +217,50 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.fromConfigMap, "env-from-configmap", nil, "a ConfigMap in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	return cmd
+}
+
+// readConfig reads the project's config/ into o.Project (--config: a
+// kustomization folder, none, or "" for config/default of the operator's
+// module), lets its namespace stand unless --namespace is given, and says
+// whether out is written as a kustomization (a folder under the module's
+// config/, or one opzero wrote a kustomization.yaml into before), whose
+// kustomization.yaml it checks before anything is built.
+func readConfig(cmd *cobra.Command, dir, pkg, config, out string, o *manifests.Options) (overlay bool, err error) {
+	if config == "none" && out == "-" {
+		return false, nil
+	}
+	mod, err := manifests.ModuleDir(cmd.Context(), dir, pkg)
+	if err != nil {
+		return false, err
+	}
+	if config == "" {
+		config = manifests.ConfigDir(mod)
+	}
+	if config != "" && config != "none" {
+		if o.Project, err = manifests.ReadProject(config); err != nil {
+			return false, err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "read the manager's settings from %s (Deployment %s, container %s); --env and --namespace win over them\n",
+			o.Project.File, o.Project.Deployment, o.Project.Container)
+		if !cmd.Flags().Changed("namespace") {
+			o.Namespace = ""
+		}
+	}
+	if out == "-" {
+		return false, nil
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return false, err
+	}
+	rel, err := filepath.Rel(filepath.Join(mod, "config"), abs)
+	overlay = err == nil && rel != "." && !strings.HasPrefix(rel, "..") || kustomize.Ours(out)
+	if overlay {
+		if err := kustomize.CheckWritable(out); err != nil {
+			return false, err
+		}
+	}
+	return overlay, nil
 }
 
 // envFlags are the raw --env* flags.

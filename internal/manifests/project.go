@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -29,6 +30,16 @@ func ConfigDir(moduleDir string) string {
 		return d
 	}
 	return ""
+}
+
+// ModuleDir is the folder of the Go module of package pkg (resolved in
+// dir): where its config/ is.
+func ModuleDir(ctx context.Context, dir, pkg string) (string, error) {
+	out, err := goCmd(ctx, dir, "list", "-f", "{{with .Module}}{{.Dir}}{{end}}", pkg)
+	if err != nil {
+		return "", fmt.Errorf("operator package %q: %w", pkg, err)
+	}
+	return strings.TrimSpace(out), nil
 }
 
 // ReadProject renders the project's kustomization in dir (ConfigDir, or
