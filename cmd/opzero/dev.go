@@ -34,8 +34,10 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev -f <manifests> | -k <kustomization folder>",
 		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
 		Long: `dev is a local serverless platform. It server-side applies the manifests
-(normally from 'opzero manifests') on a local control plane with Knative's CRDs,
-then plays Knative's part for the objects it reads back:
+(normally from 'opzero manifests'; -k, or -f of a folder with a kustomization.yaml,
+renders a kustomization with kustomize's library as kubectl apply -k does)
+on a local control plane with Knative's CRDs, then plays Knative's part for
+the objects it reads back:
 
   Knative Service   an activator at a local URL (written to status.url): the
                     first request starts the operator process (ko:// image,
