@@ -119,10 +119,10 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 // devFlags are the flags of opzero dev.
 type devFlags struct {
 	file, kustomize, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
-	port                                                            int
-	idle                                                            time.Duration
-	noStatus, verbose, otel                                         bool
-	events, eventsFile, timeline                                    string
+	port                                                                       int
+	idle                                                                       time.Duration
+	noStatus, verbose, otel                                                    bool
+	events, eventsFile, timeline                                               string
 }
 
 func (f *devFlags) run(cmd *cobra.Command) (err error) {
