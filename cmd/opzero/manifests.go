@@ -250,7 +250,7 @@ func readConfig(cmd *cobra.Command, dir, pkg, config, out string, o *manifests.O
 	}
 	mod, err := manifests.ModuleDir(cmd.Context(), dir, pkg)
 	if err != nil {
-		return false, err
+		return false, nil // Build names what is wrong with the package
 	}
 	if config == "" {
 		config = manifests.ConfigDir(mod)
