@@ -203,8 +203,8 @@ func fromConfig(t *testing.T, env *testenv.Env, dir string) {
 				continue
 			}
 			found = true
-			if o.Name() != "memcached-memcached" {
-				t.Errorf("%s: %s %s, want config/default's namePrefix memcached-", mode, o.Kind(), o.Name())
+			if o.Name() != "memcached" {
+				t.Errorf("%s: %s %s, want memcached (config/default's namePrefix memcached- is the project's name: not repeated)", mode, o.Kind(), o.Name())
 			}
 			cs, _, _ := unstructured.NestedSlice(o.Obj, "spec", "template", "spec", "containers")
 			c := cs[0].(map[string]any)
@@ -440,8 +440,8 @@ func TestReadmeAdoptProject(t *testing.T) {
 				}
 			}
 			// config/default's namespace and namePrefix, read by opzero manifests
-			if b, _ := os.ReadFile(filepath.Join(dir, "config/serverless/operator.yaml")); !bytes.Contains(b, []byte("name: memcached-memcached\n  namespace: memcached-system\n")) {
-				t.Errorf("config/serverless/operator.yaml is not config/default's memcached-memcached in memcached-system:\n%s", b)
+			if b, _ := os.ReadFile(filepath.Join(dir, "config/serverless/operator.yaml")); !bytes.Contains(b, []byte("name: memcached\n  namespace: memcached-system\n")) {
+				t.Errorf("config/serverless/operator.yaml is not config/default's memcached in memcached-system:\n%s", b)
 			}
 		}
 	}

@@ -63,8 +63,9 @@
 // Knative Service, is left out with a warning), envFrom (before the
 // command line's), resources and securityContext, the pod's
 // securityContext (classic), and the namespace (unless Options.Namespace),
-// namePrefix (before the name of every object named after the operator;
-// the Subscription's spec.operator stays the controller's name, which its
+// namePrefix (before the name of every object named after the operator,
+// unless the name starts with it or it is the name and a dash, as
+// kubebuilder's default "<project>-" is; the Subscription's spec.operator stays the controller's name, which its
 // Wakeups carry) and labels (not on the hub's objects, the CRDs or
 // selectors). WriteOverlay also writes a kustomization.yaml listing the
 // files.

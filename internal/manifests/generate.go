@@ -174,7 +174,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 // Generate derives the objects from in; see the package doc.
 func Generate(in Input, o Options) ([]Object, error) {
 	op := in.Operator
-	o, err := o.withDefaults(namePrefix(o.Project)+op.Name, in.ImportPath)
+	o, err := o.withDefaults(operatorName(o.Project, op.Name), in.ImportPath)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 		return nil, err
 	}
 	g := &gen{in: in, o: o, op: op, ops: in.Operators, env: env, plural: map[[2]string]string{}}
-	if g.project, err = readProject(o, namePrefix(o.Project)+op.Name, env); err != nil {
+	if g.project, err = readProject(o, operatorName(o.Project, op.Name), env); err != nil {
 		return nil, err
 	}
 	if len(g.ops) == 0 {
@@ -268,7 +268,7 @@ type gen struct {
 
 // name names the operator's objects: the controller's name (or the
 // binary's, for several), after config/'s namePrefix.
-func (g *gen) name() string { return namePrefix(g.o.Project) + g.op.Name }
+func (g *gen) name() string { return operatorName(g.o.Project, g.op.Name) }
 
 func (g *gen) resource(k description.Kind) string {
 	if p := g.plural[[2]string{k.Group, k.Kind}]; p != "" {

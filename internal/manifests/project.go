@@ -53,12 +53,16 @@ func ReadProject(dir string) (*kustomize.Manager, error) {
 	return m, nil
 }
 
-// namePrefix is config/'s namePrefix ("" without a project).
-func namePrefix(m *kustomize.Manager) string {
-	if m == nil {
-		return ""
+// operatorName is the operator's name with config/'s namePrefix before
+// it, unless the name already starts with the prefix or the prefix is the
+// name and a dash: kubebuilder's default namePrefix is "<project>-" and
+// opzero names the operator after the project, which would only repeat
+// it (memcached-memcached).
+func operatorName(m *kustomize.Manager, name string) string {
+	if m == nil || m.NamePrefix == name+"-" || strings.HasPrefix(name, m.NamePrefix) {
+		return name
 	}
-	return m.NamePrefix
+	return m.NamePrefix + name
 }
 
 // project is Options.Project, checked against what the operator and the

@@ -203,3 +203,27 @@ func TestWriteOverlay(t *testing.T) {
 		t.Errorf("files written next to the user's kustomization.yaml: %v", entries)
 	}
 }
+
+// TestNamePrefixOfTheProjectItself: kubebuilder's default namePrefix is
+// "<project>-", and opzero names the operator after the project: the
+// prefix is not repeated (configwatcher, not configwatcher-configwatcher);
+// another prefix goes before the name.
+func TestNamePrefixOfTheProjectItself(t *testing.T) {
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for prefix, want := range map[string]string{"configwatcher-": "configwatcher", "prod-": "prod-configwatcher", "": "configwatcher"} {
+		m := kbConfig(t)
+		m.NamePrefix = prefix
+		objs, err := manifests.Generate(in, manifests.Options{Project: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ob := range objs {
+			if ob.File == manifests.FileOperator && ob.Name() != want {
+				t.Errorf("namePrefix %q: %s named %s, want %s", prefix, ob.Kind(), ob.Name(), want)
+			}
+		}
+	}
+}
