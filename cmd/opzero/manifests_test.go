@@ -219,3 +219,54 @@ func TestManifestsWebhookBadInputWritesNothing(t *testing.T) {
 		t.Errorf("--webhooks=sidecar: %v", err)
 	}
 }
+
+// TestManifestsProjectConfig: --config reads what a kubebuilder-style
+// config/default declares for the manager into the output (here
+// MEMCACHED_IMAGE, the namePrefix, the Namespace); a kustomization that
+// does not build is an error naming it, and nothing is written; --config=none
+// reads nothing.
+func TestManifestsProjectConfig(t *testing.T) {
+	t.Chdir("../..")
+	tmp := t.TempDir()
+	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS("internal/kustomize/testdata/project/config")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(tmp, "config", "default")
+	dir := filepath.Join(tmp, "deploy")
+	out, err := runOpzero(t, "manifests", "./examples/configwatcher", "--config", cfg, "-o", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "read the manager's settings from "+filepath.Join(cfg, "kustomization.yaml")) {
+		t.Errorf("output does not say where the settings come from:\n%s", out)
+	}
+	op, _ := os.ReadFile(filepath.Join(dir, "operator.yaml"))
+	for _, want := range []string{"name: MEMCACHED_IMAGE", "value: memcached:1.6.26-alpine3.19", "name: memcached-configwatcher", "namespace: memcached-system"} {
+		if !strings.Contains(string(op), want) {
+			t.Errorf("operator.yaml has no %q:\n%s", want, op)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "namespace.yaml")); err != nil {
+		t.Errorf("no namespace.yaml: %v", err)
+	}
+
+	if err := os.WriteFile(filepath.Join(cfg, "kustomization.yaml"), []byte("resources:\n- ../manager\n- missing.yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(tmp, "bad")
+	out, err = runOpzero(t, "manifests", "./examples/configwatcher", "--config", cfg, "-o", bad)
+	if err == nil || !strings.Contains(err.Error(), cfg) || !strings.Contains(err.Error(), "missing.yaml") || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("a kustomization that does not build: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("the folder was written (%v)", err)
+	}
+
+	out, err = runOpzero(t, "manifests", "./examples/configwatcher", "--config", "none")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, "MEMCACHED_IMAGE") {
+		t.Error("--config=none read the config")
+	}
+}

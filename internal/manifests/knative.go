@@ -30,7 +30,7 @@ const (
 
 // serviceURL is the operator's cluster-local address (the wakeup sink).
 func (g *gen) serviceURL() string {
-	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.op.Name, g.o.Namespace)
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.name(), g.o.Namespace)
 }
 
 // senders are the identities whose tokens the operator accepts: the OIDC
@@ -160,8 +160,8 @@ type sweep struct{ name, schedule, data string }
 func (g *gen) sweeps() []sweep {
 	var out []sweep
 	for _, s := range []sweep{
-		{g.op.Name + "-sweep", g.op.Deploy.Sweep, ""},
-		{g.op.Name + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
+		{g.name() + "-sweep", g.op.Deploy.Sweep, ""},
+		{g.name() + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
 	} {
 		if s.schedule != "" {
 			out = append(out, s)
@@ -174,7 +174,7 @@ func (g *gen) sweeps() []sweep {
 // operator's name: its own Broker.
 func (g *gen) brokerName() string {
 	if g.o.Broker == "" && len(g.op.Events) > 0 {
-		return g.op.Name
+		return g.name()
 	}
 	return g.o.Broker
 }
@@ -185,21 +185,21 @@ func (g *gen) brokerName() string {
 func (g *gen) triggerNames() []string {
 	var out []string
 	for _, w := range g.op.Events {
-		out = append(out, g.op.Name+"-"+w.Name)
+		out = append(out, g.name()+"-"+w.Name)
 	}
 	if len(out) == 0 && g.o.Broker != "" {
-		out = append(out, g.op.Name+"-"+g.o.Broker)
+		out = append(out, g.name()+"-"+g.o.Broker)
 	}
 	return out
 }
-func (g *gen) wakeupSourceName() string { return g.op.Name + "-wakeup-source" }
+func (g *gen) wakeupSourceName() string { return g.name() + "-wakeup-source" }
 
 // sink is a sink reference to the operator: its Knative Service, or in
 // classic mode the Service in front of its events endpoint.
 func (g *gen) sink() map[string]any {
-	ref := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.op.Name}
+	ref := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.name()}
 	if g.o.Mode == Classic {
-		ref = map[string]any{"apiVersion": "v1", "kind": "Service", "name": g.op.Name}
+		ref = map[string]any{"apiVersion": "v1", "kind": "Service", "name": g.name()}
 	}
 	return map[string]any{"ref": ref, "audience": g.o.Audience}
 }
@@ -279,11 +279,11 @@ func (g *gen) service() Object {
 	container["readinessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/healthz"}}
 	container["livenessProbe"] = httpProbe("/healthz", nil, 3)
 	l := g.labels("operator")
-	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)
+	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.name(), l)
 	svc["spec"] = map[string]any{"template": map[string]any{
 		"metadata": map[string]any{"labels": l, "annotations": ann},
 		"spec": map[string]any{
-			"serviceAccountName":   g.op.Name,
+			"serviceAccountName":   g.name(),
 			"containerConcurrency": int64(d.Concurrency),
 			"timeoutSeconds":       int64(g.o.TimeoutSeconds),
 			"containers":           []any{container},
@@ -457,8 +457,8 @@ func (g *gen) checkEvents() error {
 		if err := spec.Validate(); err != nil {
 			return fmt.Errorf("the operator's event filter %s: %w", w.Name, err)
 		}
-		for _, msg := range validation.IsDNS1123Subdomain(g.op.Name + "-" + w.Name) {
-			return fmt.Errorf("Trigger name %s-%s: %s", g.op.Name, w.Name, msg)
+		for _, msg := range validation.IsDNS1123Subdomain(g.name() + "-" + w.Name) {
+			return fmt.Errorf("Trigger name %s-%s: %s", g.name(), w.Name, msg)
 		}
 	}
 	return nil
@@ -556,7 +556,7 @@ const classicEventsPort = 8082
 // http://<name>.<namespace>.svc.cluster.local).
 func (g *gen) eventsService() Object {
 	l := g.labels("operator")
-	svc := object("v1", "Service", g.o.Namespace, g.op.Name, l)
+	svc := object("v1", "Service", g.o.Namespace, g.name(), l)
 	svc["spec"] = map[string]any{
 		"selector": map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"},
 		"ports":    []any{map[string]any{"name": "events", "port": int64(80), "targetPort": "events"}},
@@ -592,14 +592,15 @@ func (g *gen) deployment() Object {
 		"livenessProbe":  httpProbe("/healthz", "probes", 3),
 		"readinessProbe": httpProbe("/readyz", "probes", 1),
 	}
-	pod := map[string]any{"serviceAccountName": g.op.Name}
+	pod := map[string]any{"serviceAccountName": g.name()}
 	if g.in.Webhooks != nil { // controller-runtime's manager serves them (webhooks.go)
 		args = g.webhookServing(c, args)
 		pod["volumes"] = g.certVolume()
 	}
+	g.project.pod(pod)
 	pod["containers"] = []any{g.container(c, args, []any{map[string]any{"name": "POD_NAMESPACE",
 		"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})}
-	dep := object("apps/v1", "Deployment", g.o.Namespace, g.op.Name, l)
+	dep := object("apps/v1", "Deployment", g.o.Namespace, g.name(), l)
 	dep["spec"] = map[string]any{
 		"replicas": int64(1),
 		"selector": map[string]any{"matchLabels": sel},

@@ -48,7 +48,9 @@ func (e *e2e) multigroup(t *testing.T) {
 	e.deployIn(t, dir, ns, "./cmd", "--idle", "6s")
 	t0 = time.Now()
 	e.ready(t, ns, gvrKsvc, 1)
-	const svc = "fleet" // named by `opzero manifests` after the project
+	// named by `opzero manifests` after the project (its config/default's
+	// namePrefix fleet- is the project's name: not repeated)
+	const svc = "fleet"
 	wired := e.wired(t, hubWiring, ns, svc, 0)
 	kinds := e.subscribed(t, ns)
 	if want := "sea.example.com/v1/Cruiser, ship.example.com/v1/Destroyer, ship.example.com/v1/Frigate"; kinds != want {
