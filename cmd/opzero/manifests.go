@@ -252,17 +252,28 @@ func readConfig(cmd *cobra.Command, dir, pkg, config, out string, o *manifests.O
 	if err != nil {
 		return false, nil // Build names what is wrong with the package
 	}
+	explicit := config != ""
 	if config == "" {
 		config = manifests.ConfigDir(mod)
 	}
 	if config != "" && config != "none" {
-		if o.Project, err = manifests.ReadProject(config); err != nil {
+		p, err := manifests.ReadProject(config)
+		switch {
+		case err != nil && explicit:
 			return false, fmt.Errorf("%w; nothing written", err)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "read the manager's settings from %s (Deployment %s, container %s); --env and --namespace win over them\n",
-			o.Project.File, o.Project.Deployment, o.Project.Container)
-		if !cmd.Flags().Changed("namespace") {
-			o.Namespace = ""
+		case err != nil:
+			// config/default found, not asked for: a project whose
+			// kustomization does not build yet (kubebuilder's refers to
+			// config/crd/bases, which `make manifests` writes) still gets
+			// its manifests, as before opzero read config/, and is told.
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n  the manager's settings in %s are not carried into the output: fix the kustomization (in a kubebuilder project, `make manifests` writes config/crd/bases), or pass --config=none to read nothing\n", err, config)
+		default:
+			o.Project = p
+			fmt.Fprintf(cmd.ErrOrStderr(), "read the manager's settings from %s (Deployment %s, container %s); --env and --namespace win over them\n",
+				p.File, p.Deployment, p.Container)
+			if !cmd.Flags().Changed("namespace") {
+				o.Namespace = ""
+			}
 		}
 	}
 	if out == "-" {
