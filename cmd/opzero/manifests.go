@@ -113,9 +113,12 @@ the operator declares or --env/--env-secret gives is theirs, and
 --namespace is used over config/'s (whose Namespace object, namespace.yaml,
 is written only when the operator goes there); a variable opzero sets
 itself, and a fieldRef in the Knative Service (which Knative refuses), is
-left out with a warning. A kustomization that does not build, or renders
-no manager or two, is an error naming it, and nothing is written; a project
-without config/default has nothing to read. -o a folder under config/
+left out with a warning. A --config kustomization that does not build, or
+renders no manager or two, is an error naming it, and nothing is written; a
+config/default found (not given) that does not build yet (kubebuilder's
+before 'make manifests' writes config/crd/bases) is a warning, and the
+manifests are written without it; a project without config/default has
+nothing to read. -o a folder under config/
 (config/serverless, config/classic) also writes a kustomization.yaml listing
 the files, for kustomize build, kubectl apply -k and opzero dev -k.
 
