@@ -174,7 +174,8 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 // Generate derives the objects from in; see the package doc.
 func Generate(in Input, o Options) ([]Object, error) {
 	op := in.Operator
-	o, err := o.withDefaults(operatorName(o.Project, op.Name), in.ImportPath)
+	name := operatorName(o.Project, op.Name)
+	o, err := o.withDefaults(name, in.ImportPath)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +187,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 		return nil, err
 	}
 	g := &gen{in: in, o: o, op: op, ops: in.Operators, env: env, plural: map[[2]string]string{}}
-	if g.project, err = readProject(o, operatorName(o.Project, op.Name), env); err != nil {
+	if g.project, err = readProject(o, name, env); err != nil {
 		return nil, err
 	}
 	if len(g.ops) == 0 {

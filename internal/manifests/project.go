@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -208,11 +207,9 @@ func (p *project) labels(have any) map[string]any {
 	if m, ok := have.(map[string]any); ok {
 		maps.Copy(out, m)
 	}
-	keys := slices.Collect(maps.Keys(p.m.Labels))
-	sort.Strings(keys)
-	for _, k := range keys {
+	for k, v := range p.m.Labels {
 		if _, ok := out[k]; !ok {
-			out[k] = p.m.Labels[k]
+			out[k] = v
 		}
 	}
 	return out
