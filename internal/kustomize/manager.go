@@ -1,15 +1,11 @@
 package kustomize
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 )
@@ -54,15 +50,11 @@ type Manager struct {
 // ReadManager renders the kustomization in dir and reads its manager (see
 // the package doc for how it is found).
 func ReadManager(dir string) (*Manager, error) {
-	b, err := Render(dir)
+	objs, err := objects(dir)
 	if err != nil {
 		return nil, err
 	}
 	file := File(dir)
-	objs, err := decode(b)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
 	m, err := findManager(file, objs)
 	if err != nil {
 		return nil, err
@@ -185,21 +177,4 @@ func orNone(l []string) string {
 		return "none"
 	}
 	return strings.Join(l, ", ")
-}
-
-// decode splits a YAML stream into objects.
-func decode(b []byte) ([]map[string]any, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var out []map[string]any
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if len(m) > 0 {
-			out = append(out, m)
-		}
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -30,6 +31,36 @@ func Has(dir string) bool { return File(dir) != "" }
 // returns the objects as one multi-document YAML stream. A folder without a
 // kustomization file, or one kustomize cannot build, is an error naming it.
 func Render(dir string) ([]byte, error) {
+	m, err := build(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := m.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	return b, nil
+}
+
+// objects builds the kustomization in dir (as Render) and returns its
+// objects as maps.
+func objects(dir string) ([]map[string]any, error) {
+	m, err := build(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]any
+	for _, r := range m.Resources() {
+		o, err := r.Map()
+		if err != nil {
+			return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+func build(dir string) (resmap.ResMap, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize: %w", err)
@@ -45,9 +76,5 @@ func Render(dir string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
-	b, err := m.AsYaml()
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	return b, nil
+	return m, nil
 }
