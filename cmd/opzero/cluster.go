@@ -167,15 +167,13 @@ image (imported as opzero.local/command/<name>:<hash>).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var manifest string
 			var err error
-			switch {
-			case file != "" && kdir != "":
-				return errors.New("-f and -k: give one (as kubectl takes them)")
-			case kdir != "":
+			if err := fileOrKustomization(file, kdir, "the manifests (a YAML file or a folder of them)"); err != nil {
+				return err
+			}
+			if kdir != "" {
 				manifest, err = cluster.ReadKustomization(kdir)
-			case file != "":
+			} else {
 				manifest, err = cluster.ReadManifests(file)
-			default:
-				return errors.New("-f or -k is required: the manifests (a YAML file or a folder of them) or a kustomization's folder")
 			}
 			if err != nil {
 				return err

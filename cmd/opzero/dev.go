@@ -127,11 +127,8 @@ type devFlags struct {
 }
 
 func (f *devFlags) run(cmd *cobra.Command) (err error) {
-	if f.file == "" && f.kustomize == "" {
-		return errors.New("-f or -k is required: a manifests file, a folder of them, or - for standard input; or a kustomization's folder")
-	}
-	if f.file != "" && f.kustomize != "" {
-		return errors.New("-f and -k: give one (as kubectl takes them)")
+	if err := fileOrKustomization(f.file, f.kustomize, "a manifests file, a folder of them, or - for standard input"); err != nil {
+		return err
 	}
 	ctx := cmd.Context()
 	if err := checkTimelinePath(f.timeline); err != nil {
@@ -376,4 +373,16 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// fileOrKustomization checks that exactly one of -f (file: what it takes)
+// and -k is given, as kubectl takes them.
+func fileOrKustomization(file, kdir, takes string) error {
+	switch {
+	case file != "" && kdir != "":
+		return errors.New("-f and -k: give one (as kubectl takes them)")
+	case file == "" && kdir == "":
+		return fmt.Errorf("-f or -k is required: %s; or a kustomization's folder", takes)
+	}
+	return nil
 }
