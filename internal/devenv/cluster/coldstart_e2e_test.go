@@ -205,8 +205,10 @@ func (ps *podSteps) String() string {
 
 // operatorSteps adds to ps the operator's own steps, from the timestamps
 // of its container's log (the node shares the test's clock: one machine):
-// listening, and the first event received (its delivery line's time less
-// the delivery's duration) and answered. The delivery line is written
+// listening, the API discovery warm, and the first event received (its
+// delivery line's time less the delivery's duration, which counts from the
+// request's arrival), its sender authenticated (the TokenReview) and the
+// event answered. The delivery line is written
 // after the answer: it waits up to 10 s for it.
 func (e *e2e) operatorSteps(t *testing.T, ns string, ps *podSteps) {
 	t.Helper()
@@ -232,9 +234,14 @@ func (e *e2e) operatorSteps(t *testing.T, ns string, ps *podSteps) {
 		switch l.Msg {
 		case "serverless operator listening":
 			ps.at("operator listening (its log)", l.Time)
+		case "API discovery warm":
+			ps.at("API discovery warm (its log)", l.Time)
 		case "delivery":
 			if d, err := time.ParseDuration(l.Duration); err == nil {
 				ps.at("event received (its log)", l.Time.Add(-d))
+				if a, err := time.ParseDuration(l.AuthTime); err == nil {
+					ps.at("sender authenticated (its log)", l.Time.Add(-d+a))
+				}
 			}
 			ps.at("event answered (its log)", l.Time)
 		}
@@ -246,6 +253,7 @@ type opLogLine struct {
 	Time     time.Time `json:"time"`
 	Msg      string    `json:"msg"`
 	Duration string    `json:"duration"`
+	AuthTime string    `json:"authTime"`
 }
 
 func parseOpLog(b []byte) []opLogLine {
