@@ -234,6 +234,8 @@ func (e *e2e) operatorSteps(t *testing.T, ns string, ps *podSteps) {
 		switch l.Msg {
 		case "serverless operator listening":
 			ps.at("operator listening (its log)", l.Time)
+		case "restarted pods": // the reconciler's, before its Event and status
+			ps.at("pods restarted (its log)", l.Time)
 		case "API discovery warm":
 			ps.at("API discovery warm (its log)", l.Time)
 		case "delivery":
