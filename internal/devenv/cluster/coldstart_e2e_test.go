@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -300,4 +302,36 @@ func stepMedians(runs []*podSteps) string {
 		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// hubCounters sums, over the hub's pods, the counters of their /metrics
+// (port 8081, the pod IPs reached from the host) whose names are given.
+func (e *e2e) hubCounters(t *testing.T, names ...string) map[string]float64 {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := e.cs.CoreV1().Pods("opzero-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opzero-hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]float64{}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + p.Status.PodIP + ":8081/metrics")
+		if err != nil {
+			t.Logf("the hub's metrics (%s): %v", p.Name, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && slices.Contains(names, f[0]) {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				sum[f[0]] += v
+			}
+		}
+	}
+	return sum
 }

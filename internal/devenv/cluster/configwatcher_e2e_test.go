@@ -311,6 +311,11 @@ func (e *e2e) oidc(t *testing.T, w wiring, ns, svc string) {
 // are logged, the trivial service's beside them.
 func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 	tv := e.trivialBeside(t, ns, svc)
+	hubStats := []string{"opzero_hub_events_sent_total", "opzero_hub_retries_total"}
+	var before map[string]float64
+	if w.hub() {
+		before = e.hubCounters(t, hubStats...)
+	}
 	var cold, zero, base []time.Duration
 	var steps, tsteps []*podSteps
 	for i := range n {
@@ -337,6 +342,11 @@ func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 	e.figure(t, "real Knative, wiring %s: each step's median over the %d cold starts: %s", w.name, n, stepMedians(steps))
 	e.figure(t, "real Knative, same run: the trivial service's steps, each one's median over %d: %s", n, stepMedians(tsteps))
 	e.figure(t, "real Knative, wiring %s: reconciled -> zero pods (--idle 6s): %s", w.name, durations(zero))
+	if w.hub() {
+		after := e.hubCounters(t, hubStats...)
+		e.figure(t, "real Knative, wiring %s: the hub during the %d cold starts: %v events sent, %v sends retried", w.name, n,
+			after[hubStats[0]]-before[hubStats[0]], after[hubStats[1]]-before[hubStats[1]])
+	}
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
