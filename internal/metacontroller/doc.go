@@ -52,6 +52,12 @@
 //     still at the version a successful sync left it at maps to no sync.
 //   - A related object that cannot be read (Forbidden) gives the parent
 //     Synced=False RelatedUnreadable and a Warning Event.
+//   - A child the API server refuses to write (Forbidden: RBAC, a role or
+//     binding granting what the operator does not hold) gives the parent
+//     Synced=False ApplyForbidden and a Warning Event; the sync fails and
+//     is retried with the engine's backoff. `opzero manifests` grants bind
+//     (children that are role bindings) and escalate (roles) as
+//     Metacontroller's own ClusterRole allows (rbac.go).
 //   - A parent (decorated object) whose labels or annotations do not match
 //     its controller's parentResource.labelSelector (resources[]
 //     labelSelector, annotationSelector) is never synced; a kind that is

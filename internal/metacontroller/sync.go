@@ -89,7 +89,7 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, &BadAnswer{URL: url, Reason: err.Error()})
 	}
 	if err := r.applyChildren(ctx, c, obj, observed, desired); err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, r.applyFailed(ctx, c, obj, err)
 	}
 	if err := r.patchMeta(ctx, obj, resp.labels, resp.annotations); err != nil {
 		return reconcile.Result{}, err
