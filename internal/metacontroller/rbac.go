@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,16 +31,20 @@ func rbacRules(cfg *Config) ([]description.Rule, []string) {
 	bind, escalate := map[string]bool{}, map[string]bool{}
 	var why []string
 	for _, c := range cfg.Controllers {
-		var names []string
+		var names, may []string
 		for _, ch := range c.Children {
 			if ch.GVK.Group != rbacGroup {
 				continue
 			}
-			switch ch.GVR.Resource {
+			switch r := ch.GVR.Resource; r {
 			case "rolebindings", "clusterrolebindings":
 				bind["roles"], bind["clusterroles"] = true, true
+				if !slices.Contains(may, "bind") {
+					may = append(may, "bind")
+				}
 			case "roles", "clusterroles":
-				escalate[ch.GVR.Resource] = true
+				escalate[r] = true
+				may = append(may, "escalate "+r)
 			default:
 				continue
 			}
@@ -48,9 +53,13 @@ func rbacRules(cfg *Config) ([]description.Rule, []string) {
 		if len(names) == 0 {
 			continue
 		}
-		why = append(why, fmt.Sprintf("%s %s returns %s: the operator may bind roles and cluster roles (for bindings) and escalate the roles it writes, "+
-			"as Metacontroller's own ClusterRole (every verb on every resource) allows; without them the API server refuses "+
-			"a binding or role granting permissions the operator does not hold", c.Kind, c.Name, strings.Join(names, ", ")))
+		for i, m := range may {
+			if m == "bind" {
+				may[i] = "bind roles and clusterroles"
+			}
+		}
+		why = append(why, fmt.Sprintf("%s %s returns %s: the operator may %s, as Metacontroller's own ClusterRole (every verb on every resource) allows; "+
+			"without it the API server refuses a binding or role that grants permissions the operator does not hold", c.Kind, c.Name, strings.Join(names, ", "), strings.Join(may, " and ")))
 	}
 	var rules []description.Rule
 	if len(bind) > 0 {
