@@ -11,7 +11,8 @@
 //   - Recognized images are those whose repository's last path element is
 //     python or node (any registry, tag or digest: python:3.11,
 //     docker.io/library/python:3-slim, node@sha256:...); their programs are
-//     the local python3 and node. The command line is the container's
+//     the local python3 (python2 for a python image tagged 2.x) and node,
+//     found on $PATH. The command line is the container's
 //     command then args (args alone when command is empty, as the image's
 //     entrypoint would run them; a node image given a script runs node on
 //     it); its first word must be that interpreter (python, python3,

@@ -25,20 +25,26 @@ var interpreters = map[string]string{"python": "python3", "node": "node"}
 // programs are the first words of a command line each interpreter accepts.
 var programs = map[string]*regexp.Regexp{
 	"python3": regexp.MustCompile(`^python(3(\.\d+)?)?$`),
+	"python2": regexp.MustCompile(`^python(2(\.\d+)?)?$`),
 	"node":    regexp.MustCompile(`^(node|nodejs)$`),
 }
 
-// Interpreter is the local program of image ("python:3.11" -> "python3"),
-// "" if the image is not recognized.
+// Interpreter is the local program of image ("python:3.11" -> "python3";
+// a python image tagged 2.x -> "python2"), "" if the image is not
+// recognized.
 func Interpreter(image string) string {
-	repo := image
+	repo, tag := image, ""
 	if i := strings.IndexByte(repo, '@'); i >= 0 {
 		repo = repo[:i]
 	}
 	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
-		repo = repo[:i]
+		repo, tag = repo[:i], repo[i+1:]
 	}
-	return interpreters[path.Base(repo)]
+	prog := interpreters[path.Base(repo)]
+	if prog == "python3" && (tag == "2" || strings.HasPrefix(tag, "2.") || strings.HasPrefix(tag, "2-")) {
+		prog = "python2"
+	}
+	return prog
 }
 
 // Hook is a recognized workload's container: its interpreter, the

@@ -15,6 +15,7 @@ func TestInterpreter(t *testing.T) {
 	for img, want := range map[string]string{
 		"python:3.11": "python3", "python": "python3", "docker.io/library/python:3-slim": "python3",
 		"localhost:5000/python@sha256:abc": "python3", "node:20-alpine": "node", "gcr.io/x/node": "node",
+		"python:2.7": "python2", "python:2": "python2", "python:2-slim": "python2", "python:3.12-bookworm": "python3",
 		"metacontroller/jsonnetd:0.1": "", "pythonista:1": "", "busybox": "", "": "",
 	} {
 		if got := Interpreter(img); got != want {
