@@ -17,8 +17,9 @@
 //     entrypoint would run them; a node image given a script runs node on
 //     it); its first word must be that interpreter (python, python3,
 //     python3.11, /usr/local/bin/python; node, nodejs).
-//   - An image that is not recognized, or a command line that does not
-//     start with its interpreter (sh -c ...), is ErrNotRecognized, whose
+//   - An image that is not recognized, a command line that does not start
+//     with its interpreter (sh -c ...), or a pod of several containers is
+//     ErrNotRecognized, whose
 //     message names the annotation dev.opzero.dev/command.
 //   - Materialize writes each mounted ConfigMap's files (data and
 //     binaryData, honouring items and subPath) under a local folder and
@@ -28,7 +29,9 @@
 // # Caveats
 //
 // Only configMap volumes are materialized; a script in a Secret,
-// emptyDir or image layer is not. The local interpreter's version is the
+// emptyDir or image layer is not. The files are written once, when `opzero
+// dev` starts: a ConfigMap changed later is not seen by the running
+// process (start `opzero dev` again). The local interpreter's version is the
 // machine's, not the image's tag, and no packages are installed: hooks
 // that use only the standard library (as Metacontroller's do) run.
 package interp

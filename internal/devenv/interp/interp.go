@@ -73,8 +73,9 @@ type Mount struct {
 // Annotation.
 func Recognize(u *unstructured.Unstructured) (*Hook, error) {
 	containers, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-	if len(containers) == 0 {
-		return nil, fmt.Errorf("%s %s: no container: %w", u.GetKind(), u.GetName(), ErrNotRecognized)
+	if len(containers) != 1 {
+		return nil, fmt.Errorf("%s %s: %d containers, and one is run locally; annotate it %s with the local command: %w",
+			u.GetKind(), u.GetName(), len(containers), Annotation, ErrNotRecognized)
 	}
 	c, _ := containers[0].(map[string]any)
 	img, _, _ := unstructured.NestedString(c, "image")

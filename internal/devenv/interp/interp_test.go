@@ -61,6 +61,8 @@ func TestRecognize(t *testing.T) {
 		{"shell", `{name: c, image: "python:3", command: [sh, -c, "python /hooks/sync.py"], ` + mounts, "", nil},
 		{"jsonnet", `{name: c, image: "metacontroller/jsonnetd:0.1", ` + mounts, "", nil},
 		{"no command", `{name: c, image: "python:3", ` + mounts, "", nil},
+		{"sidecar", `{name: c, image: "python:3", command: [python, /hooks/sync.py]}
+      - {name: s, image: "python:3", command: [python, /hooks/sync.py], ` + mounts, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := Recognize(deployment(t, tc.container))
