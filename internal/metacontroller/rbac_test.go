@@ -201,3 +201,52 @@ func clientWith(t *testing.T, env *testenv.Env, user string, rules []description
 	})
 	return c
 }
+
+// TestRoleChildNeedsEscalate: a hook that returns a Role granting what
+// the operator does not hold (reading Secrets) is created with the RBAC
+// `opzero manifests` derives (escalate on roles), and refused as
+// ApplyForbidden without escalate.
+func TestRoleChildNeedsEscalate(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	h := &hooks{children: func(req map[string]any) []any {
+		parent, _ := req["parent"].(map[string]any)
+		meta, _ := parent["metadata"].(map[string]any)
+		return []any{map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+			"metadata": map[string]any{"name": meta["name"].(string) + "-secrets"},
+			"rules":    []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}}}}}
+	}}
+	url := h.serve(t)
+	c := &Controller{Kind: "CompositeController", Name: "roles", Object: map[string]any{"kind": "CompositeController"},
+		Parents:  []Decorated{{Resource: mustResolve(t, env, "example.com/v1", "helloworlds")}},
+		Children: []Child{{Resource: mustResolve(t, env, "rbac.authorization.k8s.io/v1", "roles"), Method: v1alpha1.ChildUpdateInPlace}},
+		Sync:     webhook(url + "/sync")}
+	cfg := &Config{Controllers: []*Controller{c}}
+	d := &description.Controller{}
+	completeDescription(d, cfg)
+	var noEscalate []description.Rule
+	for _, rule := range d.Rules {
+		if len(rule.Verbs) != 1 || rule.Verbs[0] != "escalate" {
+			noEscalate = append(noEscalate, rule)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		rules []description.Rule
+		ok    bool
+	}{{"derived", d.Rules, true}, {"without-escalate", noEscalate, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			helloWorld(t, env, ns, tc.name)
+			rec := record.NewFakeRecorder(10)
+			r := &Reconciler{Client: clientWith(t, env, ns+"-"+tc.name, tc.rules), Config: cfg, Hooks: &HookClient{}, Recorder: rec}
+			_, err := r.Reconcile(ctx, CompositeKey("roles", ns, tc.name))
+			if (err == nil) != tc.ok {
+				t.Fatalf("sync error %v, want success %v", err, tc.ok)
+			}
+			if evs := drain(rec); !tc.ok && (len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning ApplyForbidden")) {
+				t.Fatalf("events %q, want one Warning ApplyForbidden", evs)
+			}
+		})
+	}
+}
