@@ -285,6 +285,9 @@ func (w *worthPart) startDev(ctx context.Context, name, manifests string) (*devS
 	s.cmd = exec.Command(w.opzero, "dev", "-f", manifests, "--kubeconfig", w.kubeconfig, "--no-status", "--idle", worthIdle.String(),
 		"--cache-dir", filepath.Join(w.dir, "ko"), "--build-dir", w.root, "--log-dir", logs, "--events=json", "--events-file", s.events)
 	s.cmd.Dir = w.root
+	// dev builds the ko:// images with `go build`: static, as ko and the
+	// cluster's images are (and crbaseline, buildCmd), not linked to libc.
+	s.cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := os.Create(filepath.Join(logs, "opzero-dev.out"))
 	if err != nil {

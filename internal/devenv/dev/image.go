@@ -46,7 +46,7 @@ func DefaultCacheDir() string {
 
 // build returns the command for the import path (the binary, then any
 // leading arguments): Options.Prebuilt's if it has one, else a binary built
-// with `go build` (CGO_ENABLED=0, as ko builds) the first time it is asked for in this run (Go's build
+// with `go build` the first time it is asked for in this run (Go's build
 // cache makes a rebuild of unchanged code fast).
 func (b *builder) build(ctx context.Context, pkg string) ([]string, error) {
 	b.mu.Lock()
@@ -69,10 +69,6 @@ func (b *builder) build(ctx context.Context, pkg string) ([]string, error) {
 	exe := filepath.Join(b.dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, pkg)
 	cmd.Dir = b.buildDir
-	// Static, as ko and opzero cluster apply build the images: a binary
-	// linked to libc starts and holds memory differently from the one a
-	// cluster runs, and dev's figures are read as a forecast of it.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, b.buildDir, err, out)
 	}
