@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,12 +59,9 @@ func (r *Runtime) warm(ctx context.Context) {
 func (r *Runtime) warmGroupVersions() []schema.GroupVersion {
 	var gvs []schema.GroupVersion
 	add := func(gv schema.GroupVersion) {
-		for _, g := range gvs {
-			if g == gv {
-				return
-			}
+		if !slices.Contains(gvs, gv) {
+			gvs = append(gvs, gv)
 		}
-		gvs = append(gvs, gv)
 	}
 	if !r.opts.InsecureNoAuth {
 		add(authnv1.SchemeGroupVersion)

@@ -23,7 +23,10 @@ import (
 // no more: bind when children (attachments) include role bindings, escalate
 // when they include roles.
 
-const rbacGroup = "rbac.authorization.k8s.io"
+const (
+	rbacGroup = "rbac.authorization.k8s.io"
+	bindWhy   = "bind roles and clusterroles"
+)
 
 // rbacRules are the bind and escalate rules the controllers' RBAC children
 // need, with one line per controller saying why.
@@ -39,8 +42,8 @@ func rbacRules(cfg *Config) ([]description.Rule, []string) {
 			switch r := ch.GVR.Resource; r {
 			case "rolebindings", "clusterrolebindings":
 				bind["roles"], bind["clusterroles"] = true, true
-				if !slices.Contains(may, "bind") {
-					may = append(may, "bind")
+				if !slices.Contains(may, bindWhy) {
+					may = append(may, bindWhy)
 				}
 			case "roles", "clusterroles":
 				escalate[r] = true
@@ -52,11 +55,6 @@ func rbacRules(cfg *Config) ([]description.Rule, []string) {
 		}
 		if len(names) == 0 {
 			continue
-		}
-		for i, m := range may {
-			if m == "bind" {
-				may[i] = "bind roles and clusterroles"
-			}
 		}
 		why = append(why, fmt.Sprintf("%s %s returns %s: the operator may %s, as Metacontroller's own ClusterRole (every verb on every resource) allows; "+
 			"without it the API server refuses a binding or role that grants permissions the operator does not hold", c.Kind, c.Name, strings.Join(names, ", "), strings.Join(may, " and ")))
