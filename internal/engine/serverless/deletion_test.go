@@ -66,6 +66,20 @@ func (r *finalizing) seen() ([]string, []error) {
 	return append([]string(nil), r.saw...), append([]error(nil), r.errs...)
 }
 
+// finalizingHarness runs the finalizing reconciler, with send: post an
+// event that must be answered 200.
+func finalizingHarness(t *testing.T) (*finalizing, *harness, func(what string, ev *event.Event)) {
+	r := &finalizing{}
+	h := newHarness(t, r, nil, serverless.Options{})
+	r.c = h.client
+	return r, h, func(what string, ev *event.Event) {
+		t.Helper()
+		if a := h.post(ev, false); a.code != http.StatusOK {
+			t.Fatalf("%s: answered %d %q (%s)", what, a.code, a.body, a.result)
+		}
+	}
+}
+
 // TestNoStandInFromBeforeASeenDeletion: once an instance has seen a key
 // deleted (its delete event, or a reconcile's read that found it gone, as
 // a fresh instance woken by a ping does), an update delivered afterwards
@@ -78,15 +92,7 @@ func TestNoStandInFromBeforeASeenDeletion(t *testing.T) {
 	for _, how := range []string{"delete event", "read by a fresh instance"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
-			r := &finalizing{}
-			h := newHarness(t, r, nil, serverless.Options{})
-			r.c = h.client
-			send := func(what string, ev *event.Event) {
-				t.Helper()
-				if a := h.post(ev, false); a.code != http.StatusOK {
-					t.Fatalf("%s: answered %d %q (%s)", what, a.code, a.body, a.result)
-				}
-			}
+			r, h, send := finalizingHarness(t)
 			update := func(obj *unstructured.Unstructured) *event.Event {
 				return h.event(cloudevent.Resource, cloudevent.Update, obj, "widgets")
 			}
@@ -177,15 +183,7 @@ func TestNoStandInFromBeforeASeenDeletion(t *testing.T) {
 // reconciles it, its own read answering.
 func TestReplayNeverStandsIn(t *testing.T) {
 	ctx := context.Background()
-	r := &finalizing{}
-	h := newHarness(t, r, nil, serverless.Options{})
-	r.c = h.client
-	send := func(what string, ev *event.Event) {
-		t.Helper()
-		if a := h.post(ev, false); a.code != http.StatusOK {
-			t.Fatalf("%s: answered %d %q (%s)", what, a.code, a.body, a.result)
-		}
-	}
+	r, h, send := finalizingHarness(t)
 	replayed := func(obj *unstructured.Unstructured) *event.Event {
 		ev := h.event(cloudevent.Resource, cloudevent.Update, obj, "widgets")
 		ev.SetExtension(cloudevent.ReplayExtension, "true")
