@@ -136,9 +136,9 @@ type soak struct {
 	buf   *syncBuffer
 	ns    string
 	seed  uint64
-	spans string // TESTOP_SPANS
+	spans string              // TESTOP_SPANS
 	ops   map[string][]string // per object: the stream's writes and their results (printed on failure)
-	wakes string // TESTOP_WAKES
+	wakes string              // TESTOP_WAKES
 
 	mu       sync.Mutex
 	live     []string             // names the stream believes exist
