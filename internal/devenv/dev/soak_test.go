@@ -136,12 +136,12 @@ type soak struct {
 	buf   *syncBuffer
 	ns    string
 	seed  uint64
-	spans string              // TESTOP_SPANS
-	ops   map[string][]string // per object: the stream's writes and their results (printed on failure)
-	wakes string              // TESTOP_WAKES
+	spans string // TESTOP_SPANS
+	wakes string // TESTOP_WAKES
 
 	mu       sync.Mutex
 	live     []string             // names the stream believes exist
+	ops      map[string][]string  // per name: the stream's writes and their results (printed for an orphaned child)
 	wrote    map[string]time.Time // the start of each name's last create or update that succeeded
 	deaths   map[int]time.Time    // operator pids the test killed
 	srcKills []time.Time          // when the test killed what delivers Wakeups
@@ -313,6 +313,21 @@ func (s *soak) stream(rng *rand.Rand, stop <-chan struct{}) {
 			s.delete(rng)
 		}
 	}
+}
+
+// logOrphan logs what happened to parent, whose child outlived it: the
+// stream's writes, its reconciles (runs) and the operator's log lines.
+func (s *soak) logOrphan(parent string, runs map[string][]*spanlog.Span) {
+	s.mu.Lock()
+	ops := s.ops[parent]
+	s.mu.Unlock()
+	var spans []string
+	for _, r := range runs[s.ns+"/"+parent] {
+		spans = append(spans, fmt.Sprintf("pid %d %s-%s", r.PID, r.Start.Format(time.StampMilli), r.End.Format("15:04:05.000")))
+	}
+	s.t.Logf("%s/%s: the stream's writes (sent-answered):\n  %s\nits reconciles:\n  %s\nthe operator's log lines naming it:\n  %s",
+		s.ns, parent, strings.Join(ops, "\n  "), strings.Join(spans, "\n  "),
+		strings.Join(linesNaming(s.p.LogPath("service-"+s.ns+"-testop"), s.ns, parent, 30), "\n  "))
 }
 
 // note records the stream's write of name, printed if name ends badly.
@@ -872,18 +887,8 @@ func (s *soak) check() {
 		}
 		t.Errorf("not converged within %s of the last fault:\n  %s", soakConverge, strings.Join(problems, "\n  "))
 		for _, p := range problems {
-			if child, ok := strings.CutSuffix(strings.SplitN(p, ":", 2)[0], "-child"); ok && strings.Contains(p, "owner is gone") {
-				child = strings.TrimPrefix(child, "ConfigMap ")
-				s.mu.Lock()
-				ops := s.ops[child]
-				s.mu.Unlock()
-				var spans []string
-				for _, r := range runs[s.ns+"/"+child] {
-					spans = append(spans, fmt.Sprintf("pid %d %s-%s", r.PID, r.Start.Format(time.StampMilli), r.End.Format("15:04:05.000")))
-				}
-				t.Logf("%s/%s: the stream's writes (sent-answered):\n  %s\nits reconciles:\n  %s\nthe operator's log lines naming it:\n  %s",
-					s.ns, child, strings.Join(ops, "\n  "), strings.Join(spans, "\n  "),
-					strings.Join(linesNaming(s.p.LogPath("service-"+s.ns+"-testop"), s.ns, child, 30), "\n  "))
+			if parent, ok := strings.CutSuffix(strings.TrimPrefix(strings.SplitN(p, ":", 2)[0], "ConfigMap "), "-child"); ok && strings.Contains(p, "owner is gone") {
+				s.logOrphan(parent, runs)
 			}
 		}
 	}
