@@ -38,7 +38,7 @@ const tpObjects = 2000
 // every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
 // (controller-runtime and raw are always run: the ratios need them).
 var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
-	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-hub", "opzero-hub-admitted", "raw"}
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-hub", "opzero-hub-admitted", "opzero-hub-cache", "opzero-hub-cache-c32", "opzero-hub-cache-m16", "opzero-hub-cache-ms3", "raw"}
 
 // tpVariant describes how a serverless variant is run.
 type tpVariant struct {
@@ -50,6 +50,9 @@ type tpVariant struct {
 	// Resource mode, ConfigMaps in Reference mode referenced by
 	// spec.configMap) instead of Knative's adapters.
 	hub bool
+	// hubConcurrency, if set, is the Subscription's spec.delivery.concurrency.
+	hubConcurrency int
+	env            []string // environment beyond KUBECONFIG, PORT and POD_NAMESPACE
 }
 
 var tpServerless = map[string]tpVariant{
@@ -61,6 +64,10 @@ var tpServerless = map[string]tpVariant{
 	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
 	"opzero-hub":              {hub: true},
 	"opzero-hub-admitted":     {args: []string{"--answer=admitted", "--event-cache"}, hub: true},
+	"opzero-hub-cache":        {args: []string{"--event-cache"}, hub: true},
+	"opzero-hub-cache-c32":    {args: []string{"--event-cache"}, hub: true, hubConcurrency: 32},
+	"opzero-hub-cache-m16":    {args: []string{"--event-cache", "--max-concurrent-reconciles=16"}, hub: true, hubConcurrency: 32},
+	"opzero-hub-cache-ms3":    {args: []string{"--event-cache"}, hub: true, hubConcurrency: 32, env: []string{"OPZERO_MAX_SCALE=3"}},
 }
 
 func tpSelected() []string {
@@ -417,6 +424,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 	}
 	cmd := exec.Command(filepath.Join(e.dir, "opzero"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
+	cmd.Env = append(cmd.Env, tv.env...)
 	cmd.Env = append(cmd.Env, profileEnv(variant+"-throughput")...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -435,7 +443,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 		sources = append(sources, source{"", knative.Resource{Version: "v1", Resource: "configmaps"}})
 	}
 	if tv.hub {
-		hub, err := e.startHub(ctx, ns, port)
+		hub, err := e.startHub(ctx, ns, port, tv.hubConcurrency)
 		if err != nil {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			<-gone
@@ -501,7 +509,7 @@ type tpHub struct {
 // no kube-controller-manager to aggregate its role) and a Subscription in
 // ns as `opzero manifests --source=hub` writes it, with the operator at
 // port as its sink; it returns once the Subscription is Ready.
-func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error) {
+func (e *env) startHub(ctx context.Context, ns string, port, concurrency int) (*tpHub, error) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tp-op"}}
 	if err := e.c.Create(ctx, sa); err != nil {
 		return nil, err
@@ -525,6 +533,9 @@ func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error)
 			},
 		},
 	}}
+	if concurrency > 0 {
+		sub.Object["spec"].(map[string]any)["delivery"] = map[string]any{"concurrency": int64(concurrency)}
+	}
 	if err := e.c.Create(ctx, sub); err != nil {
 		return nil, fmt.Errorf("creating the Subscription (is config/crd installed?): %w", err)
 	}
