@@ -150,6 +150,9 @@ type Engine struct {
 	// fwd sends events to the instance holding their key's Lease
 	// (forward.go); nil without a Locker.
 	fwd *forwarder
+	// sole is the operator's sole Lease (sole.go): with a Locker whose
+	// instances may run alone (lease.Options.Sole); else nil.
+	sole *sole
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
@@ -182,6 +185,9 @@ type arrival struct {
 	seq     int
 	// forward: its request can forward itself to the key's holder (forward.go).
 	forward bool
+	// keyLease: take the key's own Lease even while running alone (a
+	// sweep found it expired: taking it over deletes it).
+	keyLease bool
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -253,6 +259,10 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		}
 		e.cache = standin.NewCache(kinds...)
 		e.cache.KeepReads(reads...)
+	}
+	if opts.Locker != nil && opts.Locker.Sole() {
+		e.sole = newSole(opts.Locker, opts.Logger, e.cache.Serve)
+		e.cache.Serve(false) // until this instance runs alone
 	}
 	if opts.Durable != nil {
 		e.retry = durableRetry{opts.Durable}

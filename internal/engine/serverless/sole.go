@@ -1,0 +1,312 @@
+package serverless
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/opzero/opzero/internal/lease"
+)
+
+// One instance alone (with a Locker): the first run of a warm period takes
+// the operator's sole Lease (lease.AcquireSole: one write, one list) and,
+// while this instance holds it, every key's run reconciles without a
+// per-key Lease: a burst of N keys costs the sole Lease's create, its
+// renewals and its delete instead of 2N writes. The sole Lease is kept
+// while runs keep coming, released once none has used it for soleIdle,
+// and given up (stepping down) when another instance asks for it (it
+// marked it wanted: it got an event and may not reconcile). Stepping down
+// waits for the runs that started alone to end (new runs wait meanwhile),
+// then deletes the sole Lease; for soleCool after that, and after finding
+// another instance's live per-key Lease, this instance uses per-key
+// Leases as before, without trying for the sole Lease.
+//
+// The event cache (Options.EventCache) serves only while this instance
+// holds the sole Lease: another instance's events never reach this one.
+const (
+	soleIdle = 5 * time.Second
+	soleCool = 2 * time.Minute
+	// soleAsk: a sole Lease found held by another instance is not read
+	// again for this long (or until its expiry, if sooner).
+	soleAsk = time.Second
+	// soleTick paces the sole Lease's upkeep: renewal (every third of its
+	// duration), the idle release.
+	soleTick = 500 * time.Millisecond
+)
+
+// errNotAlone: this instance does not hold the sole Lease and is not
+// trying for it now; runs take per-key Leases.
+var errNotAlone = errors.New("not alone: per-key Leases")
+
+type sole struct {
+	l     *lease.Locker
+	log   logr.Logger
+	serve func(alone bool) // the event cache's switch
+
+	// gate: runs that reconcile alone hold it shared; giving the sole
+	// Lease up holds it exclusively, so no run started alone outlives it.
+	gate sync.RWMutex
+
+	mu        sync.Mutex
+	held      *lease.SoleHeld
+	stopLoop  func()
+	runs      map[*soleRun]bool
+	lastEnd   time.Time
+	cool      time.Time            // no attempt before
+	he        *lease.HeldElsewhere // the sole Lease as found held elsewhere
+	heUntil   time.Time
+	acquiring chan struct{} // an AcquireSole under way
+	closed    bool
+
+	// Stats: sole Leases taken, given up to another instance, lost.
+	Acquired, SteppedDown, Lost int
+}
+
+// soleRun is one run that reconciles alone.
+type soleRun struct {
+	s      *sole
+	cancel context.CancelCauseFunc
+}
+
+func newSole(l *lease.Locker, log logr.Logger, serve func(bool)) *sole {
+	return &sole{l: l, log: log, serve: serve, runs: map[*soleRun]bool{}}
+}
+
+// enter returns a run that reconciles alone, with its context (ended if
+// the sole Lease is lost), taking the sole Lease if nobody holds it.
+// Otherwise the error says why not: *lease.HeldElsewhere (Sole set: the
+// holder has been asked to step down; the run must not reconcile),
+// errNotAlone (per-key Leases), or the API server's.
+func (s *sole) enter(ctx context.Context) (*soleRun, context.Context, error) {
+	for {
+		s.gate.RLock()
+		s.mu.Lock()
+		if s.held != nil {
+			rctx, cancel := context.WithCancelCause(ctx)
+			r := &soleRun{s: s, cancel: cancel}
+			s.runs[r] = true
+			s.mu.Unlock()
+			return r, rctx, nil
+		}
+		s.gate.RUnlock()
+		now := s.l.Clock().Now()
+		switch {
+		case s.closed || now.Before(s.cool):
+			s.mu.Unlock()
+			return nil, nil, errNotAlone
+		case s.he != nil && now.Before(s.heUntil):
+			he := *s.he
+			s.mu.Unlock()
+			return nil, nil, &he
+		case s.acquiring != nil:
+			ch := s.acquiring
+			s.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, nil, context.Cause(ctx)
+			}
+		}
+		ch := make(chan struct{})
+		s.acquiring = ch
+		s.mu.Unlock()
+		held, err := s.l.AcquireSole(ctx)
+		s.mu.Lock()
+		s.acquiring = nil
+		close(ch)
+		now = s.l.Clock().Now()
+		var he *lease.HeldElsewhere
+		switch {
+		case err == nil && s.closed:
+			s.mu.Unlock()
+			s.give(held)
+			return nil, nil, errNotAlone
+		case err == nil:
+			s.held, s.he, s.lastEnd = held, nil, now
+			s.Acquired++
+			s.serve(true)
+			s.stopLoop = s.keep(held)
+			s.log.V(1).Info("running alone: the operator's sole lease taken, no per-key leases")
+		case errors.As(err, &he):
+			s.he, s.heUntil = he, minTime(he.Expires, now.Add(soleAsk))
+		case errors.Is(err, lease.ErrShared):
+			s.cool = now.Add(soleCool)
+		default:
+			s.mu.Unlock()
+			return nil, nil, err
+		}
+		s.mu.Unlock()
+	}
+}
+
+// exit ends a run that reconciled alone.
+func (r *soleRun) exit() {
+	s := r.s
+	s.mu.Lock()
+	delete(s.runs, r)
+	s.lastEnd = s.l.Clock().Now()
+	s.mu.Unlock()
+	r.cancel(nil)
+	s.gate.RUnlock()
+}
+
+// keep renews held, releases it when idle and gives it up when wanted or
+// lost, until the returned stop.
+func (s *sole) keep(held *lease.SoleHeld) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t := s.l.Clock().NewTicker(soleTick)
+	go func() {
+		defer close(done)
+		defer t.Stop()
+		renewed := s.l.Clock().Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+			}
+			now := s.l.Clock().Now()
+			s.mu.Lock()
+			idle := len(s.runs) == 0 && now.Sub(s.lastEnd) >= soleIdle
+			s.mu.Unlock()
+			if idle && s.let(held, letIdle) {
+				return
+			}
+			if now.Sub(renewed) < s.l.Duration()/3 {
+				continue
+			}
+			wanted, err := held.Renew(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, lease.ErrLost):
+				s.lose(held, err)
+				return
+			case err != nil:
+				// Stop reconciling before the Lease can expire: another
+				// instance may take it then.
+				if !now.Before(held.Expires().Add(-s.l.Duration() / 3)) {
+					s.lose(held, fmt.Errorf("the operator's sole lease could not be renewed: %w", err))
+					return
+				}
+				s.log.Error(err, "renewing the operator's sole lease; trying again")
+			case wanted:
+				s.log.Info("another instance of the operator needs to reconcile: stepping down from running alone, to per-key leases")
+				s.let(held, letWanted)
+				return
+			default:
+				renewed = now
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Why the sole Lease is given up.
+const (
+	letIdle   = iota // no run for soleIdle
+	letWanted        // another instance asked for it
+	letClose         // shutdown
+)
+
+// let gives held up once the runs that started alone have ended; false if
+// idle and a run came meanwhile.
+func (s *sole) let(held *lease.SoleHeld, why int) bool {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	s.mu.Lock()
+	now := s.l.Clock().Now()
+	if s.held != held || why == letIdle && now.Sub(s.lastEnd) < soleIdle {
+		s.mu.Unlock()
+		return s.held != held
+	}
+	s.held = nil
+	s.serve(false)
+	if why == letWanted {
+		s.cool = now.Add(soleCool)
+		s.SteppedDown++
+	}
+	s.mu.Unlock()
+	s.give(held)
+	return true
+}
+
+// lose: held was taken by another instance, or could not be renewed in
+// time: the runs that started alone are cancelled, and no more start.
+func (s *sole) lose(held *lease.SoleHeld, cause error) {
+	s.log.Error(cause, "the operator's sole lease is lost; reconciles under it are cancelled")
+	s.mu.Lock()
+	if s.held == held {
+		s.held = nil
+		s.serve(false)
+		s.Lost++
+	}
+	for r := range s.runs {
+		r.cancel(lease.ErrLost)
+	}
+	s.mu.Unlock()
+	s.gate.Lock() // the cancelled runs have returned
+	s.gate.Unlock()
+}
+
+// give deletes held (bounded: a Lease left behind only expires).
+func (s *sole) give(held *lease.SoleHeld) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := held.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		s.log.Error(err, "releasing the operator's sole lease; it expires by itself")
+	}
+}
+
+// close releases the sole Lease, if held (shutdown, once the runs are
+// done), and takes it no more.
+func (s *sole) close() {
+	s.mu.Lock()
+	s.closed = true
+	held, stop := s.held, s.stopLoop
+	s.mu.Unlock()
+	if held == nil {
+		return
+	}
+	stop()
+	s.let(held, letClose)
+}
+
+// alone reports whether this instance holds the sole Lease.
+func (s *sole) alone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held != nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// soleVerdict is the verdict of a run that may not reconcile because
+// another instance holds the sole Lease: forwarded there when the run's
+// requests can be, else a look again at its expiry (a Lease check, which
+// is this instance's own duty), else Unavailable (the sender delivers
+// again; the holder has been asked to step down).
+func (e *Engine) soleVerdict(ctx context.Context, key reconcile.Request, arrivals []*arrival, he *lease.HeldElsewhere) *Verdict {
+	he.Key = key
+	if e.fwd != nil && forwardAll(arrivals) && he.Address != "" && he.Address != e.opts.Locker.Address() && e.fwd.up(he.Address, e.opts.Clock.Now()) {
+		he.Forward = true
+		return forwardVerdict(key, he)
+	}
+	if onlyChecks(arrivals) {
+		e.stats.HandOffs.Add(1)
+		return e.lookAgain(ctx, key, he)
+	}
+	return unavailableVerdict(key, he)
+}
