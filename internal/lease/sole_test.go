@@ -294,4 +294,3 @@ func ptr(s *string) string {
 	}
 	return *s
 }
-
