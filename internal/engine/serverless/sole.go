@@ -48,20 +48,20 @@ type sole struct {
 	log   logr.Logger
 	serve func(alone bool) // the event cache's switch
 
-	// gate: runs that reconcile alone hold it shared; giving the sole
-	// Lease up holds it exclusively, so no run started alone outlives it.
-	gate sync.RWMutex
-
-	mu        sync.Mutex
-	held      *lease.SoleHeld
-	stopLoop  func()
-	runs      map[*soleRun]bool
-	lastEnd   time.Time
-	cool      time.Time            // no attempt before
-	he        *lease.HeldElsewhere // the sole Lease as found held elsewhere
-	heUntil   time.Time
-	acquiring chan struct{} // an AcquireSole under way
-	closed    bool
+	mu       sync.Mutex
+	held     *lease.SoleHeld
+	stopLoop func()
+	runs     map[*soleRun]bool // the runs reconciling alone
+	lastEnd  time.Time
+	// stepping, while the holder steps down: no run starts alone, and
+	// those that wait for it to end (closed) take per-key Leases.
+	stepping chan struct{}
+	// busy, while the sole Lease is being taken or given up: runs wait.
+	busy    chan struct{}
+	cool    time.Time            // no attempt before
+	he      *lease.HeldElsewhere // the sole Lease as found held elsewhere
+	heUntil time.Time
+	closed  bool
 
 	// Stats: sole Leases taken, given up to another instance, lost.
 	Acquired, SteppedDown, Lost int
@@ -84,16 +84,23 @@ func newSole(l *lease.Locker, log logr.Logger, serve func(bool)) *sole {
 // errNotAlone (per-key Leases), or the API server's.
 func (s *sole) enter(ctx context.Context) (*soleRun, context.Context, error) {
 	for {
-		s.gate.RLock()
 		s.mu.Lock()
-		if s.held != nil {
+		if s.held != nil && s.stepping == nil {
 			rctx, cancel := context.WithCancelCause(ctx)
 			r := &soleRun{s: s, cancel: cancel}
 			s.runs[r] = true
 			s.mu.Unlock()
 			return r, rctx, nil
 		}
-		s.gate.RUnlock()
+		if ch := firstChan(s.stepping, s.busy); ch != nil {
+			s.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, nil, context.Cause(ctx)
+			}
+		}
 		now := s.l.Clock().Now()
 		switch {
 		case s.closed || now.Before(s.cool):
@@ -103,23 +110,14 @@ func (s *sole) enter(ctx context.Context) (*soleRun, context.Context, error) {
 			he := *s.he
 			s.mu.Unlock()
 			return nil, nil, &he
-		case s.acquiring != nil:
-			ch := s.acquiring
-			s.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return nil, nil, context.Cause(ctx)
-			}
 		}
-		ch := make(chan struct{})
-		s.acquiring = ch
+		busy := make(chan struct{})
+		s.busy = busy
 		s.mu.Unlock()
 		held, err := s.l.AcquireSole(ctx)
 		s.mu.Lock()
-		s.acquiring = nil
-		close(ch)
+		s.busy = nil
+		close(busy)
 		now = s.l.Clock().Now()
 		var he *lease.HeldElsewhere
 		switch {
@@ -145,6 +143,15 @@ func (s *sole) enter(ctx context.Context) (*soleRun, context.Context, error) {
 	}
 }
 
+func firstChan(chs ...chan struct{}) chan struct{} {
+	for _, c := range chs {
+		if c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
 // exit ends a run that reconciled alone.
 func (r *soleRun) exit() {
 	s := r.s
@@ -153,11 +160,12 @@ func (r *soleRun) exit() {
 	s.lastEnd = s.l.Clock().Now()
 	s.mu.Unlock()
 	r.cancel(nil)
-	s.gate.RUnlock()
 }
 
-// keep renews held, releases it when idle and gives it up when wanted or
-// lost, until the returned stop.
+// keep renews held every third of its duration (also while stepping
+// down: the runs that started alone may take long), releases it when
+// idle, and gives it up once wanted and its runs have ended, or when it
+// is lost; until the returned stop.
 func (s *sole) keep(held *lease.SoleHeld) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -174,11 +182,15 @@ func (s *sole) keep(held *lease.SoleHeld) (stop func()) {
 			}
 			now := s.l.Clock().Now()
 			s.mu.Lock()
-			idle := len(s.runs) == 0 && now.Sub(s.lastEnd) >= soleIdle
-			s.mu.Unlock()
-			if idle && s.let(held, letIdle) {
+			switch {
+			case s.held != held:
+				s.mu.Unlock()
+				return
+			case len(s.runs) == 0 && (s.stepping != nil || now.Sub(s.lastEnd) >= soleIdle):
+				s.let(held, now) // unlocks
 				return
 			}
+			s.mu.Unlock()
 			if now.Sub(renewed) < s.l.Duration()/3 {
 				continue
 			}
@@ -197,63 +209,63 @@ func (s *sole) keep(held *lease.SoleHeld) (stop func()) {
 					return
 				}
 				s.log.Error(err, "renewing the operator's sole lease; trying again")
-			case wanted:
-				s.log.Info("another instance of the operator needs to reconcile: stepping down from running alone, to per-key leases")
-				s.let(held, letWanted)
-				return
 			default:
 				renewed = now
+				if wanted {
+					s.mu.Lock()
+					if s.stepping == nil && s.held == held {
+						s.log.Info("another instance of the operator needs to reconcile: stepping down from running alone to per-key leases once the runs under way end", "runs", len(s.runs))
+						s.stepping = make(chan struct{})
+					}
+					s.mu.Unlock()
+				}
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
 }
 
-// Why the sole Lease is given up.
-const (
-	letIdle   = iota // no run for soleIdle
-	letWanted        // another instance asked for it
-	letClose         // shutdown
-)
-
-// let gives held up once the runs that started alone have ended; false if
-// idle and a run came meanwhile.
-func (s *sole) let(held *lease.SoleHeld, why int) bool {
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	s.mu.Lock()
-	now := s.l.Clock().Now()
-	if s.held != held || why == letIdle && now.Sub(s.lastEnd) < soleIdle {
-		s.mu.Unlock()
-		return s.held != held
-	}
-	s.held = nil
+// let gives held up: no run reconciles alone (s.mu held; it unlocks it).
+func (s *sole) let(held *lease.SoleHeld, now time.Time) {
+	stepping := s.stepping
+	s.held, s.stepping = nil, nil
 	s.serve(false)
-	if why == letWanted {
+	if stepping != nil {
 		s.cool = now.Add(soleCool)
 		s.SteppedDown++
 	}
+	busy := make(chan struct{}) // runs wait until it is deleted: taking it again meanwhile would race the delete
+	s.busy = busy
 	s.mu.Unlock()
 	s.give(held)
-	return true
+	s.mu.Lock()
+	s.busy = nil
+	close(busy)
+	if stepping != nil {
+		close(stepping)
+	}
+	s.mu.Unlock()
 }
 
 // lose: held was taken by another instance, or could not be renewed in
-// time: the runs that started alone are cancelled, and no more start.
+// time: the runs reconciling alone are cancelled, and no more start.
 func (s *sole) lose(held *lease.SoleHeld, cause error) {
 	s.log.Error(cause, "the operator's sole lease is lost; reconciles under it are cancelled")
 	s.mu.Lock()
-	if s.held == held {
-		s.held = nil
-		s.serve(false)
-		s.Lost++
+	defer s.mu.Unlock()
+	if s.held != held {
+		return
+	}
+	s.held = nil
+	s.serve(false)
+	s.Lost++
+	if s.stepping != nil {
+		close(s.stepping)
+		s.stepping = nil
 	}
 	for r := range s.runs {
 		r.cancel(lease.ErrLost)
 	}
-	s.mu.Unlock()
-	s.gate.Lock() // the cancelled runs have returned
-	s.gate.Unlock()
 }
 
 // give deletes held (bounded: a Lease left behind only expires).
@@ -276,7 +288,12 @@ func (s *sole) close() {
 		return
 	}
 	stop()
-	s.let(held, letClose)
+	s.mu.Lock()
+	if s.held != held {
+		s.mu.Unlock()
+		return
+	}
+	s.let(held, s.l.Clock().Now())
 }
 
 // alone reports whether this instance holds the sole Lease.
