@@ -82,6 +82,7 @@ type Hub struct {
 	host  string
 	opts  Options
 	stats *Stats
+	epoch *epoch // EpochHeader's value
 
 	el      elector // the buckets this replica holds
 	changed chan struct{}
@@ -114,6 +115,8 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 		t.MaxIdleConnsPerHost = deliveryIdleConns
 		o.HTTP = &http.Client{Transport: t, Timeout: 30 * time.Second}
 	}
+	ep := newEpoch()
+	o.HTTP = withEpoch(o.HTTP, ep)
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
@@ -136,7 +139,7 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o,
+	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, epoch: ep,
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
 		all: map[types.NamespacedName]*v1alpha1.Subscription{}, served: map[int]bool{}, dropped: map[int]bool{},
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
@@ -369,6 +372,7 @@ func (h *Hub) wire(ctx context.Context) {
 	defer h.mu.Unlock()
 	want := map[watchKey][]*attachment{}
 	wantIdx := map[indexKey]bool{}
+	users := map[indexKey][]*attachment{}
 	for _, s := range h.subs {
 		if !s.ready() {
 			continue
@@ -377,6 +381,7 @@ func (h *Hub) wire(ctx context.Context) {
 			want[a.key] = append(want[a.key], a)
 			if a.ref != nil {
 				wantIdx[a.ref.key] = true
+				users[a.ref.key] = append(users[a.ref.key], a)
 			}
 		}
 	}
@@ -415,6 +420,10 @@ func (h *Hub) wire(ctx context.Context) {
 		} else {
 			h.watches[k] = h.startWatch(ctx, k, atts)
 		}
+	}
+	for k, ix := range h.indexes {
+		u := users[k]
+		ix.users.Store(&u)
 	}
 	for _, ix := range started {
 		ix.tap = h.watches[tapOf(ix.key)]

@@ -56,6 +56,7 @@ type sink struct {
 	mu     sync.Mutex
 	events []event.Event
 	auth   []string
+	epochs []string // hub.EpochHeader of each request
 	answer func(ev event.Event, n int) (int, http.Header)
 	conns  atomic.Int32 // connections the hub opened to it
 }
@@ -72,6 +73,7 @@ func newSink(t *testing.T) *sink {
 		s.mu.Lock()
 		s.events = append(s.events, *ev)
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
+		s.epochs = append(s.epochs, r.Header.Get(hub.EpochHeader))
 		n, answer := len(s.events), s.answer
 		s.mu.Unlock()
 		code, hdr := http.StatusOK, http.Header(nil)

@@ -59,6 +59,8 @@ type Cache struct {
 	// off: nothing is kept or served (Serve): another instance of the
 	// operator may be reconciling, and the events it gets are not seen here.
 	off bool
+	// epoch is the event sender's epoch as last seen (Epoch).
+	epoch string
 }
 
 type kindCache struct {
@@ -246,6 +248,24 @@ func (c *Cache) Serve(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.off = !on
+	c.forget()
+}
+
+// Epoch records the epoch of the sender of an event (the opzero hub's
+// EpochHeader) before the event is decoded: when it differs from the one
+// last seen, the sender may not have told of every change since (it
+// started again, or listed what its watch missed), and everything is
+// dropped.
+func (c *Cache) Epoch(epoch string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if epoch == c.epoch {
+		return
+	}
+	c.epoch = epoch
 	c.forget()
 }
 
