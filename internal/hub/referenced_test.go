@@ -122,4 +122,3 @@ func before(t *testing.T, rv, than string) bool {
 	}
 	return c < 0
 }
-

@@ -8,8 +8,8 @@ import (
 // Stats are the hub's counters.
 type Stats struct {
 	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
-	watches, indexWatches, subscriptions, bucketsHeld                                             prometheus.Gauge
-	otherVersions                                                                                 prometheus.GaugeFunc
+	watches, indexWatches, subscriptions, bucketsHeld                                                         prometheus.Gauge
+	otherVersions                                                                                             prometheus.GaugeFunc
 }
 
 func newStats(el elector) *Stats {
