@@ -29,8 +29,12 @@ func newEpoch() *epoch { return &epoch{prefix: uuid.NewString()[:8]} }
 
 func (e *epoch) String() string { return e.prefix + "." + strconv.FormatInt(e.n.Load(), 10) }
 
-// bump starts a new epoch.
-func (e *epoch) bump() { e.n.Add(1) }
+// bump starts a new epoch (nil: a Hub made without New, in tests).
+func (e *epoch) bump() {
+	if e != nil {
+		e.n.Add(1)
+	}
+}
 
 // epochTransport sets EpochHeader on each request.
 type epochTransport struct {

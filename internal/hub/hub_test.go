@@ -363,7 +363,7 @@ func TestReferencedBy(t *testing.T) {
 			// through a watch of its own, which may see the change after the
 			// ConfigMap watch sees an update made right after it: update
 			// until one is delivered or filtered after the index followed.
-			unnamedUpdates := about("dev.knative.apiserver.ref.update", "unnamed")
+			unnamedUpdates := changed("unnamed")
 			x := 0
 			// settle updates unnamed once and waits until the hub has sent
 			// or filtered that update; it reports whether it was sent.
@@ -398,7 +398,7 @@ func TestReferencedBy(t *testing.T) {
 			if n := s.count(unnamedUpdates); n != sent {
 				t.Errorf("ConfigMap unnamed: %d updates delivered after its referrer was deleted and the index followed", n-sent)
 			}
-			if n := s.count(about("dev.knative.apiserver.ref.update", "named")); n != 0 {
+			if n := s.count(changed("named")); n != 0 {
 				t.Errorf("ConfigMap named: %d updates delivered after the referrer stopped naming it", n)
 			}
 		})

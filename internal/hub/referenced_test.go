@@ -26,6 +26,13 @@ func told(name string) func(event.Event) bool {
 	}
 }
 
+// changed: a Reference-mode update of a change of name (not told).
+func changed(name string) func(event.Event) bool {
+	return func(ev event.Event) bool {
+		return about("dev.knative.apiserver.ref.update", name)(ev) && !told(name)(ev)
+	}
+}
+
 // TestReferencedAgainIsTold: an object's changes while no referrer names
 // it are not sent (referencedBy), so an operator may hold an older copy
 // of it (its event cache, a read from when it was referenced before).
@@ -87,9 +94,7 @@ func TestReferencedAgainIsTold(t *testing.T) {
 	s.find(t, "the second referrer's add", about("dev.knative.apiserver.resource.add", "second"))
 	target.Data["v"] = "3"
 	must(t, env.Client.Update(ctx, target))
-	s.find(t, "target's own update", func(ev event.Event) bool {
-		return about("dev.knative.apiserver.ref.update", "target")(ev) && !told("target")(ev)
-	})
+	s.find(t, "target's own update", changed("target"))
 	if n := s.count(told("target")); n != 1+int(refused.Load()) {
 		t.Errorf("target told %d times (%d refused), want once answered", n, refused.Load())
 	}
