@@ -7,8 +7,11 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/description"
@@ -28,7 +31,8 @@ func newDescriber(opts Options, target string) *Runtime {
 
 // writeDescription is Start in describe mode.
 func (r *Runtime) writeDescription() error {
-	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil, Webhooks: r.webhooks}
+	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil, Webhooks: r.webhooks,
+		Versions: multiVersionKinds(r.opts.Scheme)}
 	for _, op := range r.ops {
 		d.Operators = append(d.Operators, describe(op))
 	}
@@ -122,4 +126,32 @@ func sortKinds(ks []description.Kind) {
 		}
 		return a.Kind < b.Kind
 	})
+}
+
+// multiVersionKinds are the kinds scheme has in several versions, outside
+// the Kubernetes packages (k8s.io/..., sigs.k8s.io/...), sorted.
+func multiVersionKinds(scheme *runtime.Scheme) []description.ConversionKind {
+	if scheme == nil {
+		return nil
+	}
+	versions := map[schema.GroupKind][]description.Version{}
+	for gvk, t := range scheme.AllKnownTypes() {
+		pkg := t.PkgPath()
+		if strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "sigs.k8s.io/") || strings.HasSuffix(gvk.Kind, "List") || gvk.Version == runtime.APIVersionInternal {
+			continue
+		}
+		versions[gvk.GroupKind()] = append(versions[gvk.GroupKind()], description.Version{Version: gvk.Version, GoPackage: pkg})
+	}
+	var out []description.ConversionKind
+	for gk, vs := range versions {
+		if len(vs) < 2 {
+			continue
+		}
+		sort.Slice(vs, func(i, j int) bool { return vs[i].Version < vs[j].Version })
+		out = append(out, description.ConversionKind{Group: gk.Group, Kind: gk.Kind, Versions: vs})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Group < out[j].Group || out[i].Group == out[j].Group && out[i].Kind < out[j].Kind
+	})
+	return out
 }

@@ -29,8 +29,13 @@
 //
 // # Caveats
 //
-// One operator per runtime in serverless mode (one HTTP endpoint, one
-// Knative Service). Leaving classic mode out (the default) keeps the
+// Several controllers may share one runtime (builder.ControllerManagedBy
+// once per controller): in serverless mode they are served on one HTTP
+// endpoint, one Knative Service, each event going to the controllers whose
+// kinds it concerns and answered when all have reconciled
+// (internal/engine/serverless Group); two controllers may not reconcile the
+// same kind, and they share the Service's scale and deployment settings
+// (docs/migrating.md, "Known limits"). Leaving classic mode out (the default) keeps the
 // controller-runtime manager out of the binary, which lowers its size and
 // RSS. Once a serverless instance has answered its first event and is idle
 // for 100 ms, it trims once (internal/trim): the heap's garbage goes back to

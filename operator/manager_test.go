@@ -395,10 +395,6 @@ func TestAdoptedManagerRefusesWhatCannotWorkServerless(t *testing.T) {
 		setup func(manager.Manager)
 		want  string
 	}{
-		{"webhook", manager.Options{}, func(m manager.Manager) { m.GetWebhookServer().Register("/validate", http.NotFoundHandler()) }, "webhooks (/validate) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false"},
-		{"conversion", manager.Options{}, func(m manager.Manager) {
-			m.GetWebhookServer().Register("/convert", http.NotFoundHandler()) // what a webhook builder does for a convertible type
-		}, "conversion webhooks cannot be served serverless"},
 		{"failing runnable", manager.Options{}, func(m manager.Manager) {
 			_ = m.Add(manager.RunnableFunc(func(context.Context) error { return errors.New("boom") }))
 		}, "boom"},

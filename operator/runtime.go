@@ -44,6 +44,9 @@ type Runtime struct {
 	// routes, if set, wraps the serverless handler outside authentication
 	// (an adopted manager's health checks, manager.go).
 	routes func(http.Handler) http.Handler
+	// authed, if set, wraps the serverless handler inside authentication
+	// (an adopted manager's webhooks, manager.go).
+	authed func(http.Handler) http.Handler
 	// webhooks, describing an adopted project, are its webhooks (manager.go).
 	webhooks *description.Webhooks
 }
@@ -66,6 +69,7 @@ func init() {
 		return nil
 	}
 	seam.SetRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).routes = routes }
+	seam.SetAuthenticatedRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).authed = routes }
 	seam.SetWebhooks = func(rt any, w *description.Webhooks) { rt.(*Runtime).webhooks = w }
 }
 
@@ -271,12 +275,18 @@ func (r *Runtime) Start(ctx context.Context) error {
 		ao := auth.Options{Authenticator: auth.NewTokenReviewer(r.client, r.opts.Audience, 0), Allowed: r.opts.AllowedSenders, Log: r.opts.Logger}
 		so.Wrap = func(h http.Handler) http.Handler { return auth.Middleware(ao, h) }
 	}
-	if inner, outer := so.Wrap, r.routes; outer != nil {
+	if authn, inner, outer := so.Wrap, r.authed, r.routes; inner != nil || outer != nil {
 		so.Wrap = func(h http.Handler) http.Handler {
 			if inner != nil {
 				h = inner(h)
 			}
-			return outer(h)
+			if authn != nil {
+				h = authn(h)
+			}
+			if outer != nil {
+				h = outer(h)
+			}
+			return h
 		}
 	}
 	// Once the first event is answered and the instance idle, give back

@@ -294,8 +294,8 @@ func (w *worthPart) writeManifests(ctx context.Context) error {
 		var docs []string
 		for i := range worthOps {
 			args := []string{"manifests", "--operator", "./examples/configwatcher", "--namespace", opNamespace(i), "-o", "-"}
-			if wiring == wHub {
-				args = append(args, "--source=hub")
+			if wiring == wKnative {
+				args = append(args, "--source=knative") // the hub is the default
 			}
 			cmd := exec.CommandContext(ctx, w.opzero, args...)
 			cmd.Dir = w.root
@@ -304,7 +304,7 @@ func (w *worthPart) writeManifests(ctx context.Context) error {
 			out, err := cmd.Output()
 			if err != nil {
 				if wiring == wHub {
-					w.hubNote = fmt.Sprintf("hub: no wiring (opzero manifests --source=hub: %s)", firstLine(stderr.String()))
+					w.hubNote = fmt.Sprintf("hub: no wiring (opzero manifests: %s)", firstLine(stderr.String()))
 					break
 				}
 				return fmt.Errorf("opzero %s: %v\n%s", strings.Join(args, " "), err, stderr.String())

@@ -12,8 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/proc"
@@ -30,6 +33,9 @@ func (w *worthPart) measure(ctx context.Context, wiring string, ops int) ([]proc
 	}
 	if wiring == wHub && w.hubNote != "" {
 		return nil, w.hubNote, nil
+	}
+	if err := w.clearOtherWiring(ctx, wiring); err != nil {
+		return nil, "", err
 	}
 	s, err := w.startDev(ctx, fmt.Sprintf("%s-%d-%d", strings.Fields(wiring)[0], ops, w.cms), w.manifests[wiring][ops])
 	if err != nil && wiring == wHub { // the newest wiring: its failure is a row's note, not the part's end
@@ -52,6 +58,37 @@ func (w *worthPart) measure(ctx context.Context, wiring string, ops int) ([]proc
 		return nil, "", fmt.Errorf("no always-on process found under opzero dev (pid %d)", s.cmd.Process.Pid)
 	}
 	return procs, "", nil
+}
+
+// clearOtherWiring deletes what the other serverless wiring's session left
+// in the operators' namespaces: opzero dev starts an adapter for every
+// ApiServerSource it finds to an operator it runs, so a hub session after a
+// Knative one ran the Knative one's adapters too (measured: the hub row
+// with two stale adapters).
+func (w *worthPart) clearOtherWiring(ctx context.Context, wiring string) error {
+	stale := []schema.GroupVersionKind{{Group: "sources.knative.dev", Version: "v1", Kind: "ApiServerSource"},
+		{Group: "sources.knative.dev", Version: "v1", Kind: "PingSource"}}
+	if wiring == wKnative {
+		stale = []schema.GroupVersionKind{{Group: "opzero.dev", Version: "v1alpha1", Kind: "Subscription"}}
+	}
+	for i := range worthOps {
+		for _, gvk := range stale {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			if err := w.c.DeleteAllOf(ctx, u, client.InNamespace(opNamespace(i))); err != nil && !meta.IsNoMatchError(err) {
+				return fmt.Errorf("deleting the other wiring's %ss: %w", gvk.Kind, err)
+			}
+		}
+		if wiring == wHub {
+			d := &unstructured.Unstructured{}
+			d.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+			if err := w.c.DeleteAllOf(ctx, d, client.InNamespace(opNamespace(i)),
+				client.MatchingLabels{"app.kubernetes.io/component": "wakeup-source"}); err != nil {
+				return fmt.Errorf("deleting the Knative wiring's wakeup sources: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // measureClassic starts ops controller-runtime managers (bench/crbaseline),

@@ -25,9 +25,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/hub/admission"
 	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/internal/trim"
 )
@@ -48,12 +50,22 @@ Subscriptions of the buckets it holds. A replica killed loses its buckets to
 another once their Leases expire (10 s); one stopped by SIGTERM stops
 sending, writes its progress and releases them at once.
 
+With --webhook-addr it is also the one TLS endpoint of every serverless
+operator's admission webhooks: the API server calls it at
+/admission/<namespace>/<operator>/<token>/<path> (the webhook configurations
+opzero manifests writes), it checks the review against what that webhook
+declares and forwards it to the operator's Knative Service with its OIDC
+token, waking it (internal/hub/admission). It keeps its serving certificate
+in a Secret and writes its CA into those configurations' caBundles.
+
 It needs: get/list/watch on subscriptions.opzero.dev and every kind
 subscribed to (opzero manifests --source=hub aggregates them into the
 opzero-hub ClusterRole), update on subscriptions/status, get/list/watch/delete
 on wakeups.opzero.dev, create on events and subjectaccessreviews, get on the
-sinks (Knative Services), create on its own serviceaccounts/token, and
-get, create and update on leases in --lease-namespace.
+sinks (Knative Services), create on its own serviceaccounts/token,
+get, create and update on leases in --lease-namespace; for the webhooks,
+get/list/watch on mutating/validatingwebhookconfigurations (patch on the
+operators' own), and get/create/update on its certificate's Secret.
 
 Usage:
   opzero-hub [flags]
@@ -78,6 +90,7 @@ func main() {
 	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
 	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
 	fs.StringVar(&ha.id, "replica-id", "", "This replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix).")
+	webhooks := admission.BindFlags(fs, os.Getenv("POD_NAMESPACE"))
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -86,7 +99,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *sa, *healthAddr, *recheck, *flush, ha)
+	err := run(ctx, *sa, *healthAddr, *recheck, *flush, ha, webhooks)
 	profile.Stop() // a benchmark build (-tags opzero_pprof) writes its profiles
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -149,7 +162,7 @@ func (f haFlags) replicaID() string {
 	return name + "_" + hex.EncodeToString(b)
 }
 
-func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, ha haFlags) error {
+func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, ha haFlags, webhooks *admission.Flags) error {
 	var id types.NamespacedName
 	if sa != "" {
 		ns, name, ok := strings.Cut(sa, "/")
@@ -177,6 +190,10 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	if err != nil {
 		return err
 	}
+	adm, err := startAdmission(ctx, cfg, webhooks, id, log)
+	if err != nil {
+		return err
+	}
 	if healthAddr != "" {
 		l, err := net.Listen("tcp", healthAddr)
 		if err != nil {
@@ -184,6 +201,9 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(h.Stats().Collectors()...)
+		if adm != nil {
+			reg.MustRegister(adm.Collectors()...)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/healthz", h.HealthHandler())
 		mux.Handle("/readyz", h.ReadyHandler())
@@ -196,4 +216,22 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	log.Info("opzero hub running", "identity", sa, "health", healthAddr, "pid", os.Getpid(), "version", version,
 		"replica", replica, "leaseNamespace", ha.namespace, "buckets", ha.buckets)
 	return h.Run(ctx)
+}
+
+// startAdmission serves the operators' admission webhooks
+// (internal/hub/admission) when --webhook-addr (or opzero dev's port) is set.
+func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, log logr.Logger) (*admission.Server, error) {
+	o, on, err := f.Options()
+	if err != nil || !on {
+		return nil, err
+	}
+	o.Identity, o.Log = id, log
+	s, err := admission.New(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

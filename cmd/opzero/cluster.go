@@ -71,7 +71,7 @@ func newClusterUpCmd(dir *string) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.BinDir, "bin-dir", "", "take the pinned binaries from this folder (default $OPZERO_BIN_DIR, else opzero's cache; see 'opzero install cluster')")
-	f.BoolVar(&opts.Knative, "knative", false, "also install Knative Serving and Eventing v0.50.0 (their release YAMLs, images built here)")
+	f.BoolVar(&opts.Knative, "knative", false, "also install Knative Serving and Eventing v0.50.0 (their release YAMLs, images built here: the first time, it builds the knative-cluster set: about 15 minutes on 2 cores; 'opzero install knative-cluster' does it ahead)")
 	f.BoolVar(&opts.KeepOnFailure, "keep-on-failure", false, "leave what a failed 'up' made running, to look at ('down' removes it)")
 	f.DurationVar(&opts.Timeout, "timeout", 3*time.Minute, "how long to wait for each component, the node and CoreDNS")
 	return cmd

@@ -39,17 +39,26 @@ then plays Knative's part for the objects it reads back:
 
   Knative Service   an activator at a local URL (written to status.url): the
                     first request starts the operator process (ko:// image,
-                    built once with go build; its args and env; PORT set) and
-                    is buffered meanwhile; more instances up to max-scale when
+                    built once with go build, or the command of a
+                    dev.opzero.dev/command annotation; its args and env; PORT
+                    set) and is buffered meanwhile; more instances up to max-scale when
                     all are busy at containerConcurrency; scale to zero after
-                    the scale-to-zero-pod-retention-period annotation, else
-                    the window annotation, else 30s (--idle overrides)
+                    the autoscaling.knative.dev/window annotation, else 60s
+                    (Knative's stable window), plus the
+                    scale-to-zero-pod-retention-period annotation, as real
+                    Knative counts it (--idle overrides both)
   ApiServerSource   Knative's real adapter (knative.dev/eventing v0.50.0), its
                     RBAC checked with SubjectAccessReviews, OIDC tokens for
                     sink.audience; status Ready with sinkUri
   PingSource        Knative's real mtping; status Ready with sinkUri
-  Deployment        one always-on process if its image is ko:// (the wakeup
-                    source); other Deployments are only applied
+  Broker, Trigger   one in-memory ingress; each Trigger's filter, retries,
+                    backoff and dead-letter sink as Knative has them
+  Deployment        one always-on process if its image is ko:// (the opzero
+                    hub, the wakeup source) or it is annotated
+                    dev.opzero.dev/command (that local command runs, as for a
+                    Knative Service); other Deployments are only applied
+  webhooks          configurations naming a Service of a Deployment run here
+                    are pointed at its local process, with a local certificate
 
 Each process gets exactly its container's environment, as kubelet builds it
 (env and envFrom, Secrets and ConfigMaps read from the cluster), plus what

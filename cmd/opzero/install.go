@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,7 @@ func newInstallCmd() *cobra.Command {
 		printDir bool
 	)
 	cmd := &cobra.Command{
-		Use:   "install [controlplane|knative|otelcol|cluster]...",
+		Use:   "install [" + strings.Join(pinned.Sets, "|") + "]...",
 		Short: "Build the pinned programs opzero runs (control plane, Knative's adapters and CRDs) ahead of first use",
 		Long: `install makes the programs opzero runs ready: the local control plane (etcd,
 kube-apiserver, kube-controller-manager and kubectl of Kubernetes v1.34.3) and
@@ -32,16 +33,18 @@ and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of the
 cluster's own images (pause, netcheck); as root it also installs Debian's
 containerd, runc, CNI plugins and iptables, and python3 and nodejs (the
 interpreters of hooks' images, opzero cluster apply), when they are missing. The
-knative-cluster set is what 'opzero cluster up --knative' adds: Knative
-Serving's and Eventing's components (v0.50.0) and Traefik (v3.6.12), static,
-for images. They are built from the pinned Go modules this CLI
-carries, into a cache folder named after the pins ($XDG_CACHE_HOME/opzero/<pins>,
+knative-cluster set, installed only when named, is what 'opzero cluster up
+--knative' adds: Knative Serving's and Eventing's components (v0.50.0) and
+Traefik (v3.6.12), static, for images (the first 'cluster up --knative'
+builds them itself when they are missing). They are built from the pinned Go
+modules this CLI carries, into a cache folder named after the pins ($XDG_CACHE_HOME/opzero/<pins>,
 by default ~/.cache/opzero/<pins>), or into --bin-dir / $OPZERO_BIN_DIR. What is
 there is kept, so a second run takes a moment.
 
-The first build takes about 9 minutes for the control plane and 3 for Knative on
-2 cores (less on more cores; a minute or two when Go's build cache holds them).
-It needs Go and the Go module proxy.
+The first build on 2 cores takes about 9 minutes for the control plane, 3 for
+Knative's adapters, 2 for otelcol, 8 for the cluster set and 15 for
+knative-cluster (less on more cores; a minute or two when Go's build cache holds
+them). It needs Go and the Go module proxy.
 
 Every command that runs these programs looks for them in --bin-dir, else
 $OPZERO_BIN_DIR, else $KUBEBUILDER_ASSETS (etcd, kube-apiserver, kubectl), else

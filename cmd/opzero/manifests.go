@@ -64,16 +64,19 @@ that description; there is no second list to keep in sync:
                       operator's --events-addr. Without WatchesEvents,
                       --broker adds a Broker and one Trigger (--trigger-type)
   webhooks.yaml       when the binary registers webhooks (an adopted
-                      controller-runtime project): the same image with
-                      --mode=webhooks as an always-on Deployment (serverless;
-                      classic: the operator serves them), its Service, its
-                      serving certificate (--webhook-certs), the
+                      controller-runtime project): the
                       Mutating/ValidatingWebhookConfigurations of the
-                      project's +kubebuilder:webhook markers pointing at the
-                      Service; a CRD the binary converts gets its conversion
-                      webhook (/convert). The Knative Service gets
-                      ENABLE_WEBHOOKS=false: kubebuilder's main then leaves
-                      them out
+                      project's +kubebuilder:webhook markers. Serverless
+                      (--webhooks=hub, the default) they call the cluster's
+                      opzero hub at /admission/<namespace>/<operator>/<token>/<path>
+                      (hub.yaml is written too), which forwards each call to
+                      the Knative Service, waking it; the hub writes its own
+                      CA into their caBundles. With --webhooks=always-on, or
+                      for a CRD the binary converts (/convert), the same image
+                      runs with --mode=webhooks as an always-on Deployment
+                      (classic: the operator serves them) with its Service and
+                      serving certificate (--webhook-certs), and the Knative
+                      Service gets ENABLE_WEBHOOKS=false (always-on only)
 
 The hub (the default, serverless only) holds the watches of every operator
 of the cluster, so what stays on while an operator is at zero is one small
@@ -96,9 +99,10 @@ OPZERO_MAX_SCALE), the same name with two values, or an argument that sets a
 flag the operator does not have is refused and nothing is written.
 
 Output is deterministic: the same operator and flags give the same bytes,
-except a webhook certificate made with --webhook-certs=secret: new on stdout,
-kept from the folder's webhooks.yaml with -o while it serves the Service's names
-for 30 more days. Its private key is in webhooks.yaml: keep it out of version
+except the random token of the webhooks' hub paths (new on stdout, kept from
+the folder's webhooks.yaml with -o) and a webhook certificate made with
+--webhook-certs=secret: new on stdout, kept from the folder's webhooks.yaml
+with -o while it serves the Service's names for 30 more days. Its private key is in webhooks.yaml: keep it out of version
 control, or use --webhook-certs=cert-manager.`,
 		Example: `  opzero manifests ./examples/configwatcher -o deploy/
   opzero manifests --operator ./examples/configwatcher --mode=classic -o - | kubectl apply -f -
@@ -147,6 +151,11 @@ control, or use --webhook-certs=cert-manager.`,
 					return err
 				}
 			}
+			if out != "-" {
+				if o.WebhookToken, err = manifests.ReadWebhookToken(out); err != nil {
+					return err
+				}
+			}
 			objs, err := manifests.Build(cmd.Context(), dir, pkg, o)
 			if err != nil {
 				return err
@@ -177,7 +186,7 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
 	f.StringVar(&o.Source, "source", manifests.SourceHub, "serverless: how events reach the operator: hub (a Subscription to the cluster's opzero hub, which hub.yaml installs) or knative (an ApiServerSource per kind, PingSources, a wakeup source); --mode=classic ignores it")
 	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
-	f.BoolVar(&installHub, "install-hub", true, "with --source=hub: write hub.yaml, the cluster's hub (the same in every operator's manifests, so applying it again is harmless); false when the hub is installed once per cluster with `opzero hub manifests`")
+	f.BoolVar(&installHub, "install-hub", true, "with --source=hub: write hub.yaml, the cluster's hub (the same in every operator's manifests, so applying it again is harmless); false when the hub is installed once per cluster with opzero hub manifests")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (Knative keeps it for its stable window, then the retention period: under 60s autoscaling.knative.dev/window, at least 6s; above, scale-to-zero-pod-retention-period of the rest; 0: Knative's defaults, 60s or more)")
 	f.StringVar(&o.Broker, "broker", "", "the Broker's name (default: the operator's when it takes Broker events); without WatchesEvents, serverless: also emit a Broker of this name and a Trigger to the operator")
@@ -186,6 +195,7 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringVar(&o.Delivery.BackoffPolicy, "backoff-policy", "exponential", "Broker and Triggers: exponential or linear")
 	f.StringVar(&o.Delivery.BackoffDelay, "backoff-delay", "PT0.5S", "Broker and Triggers: ISO-8601 backoff delay (exponential: the first retry waits it, each next twice as long; linear: the first retry is immediate, the n-th waits n-1 times it)")
 	f.StringVar(&o.Delivery.DeadLetterSink, "dead-letter-sink", "", "Broker and Triggers: URI that gets events whose retries are exhausted")
+	f.StringVar(&o.Webhooks, "webhooks", "", "serverless: how an adopted project's admission webhooks are served: hub (the default: the API server calls the cluster's opzero hub, which wakes the operator; no process of the operator's runs at zero) or always-on (the same binary with --mode=webhooks as a Deployment: no cold start inside an admission call). Conversion is served always on either way")
 	f.StringVar(&o.WebhookCerts, "webhook-certs", manifests.CertsSecret, "an adopted project's webhooks: how their serving certificate is made: secret (a CA and a certificate made here, in a Secret, the CA in every caBundle) or cert-manager (an Issuer and a Certificate; cert-manager injects the caBundles)")
 	f.StringArrayVar(&env.env, "env", nil, "NAME=VALUE: an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.secret, "env-secret", nil, "NAME=SECRET:KEY: an environment variable of the operator set from a key of a Secret in --namespace (repeatable)")

@@ -192,3 +192,30 @@ func TestManifestsSourceHub(t *testing.T) {
 		}
 	}
 }
+
+// TestManifestsWebhookBadInputWritesNothing: a project whose kind has two
+// versions with other schemas and no conversion, or whose markers declare
+// webhooks it does not register, gets an error naming the file to fix, and
+// the folder is not written.
+func TestManifestsWebhookBadInputWritesNothing(t *testing.T) {
+	t.Chdir("../..")
+	for env, want := range map[string]string{
+		"WIDGETS_OLD_VERSION": "v1alpha1 in internal/manifests/testdata/widgets/api/v1alpha1/types.go",
+		"WIDGETS_NO_WEBHOOKS": "internal/manifests/testdata/widgets/main.go: path=/mutate-widgets-opzero-dev-v1-widget",
+	} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, "1") // the described binary inherits it
+			dir := filepath.Join(t.TempDir(), "deploy")
+			out, err := runOpzero(t, "manifests", "./internal/manifests/testdata/widgets", "-o", dir)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "nothing written") {
+				t.Fatalf("error %v (output %s), want one naming %q", err, out, want)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("the folder was written (%v)", err)
+			}
+		})
+	}
+	if _, err := runOpzero(t, "manifests", "./internal/manifests/testdata/widgets", "--webhooks=sidecar"); err == nil || !strings.Contains(err.Error(), `--webhooks="sidecar": want hub or always-on`) {
+		t.Errorf("--webhooks=sidecar: %v", err)
+	}
+}

@@ -317,14 +317,13 @@ func TestReadmeAdoptProject(t *testing.T) {
 		t.Skip("builds kubebuilder and a project, runs its envtest suite and opzero dev")
 	}
 	root := checkoutRoot(t)
-	readme := filepath.Join(root, "README.md")
 	env := testkit.ReadmeEnv(t, root)
 	dir, _ := generated(t)
 	if strings.HasPrefix(dir, root+string(filepath.Separator)) {
 		t.Fatalf("the project %s is inside the checkout %s", dir, root)
 	}
 	for _, block := range []string{"install", "adopt"} {
-		lines, err := testkit.ReadmeBlock(readme, block)
+		lines, err := testkit.BookBlock(root, block)
 		if err != nil {
 			t.Fatal(err)
 		}

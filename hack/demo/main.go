@@ -126,7 +126,7 @@ func (d *demo) startDev(ctx context.Context, extra ...string) error {
 	}
 	suffix := ""
 	if len(extra) > 0 {
-		suffix = "-hub"
+		suffix = "-knative"
 	}
 	dir := filepath.Join(d.dir, "manifests"+suffix)
 	gen := append([]string{"manifests", "--operator", "./examples/configwatcher", "--namespace", ns, "--idle", idle, "-o", dir}, extra...)
@@ -142,7 +142,7 @@ func (d *demo) startDev(ctx context.Context, extra ...string) error {
 	}
 
 	if len(extra) == 0 {
-		d.say("opzero dev: apply them and play Knative's part (activator, Knative's real adapters, statuses)")
+		d.say("opzero dev: apply them and play Knative's part (activator, statuses); the hub runs as the cluster's one process for every operator")
 	}
 	args := []string{"dev", "-f", dir, "--kubeconfig", d.kubeconfig, "--log-dir", filepath.Join(d.dir, "logs"+suffix), "--build-dir", d.root,
 		"--events=json", "--no-status"}
@@ -203,32 +203,35 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "configwatchers")
 	fmt.Println()
-	_ = d.kubectl("get", "-n", ns, "ksvc,apiserversources,pingsources")
+	_ = d.kubectl("get", "-n", ns, "ksvc,subscriptions.opzero.dev")
 	fmt.Println()
 	_ = d.kubectl("get", "-n", ns, "events", "--field-selector", "reason=Restarted", "-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
 	if err := d.scaleToZero(ctx, mark); err != nil {
+		return err
+	}
+	if err := d.unrelatedWakesNothing(ctx); err != nil {
 		return err
 	}
 
 	d.say("What opzero dev reported, from its event stream")
 	d.dev.Summarize(d.t0)
 
-	knative, err := d.alwaysOn(ctx)
-	if err != nil {
-		return err
-	}
-	if err := d.hubWiring(ctx); err != nil {
-		return err
-	}
 	hub, err := d.alwaysOn(ctx)
 	if err != nil {
 		return err
 	}
+	if err := d.knativeWiring(ctx); err != nil {
+		return err
+	}
+	knative, err := d.alwaysOn(ctx)
+	if err != nil {
+		return err
+	}
 	d.say("What stays on while the operator is at zero (RSS from /proc, after %s settling)", settle)
-	d.note("%-46s %8s", "Knative wiring (opzero manifests)", "MiB")
-	d.printParts(knative)
-	d.note("%-46s %8s", "hub wiring (opzero manifests --source=hub)", "MiB")
+	d.note("%-46s %8s", "hub wiring (opzero manifests, the default)", "MiB")
 	d.printParts(hub)
+	d.note("%-46s %8s", "Knative wiring (opzero manifests --source=knative)", "MiB")
+	d.printParts(knative)
 	d.note("the hub is one process for every operator of the cluster; per operator, the Knative wiring runs one adapter per watched kind and a wakeup source (mtping is shared by all PingSources)")
 	if f := os.Getenv("OPZERO_DEMO_TIMELINE"); f != "" {
 		if err := d.dev.DrawTimeline(f); err != nil {
@@ -346,22 +349,11 @@ func (d *demo) printParts(parts []part) {
 	d.note("  %-44s %8.1f", "total", sum)
 }
 
-// hubWiring moves the operator to the hub wiring: opzero dev stops, the
-// Knative wiring's sources go, `opzero manifests --source=hub` writes the
-// Subscription and the hub, and opzero dev runs them; then an edit of an
-// unrelated ConfigMap wakes nothing, and an edit of the watched one does.
-func (d *demo) hubWiring(ctx context.Context) error {
-	d.say("The same operator on the hub wiring: one Subscription, one hub process for the whole cluster")
-	d.dev.Stop()
-	d.dev = nil
-	if err := d.kubectl("delete", "-n", ns, "apiserversources,pingsources,deployments", "--ignore-not-found",
-		"-l", "app.kubernetes.io/name=configwatcher"); err != nil {
-		return err
-	}
-	if err := d.startDev(ctx, "--source=hub"); err != nil {
-		return err
-	}
-	_ = d.kubectl("get", "-n", ns, "subscriptions.opzero.dev")
+// unrelatedWakesNothing: an edit of a ConfigMap no ConfigWatcher names
+// wakes nothing (the hub filters it out), and an edit of the watched one
+// does.
+func (d *demo) unrelatedWakesNothing(ctx context.Context) error {
+	d.say("An unrelated ConfigMap changes: the hub wakes nothing; the watched one changes: it wakes the operator")
 	if err := d.dev.WaitZero(ctx); err != nil {
 		return err
 	}
@@ -384,6 +376,24 @@ func (d *demo) hubWiring(ctx context.Context) error {
 	}
 	d.note("the edit of webapp-config was delivered by the hub%s; the unrelated ConfigMap woke nothing (the hub knows only ConfigWatchers' spec.configMap matter)", d.dev.ColdNote(mark))
 	return d.scaleToZero(ctx, mark)
+}
+
+// knativeWiring moves the operator to Knative's own sources for the
+// comparison: opzero dev stops, the Subscription goes, `opzero manifests
+// --source=knative` writes an ApiServerSource per kind, the PingSources
+// and the wakeup source, and opzero dev runs them.
+func (d *demo) knativeWiring(ctx context.Context) error {
+	d.say("The same operator on Knative's own sources (--source=knative), for comparison")
+	d.dev.Stop()
+	d.dev = nil
+	if err := d.kubectl("delete", "-n", ns, "subscriptions.opzero.dev", "--all"); err != nil {
+		return err
+	}
+	if err := d.startDev(ctx, "--source=knative"); err != nil {
+		return err
+	}
+	_ = d.kubectl("get", "-n", ns, "apiserversources,pingsources")
+	return d.dev.WaitZero(ctx)
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -68,6 +68,11 @@ type Description struct {
 	// its webhook server (served by the same binary with --mode=webhooks);
 	// absent when it registers none.
 	Webhooks *Webhooks `json:"webhooks,omitempty"`
+	// Versions are the kinds the binary's scheme has in several versions
+	// (outside k8s.io's packages), each version with its Go package:
+	// `opzero manifests` writes their CRDs with every version, and refuses
+	// versions that differ with no conversion.
+	Versions []ConversionKind `json:"versions,omitempty"`
 }
 
 // Webhooks are an adopted project's admission and conversion webhooks.

@@ -333,6 +333,12 @@ func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, takeover s
 		return
 	}
 	s := h.subs[key]
+	var replaced *sub
+	if s != nil && s.uid() != obj.UID {
+		// deleted and created again while the watch was away (a relist
+		// shows only the new one): the old one's progress is not its
+		replaced, s = s, nil
+	}
 	if s == nil {
 		s = newSub(h, obj)
 		s.takeover = h.takeoverAt(key, takeover)
@@ -343,6 +349,9 @@ func (h *Hub) update(ctx context.Context, obj *v1alpha1.Subscription, takeover s
 	}
 	s.setSpec(obj)
 	h.mu.Unlock()
+	if replaced != nil {
+		replaced.stop()
+	}
 	h.check(ctx, s)
 }
 

@@ -55,6 +55,9 @@ func (h *Hub) bucketOf(k types.NamespacedName) int { return bucket.Of(k.String()
 const LeasePrefix = "opzero-hub-bucket"
 
 func (h *Hub) newElector() elector {
+	if h.opts.Version == "" {
+		h.opts.Version = BuildVersion()
+	}
 	if h.opts.LeaseNamespace == "" {
 		return solo{}
 	}
@@ -66,9 +69,6 @@ func (h *Hub) newElector() elector {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		h.opts.ReplicaID = host + "_" + hex.EncodeToString(b)
-	}
-	if h.opts.Version == "" {
-		h.opts.Version = BuildVersion()
 	}
 	h.opts.Log = h.opts.Log.WithValues("replica", h.opts.ReplicaID)
 	return bucket.New(h.dyn, bucket.Options{Namespace: h.opts.LeaseNamespace, Name: LeasePrefix, Buckets: h.opts.Buckets,

@@ -117,9 +117,16 @@ func TestSubscriptionFromNewerOpzero(t *testing.T) {
 		return false, env.Client.Delete(ctx, o)
 	})
 	must(t, env.Client.Create(ctx, subscription(ns, "older", s.URL, cm)))
+	t.Cleanup(func() {
+		if t.Failed() {
+			var got v1alpha1.Subscription
+			err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "newer"}, &got)
+			t.Logf("Subscription newer: %v status %+v", err, got.Status)
+		}
+	})
 
 	c := condition(t, ns, "newer", v1alpha1.SubscriptionReady, metav1.ConditionFalse, "HubOutdated")
-	for _, want := range []string{"spec.ordering", "upgrade the hub", hub.Version()} {
+	for _, want := range []string{"spec.ordering", "upgrade the hub", hub.BuildVersion()} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("condition message %q does not say %q", c.Message, want)
 		}

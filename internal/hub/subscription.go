@@ -64,6 +64,12 @@ func newSub(h *Hub, obj *v1alpha1.Subscription) *sub {
 	return s
 }
 
+func (s *sub) uid() types.UID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.obj.UID
+}
+
 func (s *sub) generation() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -261,7 +267,7 @@ func (s *sub) setCondition(c metav1.Condition) {
 func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) ([]*attachment, []v1alpha1.Sweep, error) {
 	if u := s.unknownFields(); u != "" {
 		return nil, nil, withReason("HubOutdated", "%s: not known to this hub (opzero %s): the Subscription was written by a newer opzero; "+
-			"upgrade the hub (opzero hub manifests | kubectl apply --server-side -f -) or regenerate the operator's manifests with this hub's opzero", u, Version())
+			"upgrade the hub (opzero hub manifests | kubectl apply --server-side -f -) or regenerate the operator's manifests with this hub's opzero", u, h.opts.Version)
 	}
 	if spec.Operator == "" {
 		return nil, nil, withReason("InvalidSpec", "spec.operator is empty: name the operator (its builder name)")

@@ -82,7 +82,7 @@ func unstructuredOf(o manifests.Object) (*unstructured.Unstructured, error) {
 // TestKnativeFieldsAreDeclared covers those.)
 func TestDryRunApplyCatchesMistakes(t *testing.T) {
 	env := testenv.Get(t)
-	o := goldenCases["serverless"]
+	o := goldenCases["serverless-knative"] // its ApiServerSources and PingSources too
 	o.Namespace = env.Namespace(t)
 	broken := map[string]func(map[string]any){
 		"ApiServerSource": func(m map[string]any) { m["spec"].(map[string]any)["mode"] = int64(3) },

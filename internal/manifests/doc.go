@@ -34,16 +34,24 @@
 //     WatchesEvents, Options.Broker adds a Broker and one Trigger
 //     (Options.TriggerType).
 //   - when the binary registers webhooks (an adopted controller-runtime
-//     project; description.Webhooks), webhooks.yaml: the same image with
-//     --mode=webhooks as an always-on Deployment <operator>-webhooks (in
-//     classic mode the operator's Deployment serves them), its Service,
-//     its certificate (Options.WebhookCerts: a generated CA and
-//     certificate in a Secret, the CA in every caBundle; or a cert-manager
-//     Issuer and Certificate with inject-ca-from), the
+//     project; description.Webhooks), webhooks.yaml: the
 //     Mutating/ValidatingWebhookConfigurations of the project's
-//     +kubebuilder:webhook markers (`controller-gen webhook`)
-//     pointed at the Service, and spec.conversion on the CRDs of the kinds
-//     its /convert converts; the Knative Service gets ENABLE_WEBHOOKS=false.
+//     +kubebuilder:webhook markers (`controller-gen webhook`). Serverless
+//     with Options.Webhooks = WebhooksHub (the default) they call the
+//     cluster's opzero hub (hub.yaml, deployed even with --source=knative)
+//     at /admission/<namespace>/<operator>/<token>/<path>, labelled and
+//     annotated for it (internal/hub/admission), the operator's Knative
+//     Service serves them (no ENABLE_WEBHOOKS=false) and the hub wakes it
+//     inside each call (hubwebhooks.go). Otherwise (WebhooksAlwaysOn, or
+//     only for /convert of a project that converts kinds) the same image
+//     runs with --mode=webhooks as an always-on Deployment
+//     <operator>-webhooks (in classic mode the operator's Deployment
+//     serves them), with its Service, its certificate
+//     (Options.WebhookCerts: a generated CA and certificate in a Secret,
+//     the CA in every caBundle; or a cert-manager Issuer and Certificate
+//     with inject-ca-from), the configurations pointed at the Service,
+//     and spec.conversion on the CRDs of the kinds its /convert converts;
+//     with WebhooksAlwaysOn the Knative Service gets ENABLE_WEBHOOKS=false.
 //
 // The operator's container gets the same environment and extra arguments in
 // either mode: the generated variables (POD_NAMESPACE, OPZERO_MAX_SCALE),
@@ -59,12 +67,19 @@
 //   - Deterministic: the same description and Options give byte-identical
 //     YAML (objects in a fixed order, map keys sorted, rules sorted); a
 //     webhook certificate is new unless Options.WebhookCert still serves
-//     (ReadWebhookCert reads a folder's).
-//   - Webhooks that do not add up are refused before anything is written:
-//     a registered path no marker names, a marker whose path is not
-//     registered or has url=, a main that registers them even with
-//     ENABLE_WEBHOOKS=false (Describe runs it twice), a converted kind
-//     whose CRD has one version.
+//     (ReadWebhookCert reads a folder's), and so is the webhooks' hub path
+//     token unless Options.WebhookToken is set (ReadWebhookToken).
+//   - Webhooks that do not add up are refused before anything is written,
+//     naming the file to fix where there is one: markers in a binary that
+//     registers no webhook, a registered path no marker names, a marker
+//     whose path is not registered or has url=, with --webhooks=always-on a
+//     main that registers them even with ENABLE_WEBHOOKS=false (Describe
+//     runs it twice), a converted kind whose CRD has one version, a kind in
+//     several versions whose schemas differ and that the binary does not
+//     convert (its CRD gets every version when they are the same).
+//   - A webhook's timeoutSeconds left empty is written as the API
+//     server's default (10); one under 5 s through the hub gets a warning
+//     (a cold start may not fit it).
 //   - An unknown Source or Mode, or hub with classic, is refused naming
 //     the flag before the operator is even built (Build).
 //   - Least privilege: every rule comes from a kind in the description, a

@@ -45,7 +45,9 @@ func ExampleGenerate() {
 }
 
 // With the hub (--source=hub): a Subscription and the hub's read role per
-// operator, the hub itself in hub.yaml, and no Knative sources.
+// operator, the hub itself in hub.yaml (with the Service and rights of its
+// admission endpoint, which serves operators' webhooks), and no Knative
+// sources.
 func ExampleGenerate_hub() {
 	in := manifests.Input{
 		ImportPath: "example.com/op/cmd/op",
@@ -67,11 +69,16 @@ func ExampleGenerate_hub() {
 	// hub.yaml       Namespace          opzero-system
 	// hub.yaml       ServiceAccount     opzero-hub
 	// hub.yaml       ClusterRole        opzero-hub
+	// hub.yaml       ClusterRole        opzero-hub-admission
 	// hub.yaml       ClusterRole        opzero-hub-base
 	// hub.yaml       ClusterRoleBinding opzero-hub
 	// hub.yaml       Role               opzero-hub
+	// hub.yaml       Role               opzero-hub-webhook-certs
 	// hub.yaml       RoleBinding        opzero-hub
+	// hub.yaml       RoleBinding        opzero-hub-webhook-certs
 	// hub.yaml       Deployment         opzero-hub
+	// hub.yaml       PodDisruptionBudget opzero-hub
+	// hub.yaml       Service            opzero-hub
 	// rbac.yaml      ServiceAccount     op
 	// rbac.yaml      ClusterRole        opzero-hub:ops:op
 	// rbac.yaml      ClusterRole        opzero:ops:op

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,6 +40,9 @@ type Input struct {
 	Webhooks   *description.Webhooks
 	Mutating   []admissionregv1.MutatingWebhook
 	Validating []admissionregv1.ValidatingWebhook
+	// WebhookSources are where its Go files declare and register
+	// webhooks (errors name them).
+	WebhookSources WebhookSources
 }
 
 // Build describes the operator in Go package pkg (resolved in dir),
@@ -72,7 +76,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, fmt.Errorf("--mode=classic: %s is serverless only (its main does not import github.com/opzero/opzero/operator/classic), "+
 			"so the Deployment would fail to start; add  import _ \"github.com/opzero/opzero/operator/classic\"  to its package main, or generate serverless manifests", t.ImportPath)
 	}
-	if o.Mode != Classic && t.WebhooksDespiteEnv != "" {
+	if o.Mode != Classic && !o.webhooksViaHub() && t.WebhooksDespiteEnv != "" {
 		return Input{}, t.errWebhooksDespiteEnv()
 	}
 	mod, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Path}}")
@@ -98,41 +102,61 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		pkgs[WakeupPackage] = true
 		want[[2]string{"opzero.dev", "Wakeup"}] = true
 	}
-	if o.hub() {
+	if o.hub() || (t.Desc.Webhooks != nil && o.webhooksViaHub()) { // the hub runs: it watches Subscriptions
 		pkgs[WakeupPackage] = true
 		want[[2]string{"opzero.dev", "Subscription"}] = true
 	}
 	var mut []admissionregv1.MutatingWebhook
 	var val []admissionregv1.ValidatingWebhook
+	mpkgs, err := modulePackageList(ctx, t.Dir, t.ImportPath, mod)
+	if err != nil {
+		return Input{}, err
+	}
+	sources, err := scanWebhookSources(t.Dir, mpkgs)
+	if err != nil {
+		return Input{}, err
+	}
+	var converted []description.ConversionKind
 	if w := t.Desc.Webhooks; w != nil {
-		for _, k := range w.Conversion { // the CRD has every version
-			for _, v := range k.Versions {
+		converted = w.Conversion
+		var ips []string
+		for _, p := range mpkgs {
+			ips = append(ips, p.ImportPath)
+		}
+		if mut, val, err = WebhookMarkers(t.Dir, ips...); err != nil {
+			return Input{}, err
+		}
+	} else if len(sources.MarkerPaths) > 0 {
+		return Input{}, errMarkersNotRegistered(t.ImportPath, sources)
+	}
+	// A kind in several versions: its CRD has every version (the
+	// conversion's, or None when they are the same: checkVersions).
+	for _, k := range append(slices.Clone(converted), t.Desc.Versions...) {
+		for _, v := range k.Versions {
+			if want[[2]string{k.Group, k.Kind}] || slices.ContainsFunc(converted, func(c description.ConversionKind) bool { return c.Group == k.Group && c.Kind == k.Kind }) {
 				if v.GoPackage == mod || strings.HasPrefix(v.GoPackage, mod+"/") {
 					pkgs[v.GoPackage] = true
 					want[[2]string{k.Group, k.Kind}] = true
 				}
 			}
 		}
-		mpkgs, err := modulePackages(ctx, t.Dir, t.ImportPath, mod)
-		if err != nil {
-			return Input{}, err
-		}
-		if mut, val, err = WebhookMarkers(t.Dir, mpkgs...); err != nil {
-			return Input{}, err
-		}
 	}
 	crds, err := GenerateCRDs(t.Dir, sortedKeys(pkgs)...)
 	if err != nil {
 		return Input{}, err
 	}
-	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val}
-	if len(t.Desc.Operators) > 1 {
-		in.Operators = t.Desc.Operators
-	}
+	var wanted []GeneratedCRD
 	for _, c := range crds {
 		if want[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] {
-			in.CRDs = append(in.CRDs, c)
+			wanted = append(wanted, c)
 		}
+	}
+	if err := checkVersions(ctx, t.Dir, wanted, append(slices.Clone(converted), t.Desc.Versions...), converted); err != nil {
+		return Input{}, fmt.Errorf("%s: %w", t.ImportPath, err)
+	}
+	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val, WebhookSources: sources, CRDs: wanted}
+	if len(t.Desc.Operators) > 1 {
+		in.Operators = t.Desc.Operators
 	}
 	// one controller-gen run reads the markers of every reconciler package
 	recs := map[string]bool{}
@@ -207,6 +231,9 @@ func Generate(in Input, o Options) ([]Object, error) {
 		if o.hub() {
 			objs = append(objs, g.hubWiring()...)
 		} else {
+			if g.viaHub() && !o.NoHub { // the hub serves the webhooks
+				objs = append(objs, HubObjects(o.HubImage)...)
+			}
 			objs = append(objs, g.apiServerSources()...)
 			objs = append(objs, g.pingSources()...)
 			if o.durable() {

@@ -207,7 +207,8 @@ func HubObjects(image string) []Object {
 	for _, o := range role(HubName, HubNamespace, HubName, own.list(), l) {
 		objs = append(objs, inFile(FileHub, o))
 	}
-	return append(objs, hub(hubDeployment(image, l)), hub(hubDisruptionBudget(l)))
+	objs = append(objs, hubAdmissionObjects(l)...) // its admission endpoint (hubwebhooks.go)
+	return append(objs, hub(withAdmission(hubDeployment(image, l))), hub(hubDisruptionBudget(l)))
 }
 
 // hubSelector selects the hub's pods.

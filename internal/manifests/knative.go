@@ -50,6 +50,9 @@ func (g *gen) senders() []string {
 	if g.o.hub() { // the hub sends the events, sweeps and wakeups
 		out = append(out, hubSender())
 	} else {
+		if g.viaHub() { // the hub forwards the admission webhooks' calls
+			out = append(out, hubSender())
+		}
 		for _, k := range g.sourceKinds() {
 			out = append(out, sa(knativenames.OIDCServiceAccount(g.sourceName(k.Kind), "sources.knative.dev", "ApiServerSource")))
 		}
@@ -267,7 +270,7 @@ func (g *gen) service() Object {
 		// kubernetes.podspec-fieldref feature is on
 		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
 	}
-	if _, set := envLiteral(g.env, enableWebhooksEnv); g.in.Webhooks != nil && !set {
+	if _, set := envLiteral(g.env, enableWebhooksEnv); g.in.Webhooks != nil && !g.viaHub() && !set {
 		// the webhooks Deployment serves them (webhooks.go)
 		env = append(env, map[string]any{"name": enableWebhooksEnv, "value": "false"})
 	}

@@ -81,6 +81,15 @@ type Options struct {
 	// WebhookCerts is how the serving certificate of an adopted project's
 	// webhooks is made: CertsSecret (the default) or CertsCertManager.
 	WebhookCerts string
+	// Webhooks is how an adopted project's admission webhooks are served
+	// serverless: WebhooksHub (the default: called at the hub, which wakes
+	// the operator) or WebhooksAlwaysOn (a --mode=webhooks Deployment).
+	// Conversion is served always on either way.
+	Webhooks string
+	// WebhookToken is the random segment of the hub paths of the
+	// operator's webhooks ("" a new one; a folder regenerated keeps its
+	// configurations').
+	WebhookToken string
 	// WebhookCert, with CertsSecret, is the certificate to keep (a folder
 	// regenerated keeps its Secret's) if it still serves the webhooks
 	// Service's names for 30 days; nil or not: a new one.
@@ -175,6 +184,27 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	if d.Retry < 0 {
 		return o, fmt.Errorf("--retry=%d: must not be negative", d.Retry)
 	}
+	switch o.Webhooks {
+	case "", WebhooksHub, WebhooksAlwaysOn:
+	default:
+		return o, fmt.Errorf("--webhooks=%q: want %s or %s", o.Webhooks, WebhooksHub, WebhooksAlwaysOn)
+	}
+	if o.Mode == Classic && o.Webhooks == WebhooksHub {
+		return o, fmt.Errorf("--webhooks=%s: a classic operator serves its webhooks itself, always on; drop --webhooks or use --mode=serverless", WebhooksHub)
+	}
+	if o.Mode != Classic && o.Webhooks == "" {
+		o.Webhooks = WebhooksHub
+	}
+	if o.WebhookToken == "" {
+		t, err := newWebhookToken()
+		if err != nil {
+			return o, err
+		}
+		o.WebhookToken = t
+	}
+	for _, msg := range validation.IsDNS1123Label(o.WebhookToken) {
+		return o, fmt.Errorf("webhook path token %q: %s", o.WebhookToken, msg)
+	}
 	switch o.WebhookCerts {
 	case "", CertsSecret, CertsCertManager:
 	default:
@@ -188,6 +218,10 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 
 // durable says whether durable time is on.
 func (o Options) durable() bool { return o.Mode == Serverless && !o.NoDurableTime }
+
+// webhooksViaHub says whether a binary's admission webhooks would be
+// served through the hub (before defaults: Prepare).
+func (o Options) webhooksViaHub() bool { return o.Mode != Classic && o.Webhooks != WebhooksAlwaysOn }
 
 // hub says whether the hub delivers the operator's events.
 func (o Options) hub() bool {

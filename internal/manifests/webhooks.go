@@ -80,22 +80,6 @@ func WebhookMarkers(dir string, pkgs ...string) ([]admissionregv1.MutatingWebhoo
 	return mut, val, err
 }
 
-// modulePackages are the packages of module mod that the main package pkg
-// builds from (itself included): where its webhooks' markers are.
-func modulePackages(ctx context.Context, dir, pkg, mod string) ([]string, error) {
-	out, err := goCmd(ctx, dir, "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}} {{.ImportPath}}", pkg)
-	if err != nil {
-		return nil, fmt.Errorf("listing the packages of %s: %w", pkg, err)
-	}
-	var pkgs []string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if m, p, ok := strings.Cut(line, " "); ok && m == mod {
-			pkgs = append(pkgs, p)
-		}
-	}
-	return pkgs, nil
-}
-
 // webhookPath is where a marker's webhook is called ("" with url=).
 func webhookPath(cc admissionregv1.WebhookClientConfig) string {
 	if cc.Service == nil || cc.Service.Path == nil {
@@ -113,20 +97,23 @@ func (g *gen) checkWebhooks() error {
 	if w == nil {
 		return nil
 	}
-	if v, ok := envLiteral(g.env, enableWebhooksEnv); ok && g.o.Mode != Classic && v != "false" {
-		return fmt.Errorf("--env %s=%s: the binary registers webhooks, which the serverless Service must leave out (opzero manifests gives it %s=false); drop it", enableWebhooksEnv, v, enableWebhooksEnv)
-	} else if ok && g.o.Mode == Classic && v == "false" {
+	switch v, ok := envLiteral(g.env, enableWebhooksEnv); {
+	case ok && g.viaHub() && v == "false":
+		return fmt.Errorf("--env %s=false: the serverless Service serves the binary's webhooks (the hub forwards the API server's calls to it, --webhooks=%s); drop it, or keep them in an always-on Deployment with --webhooks=%s", enableWebhooksEnv, WebhooksHub, WebhooksAlwaysOn)
+	case ok && g.o.Mode != Classic && !g.viaHub() && v != "false":
+		return fmt.Errorf("--env %s=%s: the binary registers webhooks, which the serverless Service must leave out with --webhooks=%s (opzero manifests gives it %s=false); drop it", enableWebhooksEnv, v, WebhooksAlwaysOn, enableWebhooksEnv)
+	case ok && g.o.Mode == Classic && v == "false":
 		return fmt.Errorf("--env %s=false: the classic operator serves the binary's webhooks itself; drop it", enableWebhooksEnv)
 	}
 	marked := map[string]string{} // path -> the marker's webhook name
 	check := func(name string, cc admissionregv1.WebhookClientConfig) error {
 		p := webhookPath(cc)
 		if p == "" {
-			return fmt.Errorf("+kubebuilder:webhook marker %s has url= and no path: opzero manifests points the webhooks at the Service of its --mode=webhooks Deployment; give it path= instead", name)
+			return fmt.Errorf("+kubebuilder:webhook marker %s%s has url= and no path: opzero manifests points the webhooks at the hub (or the Service of a --mode=webhooks Deployment) at the path the binary registers; give it path= instead", name, g.markerFile(name))
 		}
 		if !slices.Contains(w.Paths, p) {
-			return fmt.Errorf("+kubebuilder:webhook marker %s names path=%s, which the binary does not register on its webhook server (it registers %s): the API server would get 404s; correct the path or drop the marker",
-				name, p, orNone(w.Paths))
+			return fmt.Errorf("+kubebuilder:webhook marker %s%s names path=%s, which the binary does not register on its webhook server (it registers %s%s): the API server would get 404s; correct the path or drop the marker; nothing written",
+				name, g.markerFile(name), p, orNone(w.Paths), g.registeringFiles())
 		}
 		marked[p] = name
 		return nil
@@ -143,8 +130,8 @@ func (g *gen) checkWebhooks() error {
 	}
 	for _, p := range w.Paths {
 		if marked[p] == "" {
-			return fmt.Errorf("the binary registers the webhook %s, and no +kubebuilder:webhook marker in its packages names path=%s, so no webhook configuration would send the API server there; "+
-				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1)", p, p, p)
+			return fmt.Errorf("the binary registers the webhook %s%s, and no +kubebuilder:webhook marker in its packages names path=%s, so its path cannot be discovered and no webhook configuration would send the API server there; "+
+				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1); nothing written", p, g.registeringFiles(), p, p)
 		}
 	}
 	return nil
@@ -202,6 +189,10 @@ func (g *gen) webhookCert() (WebhookCert, error) {
 func (g *gen) webhooks() ([]Object, []byte, error) {
 	var ca []byte
 	var objs []Object
+	if !g.alwaysOnWebhooks() { // the hub serves them all: no certificate, Deployment or Service
+		cfgs, err := g.webhookConfigurations(nil)
+		return cfgs, nil, err
+	}
 	if g.certManager() {
 		objs = append(objs, g.certManagerObjects()...)
 	} else {
@@ -232,21 +223,35 @@ func (g *gen) clientConfig(path string, ca []byte) admissionregv1.WebhookClientC
 		Service: &admissionregv1.ServiceReference{Namespace: g.o.Namespace, Name: g.webhooksName(), Path: &path, Port: &port}}
 }
 
-// webhookConfigurations are the markers' webhooks, pointed at the Service.
+// webhookConfigurations are the markers' webhooks, pointed at the hub
+// (hubwebhooks.go) or at the Service of the Deployment that serves them.
 func (g *gen) webhookConfigurations(ca []byte) ([]Object, error) {
 	name := "opzero-" + g.o.Namespace + "-" + g.op.Name
 	meta := func(kind string) map[string]any {
 		m := object("admissionregistration.k8s.io/v1", kind, "", name, g.labels("webhooks"))
-		if g.certManager() {
+		switch {
+		case g.viaHub():
+			g.hubWebhookMeta(m)
+		case g.certManager():
 			m["metadata"].(map[string]any)["annotations"] = map[string]any{"cert-manager.io/inject-ca-from": g.o.Namespace + "/" + g.certName()}
 		}
 		return m
 	}
+	cc := func(name string, c admissionregv1.WebhookClientConfig, timeout **int32) admissionregv1.WebhookClientConfig {
+		if !g.viaHub() {
+			return g.clientConfig(webhookPath(c), ca)
+		}
+		*timeout = g.withTimeout(name, *timeout)
+		return g.hubClientConfig(webhookPath(c))
+	}
 	var objs []Object
+	if g.viaHub() && len(g.in.Mutating)+len(g.in.Validating) > 0 {
+		objs = append(objs, g.hubPatchRole(name))
+	}
 	if len(g.in.Mutating) > 0 {
 		ws := make([]admissionregv1.MutatingWebhook, len(g.in.Mutating))
 		for i, w := range g.in.Mutating {
-			w.ClientConfig = g.clientConfig(webhookPath(w.ClientConfig), ca)
+			w.ClientConfig = cc(w.Name, w.ClientConfig, &w.TimeoutSeconds)
 			ws[i] = w
 		}
 		o := meta("MutatingWebhookConfiguration")
@@ -258,7 +263,7 @@ func (g *gen) webhookConfigurations(ca []byte) ([]Object, error) {
 	if len(g.in.Validating) > 0 {
 		ws := make([]admissionregv1.ValidatingWebhook, len(g.in.Validating))
 		for i, w := range g.in.Validating {
-			w.ClientConfig = g.clientConfig(webhookPath(w.ClientConfig), ca)
+			w.ClientConfig = cc(w.Name, w.ClientConfig, &w.TimeoutSeconds)
 			ws[i] = w
 		}
 		o := meta("ValidatingWebhookConfiguration")

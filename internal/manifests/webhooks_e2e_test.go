@@ -31,13 +31,15 @@ func gadget(ns, name, version string, spec map[string]any) *unstructured.Unstruc
 
 // TestWebhooksThroughDev: `opzero manifests ./testdata/gadgets | opzero dev
 // -f -` on an adopted project with a defaulting, a validating and a
-// conversion webhook (v1 spec.size, v2 spec.length, the hub). Serverless,
-// the API server calls the --mode=webhooks process dev runs from the
-// generated Deployment: a create the validating webhook refuses is
+// conversion webhook (v1 spec.size, v2 spec.length, the hub). Serverless
+// (the default --source=knative and --webhooks=hub), the API server calls
+// the opzero hub dev runs for the admission webhooks, which wakes the
+// operator, and the --mode=webhooks process dev runs from the generated
+// Deployment for /convert: a create the validating webhook refuses is
 // refused, the defaulting webhook's color is set, an object written as v1
 // reads as v2 and back; the controller runs serverless and scales to zero
-// while the webhooks stay served; the webhooks process's memory is logged.
-// Classic (--mode=classic), the operator's Deployment serves them.
+// while the webhooks stay served; the conversion process's memory is
+// logged. Classic (--mode=classic), the operator's Deployment serves them.
 func TestWebhooksThroughDev(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an adopted project and runs it through opzero dev on a control plane")

@@ -51,6 +51,9 @@ func fixedCert(t *testing.T) *manifests.WebhookCert {
 	return &manifests.WebhookCert{CA: read("ca.crt"), Cert: read("tls.crt"), Key: read("tls.key")}
 }
 
+// goldenToken is the webhooks' hub path token of the golden files.
+const goldenToken = "g0ldentokenfortestsonly"
+
 func generateGadgets(t *testing.T, o manifests.Options) []manifests.Object {
 	t.Helper()
 	return generateFor(t, gadgets(t), o)
@@ -76,8 +79,9 @@ func TestWebhooksDescribed(t *testing.T) {
 // testdata/golden/<case>/ (-update rewrites them).
 func TestWebhooksGolden(t *testing.T) {
 	for name, o := range map[string]manifests.Options{
-		"webhooks-serverless":   {WebhookCert: fixedCert(t)},
-		"webhooks-cert-manager": {WebhookCerts: manifests.CertsCertManager},
+		"webhooks-serverless":   {WebhookCert: fixedCert(t), WebhookToken: goldenToken},
+		"webhooks-always-on":    {Webhooks: manifests.WebhooksAlwaysOn, WebhookCert: fixedCert(t)},
+		"webhooks-cert-manager": {WebhookCerts: manifests.CertsCertManager, WebhookToken: goldenToken},
 		"webhooks-classic":      {Mode: manifests.Classic, WebhookCert: fixedCert(t)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -114,12 +118,14 @@ func envPairs(c map[string]any) []string {
 
 func fmtValue(v any) string { s, _ := v.(string); return s }
 
-// TestWebhooksEnv: the serverless Service leaves the webhooks out
-// (ENABLE_WEBHOOKS=false, once even when --env gives it too), the
-// webhooks Deployment never gets it.
+// TestWebhooksEnv: with --webhooks=always-on the serverless Service leaves
+// the webhooks out (ENABLE_WEBHOOKS=false, once even when --env gives it
+// too); through the hub (the default) it serves them, so it is not given
+// ENABLE_WEBHOOKS=false and --env may not give it. The webhooks Deployment
+// (gadgets converts: it serves /convert either way) never gets it.
 func TestWebhooksEnv(t *testing.T) {
 	for _, env := range [][]description.EnvVar{nil, {{Name: "ENABLE_WEBHOOKS", Value: "false"}, {Name: "LOG_LEVEL", Value: "debug"}}} {
-		objs := generateGadgets(t, manifests.Options{Env: env})
+		objs := generateGadgets(t, manifests.Options{Env: env, Webhooks: manifests.WebhooksAlwaysOn})
 		svc := envPairs(container(t, objs, "Service", "gadgets"))
 		if n := len(slices.DeleteFunc(slices.Clone(svc), func(s string) bool { return s != "ENABLE_WEBHOOKS=false" })); n != 1 {
 			t.Errorf("--env %v: the Knative Service's env %v has ENABLE_WEBHOOKS=false %d times, want once", env, svc, n)
@@ -127,6 +133,13 @@ func TestWebhooksEnv(t *testing.T) {
 		wh := envPairs(container(t, objs, "Deployment", "gadgets-webhooks"))
 		if slices.ContainsFunc(wh, func(s string) bool { return strings.HasPrefix(s, "ENABLE_WEBHOOKS=") }) {
 			t.Errorf("--env %v: the webhooks Deployment's env %v turns them off", env, wh)
+		}
+	}
+	objs := generateGadgets(t, manifests.Options{})
+	for _, kind := range []string{"Service", "Deployment"} {
+		name := map[string]string{"Service": "gadgets", "Deployment": "gadgets-webhooks"}[kind]
+		if env := envPairs(container(t, objs, kind, name)); slices.ContainsFunc(env, func(s string) bool { return strings.HasPrefix(s, "ENABLE_WEBHOOKS=") }) {
+			t.Errorf("--webhooks=hub: the %s's env %v turns the webhooks off", kind, env)
 		}
 	}
 }
@@ -187,20 +200,24 @@ func TestWebhooksBadInput(t *testing.T) {
 		want string
 	}{
 		{"registered, no marker", func() manifests.Input { in := clone(); in.Validating = nil; return in }, manifests.Options{},
-			"the binary registers the webhook /validate-gadgets-opzero-dev-v2-gadget, and no +kubebuilder:webhook marker in its packages names path=/validate-gadgets-opzero-dev-v2-gadget"},
+			"the binary registers the webhook /validate-gadgets-opzero-dev-v2-gadget (registered in testdata/gadgets/main.go), and no +kubebuilder:webhook marker in its packages names path=/validate-gadgets-opzero-dev-v2-gadget, so its path cannot be discovered"},
 		{"marker, not registered", func() manifests.Input {
 			in := clone()
 			in.Webhooks.Paths = in.Webhooks.Paths[:1]
 			return in
-		}, manifests.Options{}, "marker vgadget-v2.opzero.dev names path=/validate-gadgets-opzero-dev-v2-gadget, which the binary does not register"},
+		}, manifests.Options{}, "marker vgadget-v2.opzero.dev (in testdata/gadgets/main.go) names path=/validate-gadgets-opzero-dev-v2-gadget, which the binary does not register"},
 		{"marker with url", func() manifests.Input {
 			in := clone()
 			u := "https://example.com/validate"
 			in.Validating[0].ClientConfig.Service, in.Validating[0].ClientConfig.URL = nil, &u
 			return in
-		}, manifests.Options{}, "marker vgadget-v2.opzero.dev has url= and no path"},
-		{"env turns them on", clone, manifests.Options{Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "true"}}},
-			"--env ENABLE_WEBHOOKS=true: the binary registers webhooks"},
+		}, manifests.Options{}, "marker vgadget-v2.opzero.dev (in testdata/gadgets/main.go) has url= and no path"},
+		{"env turns them on", clone, manifests.Options{Webhooks: manifests.WebhooksAlwaysOn, Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "true"}}},
+			"--env ENABLE_WEBHOOKS=true: the binary registers webhooks, which the serverless Service must leave out with --webhooks=always-on"},
+		{"env turns them off through the hub", clone, manifests.Options{Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "false"}}},
+			"--env ENABLE_WEBHOOKS=false: the serverless Service serves the binary's webhooks"},
+		{"unknown webhooks choice", clone, manifests.Options{Webhooks: "sidecar"}, `--webhooks="sidecar": want hub or always-on`},
+		{"hub with classic", clone, manifests.Options{Mode: manifests.Classic, Webhooks: manifests.WebhooksHub}, "--webhooks=hub: a classic operator serves its webhooks itself"},
 		{"env turns them off classic", clone, manifests.Options{Mode: manifests.Classic, Env: []description.EnvVar{{Name: "ENABLE_WEBHOOKS", Value: "false"}}},
 			"--env ENABLE_WEBHOOKS=false: the classic operator serves the binary's webhooks itself"},
 		{"unknown cert source", clone, manifests.Options{WebhookCerts: "vault"}, `--webhook-certs="vault": want secret or cert-manager`},
@@ -228,14 +245,17 @@ func TestWebhooksBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = manifests.Prepare(context.Background(), tg, manifests.Options{})
+		_, err = manifests.Prepare(context.Background(), tg, manifests.Options{Webhooks: manifests.WebhooksAlwaysOn})
 		want := "registers its webhooks (/validate-v1-configmap) even with ENABLE_WEBHOOKS=false, so its serverless Service would refuse to start"
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %v, want one saying %q", err, want)
 		}
-		// classic, the operator serves them itself: nothing to refuse
-		if _, err := manifests.Prepare(context.Background(), tg, manifests.Options{Mode: manifests.Classic}); err != nil && strings.Contains(err.Error(), "ENABLE_WEBHOOKS") {
-			t.Fatalf("--mode=classic: %v", err)
+		// classic, the operator serves them itself; through the hub, the
+		// serverless Service does: nothing to refuse
+		for _, o := range []manifests.Options{{Mode: manifests.Classic}, {}} {
+			if _, err := manifests.Prepare(context.Background(), tg, o); err != nil && strings.Contains(err.Error(), "ENABLE_WEBHOOKS") {
+				t.Fatalf("%+v: %v", o, err)
+			}
 		}
 	})
 }

@@ -374,7 +374,7 @@ func TestReadmeNewProject(t *testing.T) {
 	env := testkit.ReadmeEnv(t, root)
 	var out string
 	for _, block := range []string{"install", "new"} {
-		lines, err := testkit.ReadmeBlock(filepath.Join(root, "README.md"), block)
+		lines, err := testkit.BookBlock(root, block)
 		if err != nil {
 			t.Fatal(err)
 		}

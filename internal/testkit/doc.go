@@ -10,9 +10,12 @@
 //   - Listen hands over a bound listener (no window in which another process
 //     can take the port); OnFreePort retries with another port when the
 //     server under test reports the port taken.
-//   - RunReadme runs a README's shell block exactly as written (ReadmeBlock
-//     finds it by its <!-- readme-test: name --> marker), in ReadmeEnv: a
-//     new user's HOME with the checkout at ~/src/opzero.
+//   - Blocks reads the fenced blocks of a page of the README or the book
+//     with how each ```sh block is kept true (```sh run, test=NAME, e2e,
+//     checked); BookBlock finds a test=NAME block; RunBlocks and RunReadme
+//     run blocks exactly as written, a command that runs until Ctrl-C
+//     included, in ReadmeEnv: a new user's HOME with the checkout at
+//     ~/src/opzero.
 //   - Background cancels its goroutine's context when the test ends and waits
 //     for it, so nothing it started outlives the test.
 //

@@ -18,9 +18,10 @@ import (
 const convertPath = "/convert"
 
 // describeWebhooks is what the project registered on its webhook server,
-// for `opzero manifests` (nil: nothing). Described, they are not refused:
-// the generated manifests serve them with --mode=webhooks and start the
-// serverless binary with ENABLE_WEBHOOKS=false.
+// for `opzero manifests` (nil: nothing): the generated manifests have the
+// hub forward the admission webhooks to the serverless binary, or (with
+// --webhooks=always-on, and /convert always) serve them with
+// --mode=webhooks.
 func (m *adopted) describeWebhooks() *description.Webhooks {
 	paths := m.webhooks.paths()
 	if len(paths) == 0 {

@@ -2,20 +2,16 @@ package classic
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,9 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/opzero/opzero/builder"
 	"github.com/opzero/opzero/internal/adopt"
-	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/operator/internal/seam"
@@ -73,9 +67,13 @@ import (
 //   - Every controller added runs in the one process, each as its own
 //     engine behind one endpoint (serverless.Group): an event goes to the
 //     controllers whose sources watch its kind.
-//   - What cannot work fails at Start with the reason: webhooks and
-//     conversion (a service scaled to zero cannot answer the API server;
-//     --mode=webhooks serves them).
+//   - The webhooks registered on GetWebhookServer (admission, conversion)
+//     are served on the serverless port at their paths, behind the same
+//     authentication as the events: the API server calls the opzero hub,
+//     which forwards each AdmissionReview with its OIDC token and so
+//     wakes the operator (docs/webhooks.md). The project's webhook server
+//     is not started (its port and certificate are not used).
+//   - What cannot work fails at Start with the reason.
 //   - Field indexes (GetFieldIndexer().IndexField) apply to the client's
 //     List: it lists without the indexed requirement and keeps the objects
 //     whose index function yields the wanted value.
@@ -294,18 +292,6 @@ func (m *adopted) refusals() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	errs := append([]error(nil), m.errs...)
-	// Describing, webhooks are described instead (describeWebhooks).
-	p := m.webhooks.paths()
-	if i := slices.Index(p, convertPath); i >= 0 && !m.describing {
-		p = slices.Delete(p, i, i+1)
-		errs = append(errs, errors.New("conversion webhooks cannot be served serverless: the API server calls them on every read of a converted version and an operator scaled to zero cannot answer; "+
-			"serve them with --mode=webhooks (opzero manifests generates it) and leave them out of the serverless binary (ENABLE_WEBHOOKS=false), or run --mode=classic"))
-	}
-	if len(p) > 0 && !m.describing {
-		errs = append(errs, fmt.Errorf("webhooks (%s) cannot be served serverless: the API server calls them synchronously and an operator scaled to zero "+
-			"cannot answer; serve them with the same binary in --mode=webhooks (always on), and leave them out of the serverless one (a kubebuilder main skips them when ENABLE_WEBHOOKS=false: "+
-			"the manifests opzero manifests writes for a binary with webhooks run it so, beside a --mode=webhooks Deployment); or run --mode=classic", strings.Join(p, ", ")))
-	}
 	if len(m.controllers) == 0 {
 		errs = append(errs, errors.New("no controller was added: call ctrl.NewControllerManagedBy(mgr)...Complete(r) before Start"))
 	}
@@ -368,6 +354,10 @@ func (m *adopted) Start(ctx context.Context) error {
 		m.later(p.controller, p.req, 0)
 	}
 	seam.SetRoutes(m.Runtime, m.serveChecks)
+	if p := m.webhooks.paths(); len(p) > 0 {
+		seam.SetAuthenticatedRoutes(m.Runtime, m.webhooks.serve)
+		m.log.Info("serving the webhooks on the serverless port, behind authentication (the opzero hub forwards the API server's calls)", "paths", strings.Join(p, ", "))
+	}
 	errc := make(chan error, len(m.runnables)+1)
 	var wg sync.WaitGroup
 	run := func(what string, r manager.Runnable) {
@@ -406,132 +396,3 @@ func (m *adopted) Start(ctx context.Context) error {
 		return serveErr
 	}
 }
-
-// controller describes the adopted controller: For's kind is the primary,
-// every other kind is watched, and every event goes through the
-// controller's own handlers and predicates (filter); generation-aware
-// skipping is off, since the predicates decide. Described for `opzero
-// manifests`, the kinds of the builder's Owns are owned instead, so that
-// their source delivers whole objects (Resource mode, owner filter) and a
-// deleted dependent still names its owner.
-func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
-	gk, ok := a.PrimaryKind()
-	if !ok {
-		return nil, fmt.Errorf("controller %s: serverless needs the kind it reconciles; build it with ctrl.NewControllerManagedBy(mgr).For(...)", a.Name())
-	}
-	var primary *adopt.Informer
-	c := a.Cache()
-	for _, inf := range c.Informers() {
-		if inf.GVK().GroupKind() == gk {
-			primary = inf
-		}
-	}
-	if primary == nil {
-		return nil, fmt.Errorf("controller %s: no source watches its For kind %s", a.Name(), gk)
-	}
-	b := builder.New(m.GetScheme()).Named(a.Name()).For(primary.Prototype()).WithSkipOptions(builder.SkipOptions{Disabled: true})
-	for _, inf := range c.Informers() {
-		switch {
-		case inf == primary:
-		case m.describing && c.Owned(inf.GVK()):
-			b.Owns(inf.Prototype())
-		default:
-			b.Watches(inf.Prototype(), m.mapStashed)
-		}
-	}
-	b.WithEventFilter(m.filter(a, primary.GVK()))
-	var r reconcile.Reconciler = reconcile.Func(a.Reconcile)
-	if m.describing && a.Do() != nil {
-		r = a.Do() // its package holds the +kubebuilder:rbac markers
-	}
-	return b.Build(r)
-}
-
-// filter runs each event through the controller's handlers. For the
-// primary kind the engine routes to the object's own key: the filter keeps
-// the event if the handlers asked for it, and sends any other key they
-// asked for on by itself (later). For the other kinds it stashes the
-// requests for mapStashed, which the engine calls next with the same
-// object.
-func (m *adopted) filter(a *adopt.Controller, primary schema.GroupVersionKind) builder.Filter {
-	return func(ev builder.Event) bool {
-		gvk := ev.Object.GetObjectKind().GroupVersionKind()
-		reqs := a.Deliver(gvk, adopt.EventType(ev.Type), m.whole(ev))
-		if gvk != primary {
-			if len(reqs) == 0 {
-				return false
-			}
-			m.stash.Store(ev.Object, reqs)
-			return true
-		}
-		own := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ev.Object.GetName()}}
-		keep := false
-		for _, r := range reqs {
-			if r == own {
-				keep = true
-			} else {
-				m.later(a.Name(), r, 0)
-			}
-		}
-		return keep
-	}
-}
-
-func (m *adopted) mapStashed(_ context.Context, _ client.Reader, obj client.Object) ([]reconcile.Request, error) {
-	v, _ := m.stash.LoadAndDelete(obj)
-	reqs, _ := v.([]reconcile.Request)
-	return reqs, nil
-}
-
-// whole returns the event's object; a Reference-mode event carries only a
-// name, and the handlers expect the object: it is read from the API server
-// (a deleted one stays a name).
-func (m *adopted) whole(ev builder.Event) client.Object {
-	obj := ev.Object
-	if obj.GetUID() != "" || ev.Type == builder.Deleted || m.GetClient() == nil {
-		return obj
-	}
-	full, ok := obj.DeepCopyObject().(client.Object)
-	if !ok {
-		return obj
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.GetClient().Get(ctx, client.ObjectKeyFromObject(obj), full); err != nil {
-		m.log.V(1).Info("reading the object of a Reference-mode event for the controller's handlers; they get its name only", "object", client.ObjectKeyFromObject(obj), "error", err.Error())
-		return obj
-	}
-	full.GetObjectKind().SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
-	return full
-}
-
-// later submits a request the handlers made for a key the event was not
-// routed to (or one added outside an event) as an in-process ping for that
-// key: it is reconciled like any other, but the event's answer does not
-// wait for it. It goes to the engine of the controller whose handlers made
-// it. Requests made before that engine exists (a source that emits while
-// the controller starts) wait for it.
-func (m *adopted) later(controller string, r reconcile.Request, after time.Duration) {
-	m.mu.Lock()
-	e := seam.Engine(m.Runtime, controller)
-	if e == nil {
-		m.pending = append(m.pending, pendingRequest{controller, r})
-		m.mu.Unlock()
-		return
-	}
-	m.mu.Unlock()
-	time.AfterFunc(max(after, 0), func() {
-		data, _ := json.Marshal(map[string]string{"namespace": r.Namespace, "name": r.Name})
-		req, err := cloudevent.NewRequest(context.Background(), "http://in-process/", cloudevent.NewPing("opzero/adopted-controller", data), false)
-		if err != nil {
-			return
-		}
-		e.ServeHTTP(discard{}, req)
-	})
-}
-
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}

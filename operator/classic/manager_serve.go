@@ -82,22 +82,51 @@ func (m *adopted) metricsServer() (metricsserver.Server, error) {
 	return s, nil
 }
 
-// webhooks is the webhook server: it records what is registered, which
-// Start then refuses.
+// webhooks is the project's webhook server as the serverless manager
+// gives it: Register records each handler, which Start serves on the
+// serverless port behind authentication (serve) instead of on a TLS port
+// of its own: the API server calls the opzero hub, which forwards each
+// AdmissionReview there with its OIDC token, waking the operator. The
+// project's server itself is never started.
 type webhooks struct {
 	webhook.Server
-	mu   sync.Mutex
-	regs []string
+	mu       sync.Mutex
+	regs     []string
+	handlers map[string]http.Handler
 }
 
-func (w *webhooks) Register(path string, _ http.Handler) {
+func (w *webhooks) Register(path string, h http.Handler) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.regs = append(w.regs, path)
+	if w.handlers == nil {
+		w.handlers = map[string]http.Handler{}
+	}
+	if _, dup := w.handlers[path]; !dup {
+		w.regs = append(w.regs, path)
+	}
+	w.handlers[path] = h
 }
+
+// StartedChecker passes: the webhooks are served by the serverless HTTP
+// server, which answers whatever asks for the checks (a project that adds
+// it as a ready check would otherwise never be ready).
+func (w *webhooks) StartedChecker() healthz.Checker { return healthz.Ping }
 
 func (w *webhooks) paths() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.regs...)
+}
+
+// serve routes the registered webhook paths to their handlers and every
+// other request to next (the engine's events).
+func (w *webhooks) serve(next http.Handler) http.Handler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	for p, h := range w.handlers {
+		mux.Handle(p, h)
+	}
+	return mux
 }

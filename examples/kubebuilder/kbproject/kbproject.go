@@ -1,9 +1,10 @@
 // Package kbproject generates the kubebuilder project of the kubebuilder
 // example for tests: kubebuilder v4 built from the Go module proxy, `init`
 // and `create api`, the user's reconciler (../testdata), and the migration
-// of cmd/main.go (../testdata/main.go.diff). The example's own tests (opzero
-// dev) and the real-Knative suite (internal/devenv/cluster) run the same
-// project.
+// of cmd/main.go (../testdata/main.go.diff); and the multigroup fleet
+// project of issue 28 (fleet.go: three APIs in two groups, a webhook on
+// Frigate). The example's own tests (opzero dev) and the real-Knative
+// suite (internal/devenv/cluster) run the same projects.
 package kbproject
 
 import (

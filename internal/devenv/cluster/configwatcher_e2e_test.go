@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ import (
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/internal/wakeup"
 )
@@ -56,15 +58,19 @@ spec:
           valueFrom: {configMapKeyRef: {name: webapp-config, key: message}}
 `
 
-// configWatcher is the demo's steps (hack/demo) on real Knative: the
-// ConfigWatcher created at zero pods starts the operator; a ConfigMap edit
-// restarts the pods it selects; the operator's real pod scales to zero; a
-// Wakeup due while at zero is delivered by the wakeup source, which wakes
-// it; the sources' OIDC tokens are accepted and others refused.
-func (e *e2e) configWatcher(t *testing.T) {
+// configWatcher is the demo's steps (hack/demo) on real Knative, with the
+// operator wired by w, in a namespace of its own (base): the ConfigWatcher
+// created at zero pods starts the operator; a ConfigMap edit restarts the
+// pods it selects; the operator's real pod scales to zero; a Wakeup due
+// while at zero is delivered (by the hub, or the operator's wakeup
+// source), which wakes it; the senders' OIDC tokens are accepted and
+// others refused; cold starts measured. The always-on memory comparison
+// runs with the Knative wiring (its adapters are in the operator's
+// namespace).
+func (e *e2e) configWatcher(t *testing.T, w wiring, base string) {
 	const svc = "configwatcher"
 	ctx := context.Background()
-	ns := e.namespace(t, "e2e-configwatcher")
+	ns := e.namespace(t, base)
 	if _, err := e.c.Apply(ctx, fmt.Sprintf(webapp, ns, e.c.Images["netcheck"])); err != nil {
 		t.Fatal(err)
 	}
@@ -75,16 +81,11 @@ func (e *e2e) configWatcher(t *testing.T) {
 		return err == nil && len(before) == 2, fmt.Errorf("%v: %v", err, before)
 	})
 
-	e.deploy(t, ns, "--operator", "./examples/configwatcher", "--idle", "6s")
+	e.deploy(t, ns, append([]string{"--operator", "./examples/configwatcher", "--idle", "6s"}, w.flags...)...)
 	t0 := time.Now()
 	e.ready(t, ns, gvrKsvc, 1)
-	e.ready(t, ns, gvrAPIServerSrc, 2)
-	e.ready(t, ns, gvrPingSource, 2)
-	testkit.Eventually(t, 2*time.Minute, "the wakeup source available", func(ctx context.Context) (bool, error) {
-		d, err := e.cs.AppsV1().Deployments(ns).Get(ctx, svc+"-wakeup-source", metav1.GetOptions{})
-		return err == nil && d.Status.AvailableReplicas == 1, err
-	})
-	t.Logf("Knative Service, 2 ApiServerSources, 2 PingSources Ready and the wakeup source available %s after apply", time.Since(t0).Round(time.Millisecond))
+	wired := e.wired(t, w, ns, svc, 2) // ConfigWatcher (Resource) and ConfigMap (Reference)
+	t.Logf("wiring %s: Knative Service Ready, %s %s after apply", w.name, wired, time.Since(t0).Round(time.Millisecond))
 	t.Logf("the revision's first pod gone %s later", e.waitZero(t, ns, svc).Round(time.Second))
 
 	// Create: the first event starts the operator.
@@ -118,8 +119,8 @@ func (e *e2e) configWatcher(t *testing.T) {
 	t.Logf("ConfigMap edited at zero pods: reconciled %s later", reconciled.Round(time.Millisecond))
 	t.Logf("scaled to zero %s after the reconcile", e.waitZero(t, ns, svc).Round(time.Second))
 
-	t.Run("a Wakeup due at zero pods wakes the operator", func(t *testing.T) { e.wakeupAtZero(t, ns, svc) })
-	t.Run("OIDC: the sources' audience and senders only", func(t *testing.T) { e.oidc(t, ns, svc) })
+	t.Run("a Wakeup due at zero pods wakes the operator", func(t *testing.T) { e.wakeupAtZero(t, w, ns, svc) })
+	t.Run("OIDC: the senders' audience and accounts only", func(t *testing.T) { e.oidc(t, w, ns, svc) })
 	t.Run("cold start figures", func(t *testing.T) {
 		n := 10
 		if v := os.Getenv("OPZERO_E2E_COLD_STARTS"); v != "" {
@@ -128,9 +129,11 @@ func (e *e2e) configWatcher(t *testing.T) {
 		if n <= 0 {
 			t.Skipf("OPZERO_E2E_COLD_STARTS=%d", n)
 		}
-		e.coldStarts(t, ns, svc, n)
+		e.coldStarts(t, w, ns, svc, n)
 	})
-	t.Run("always-on memory at 10k ConfigMaps", func(t *testing.T) { e.alwaysOn(t, ns, svc) })
+	if !w.hub() {
+		t.Run("always-on memory at 10k ConfigMaps", func(t *testing.T) { e.alwaysOn(t, ns, svc) })
+	}
 }
 
 // configWatcherStatus waits until the ConfigWatcher's status satisfies ok
@@ -163,9 +166,11 @@ func (e *e2e) editConfigMap(t *testing.T, ns, message string) string {
 
 // wakeupAtZero records a Wakeup for the ConfigWatcher, as the operator's
 // engine does for a RequeueAfter (the same Store), due while the operator
-// is at zero pods: the wakeup source must deliver it through Knative (the
-// activator starts a pod), not before it is due, and delete it.
-func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
+// is at zero pods: the wiring's wakeup delivery (the hub's, for a
+// Subscription with wakeups: true; else the operator's wakeup source) must
+// deliver it through Knative (the activator starts a pod), not before it
+// is due, and delete it.
+func (e *e2e) wakeupAtZero(t *testing.T, w wiring, ns, svc string) {
 	ctx := context.Background()
 	ctrllog.SetLogger(logr.Discard())
 	scheme := runtime.NewScheme()
@@ -180,6 +185,11 @@ func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
 		Target: schema.GroupVersionKind{Group: "k8spatterns.io", Version: "v1", Kind: "ConfigWatcher"},
 		Sink:   fmt.Sprintf("http://%s.%s.svc.cluster.local", svc, ns)})
 	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "webapp-config-watcher"}}
+	if w.hub() { // the hub is the one to deliver it: there is no other
+		if _, err := e.cs.AppsV1().Deployments(ns).Get(ctx, svc+"-wakeup-source", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the hub wiring has a Deployment %s-wakeup-source in %s (%v)", svc, ns, err)
+		}
+	}
 	const after = 15 * time.Second
 	due := time.Now().Add(after)
 	if err := store.Requeue(ctx, key, after); err != nil {
@@ -205,7 +215,7 @@ func (e *e2e) wakeupAtZero(t *testing.T, ns, svc string) {
 	if !strings.Contains(logs, `"eventType":"`+cloudevent.WakeupType+`"`) {
 		t.Errorf("the operator's log has no %s delivery:\n%s", cloudevent.WakeupType, logs)
 	}
-	t.Logf("Wakeup due %s after it was written, at zero pods: a pod started %s after the due time, the record deleted", after, woke.Sub(due).Round(time.Millisecond))
+	t.Logf("wiring %s: Wakeup due %s after it was written, at zero pods: a pod started %s after the due time, the record deleted", w.name, after, woke.Sub(due).Round(time.Millisecond))
 	t.Logf("scaled to zero %s after", e.waitZero(t, ns, svc).Round(time.Second))
 }
 
@@ -217,12 +227,29 @@ func (e *e2e) operatorLogs(t *testing.T, ns, svc string) string {
 }
 
 // oidc sends a CloudEvent straight to a running operator pod's queue-proxy
-// (the host reaches pod addresses), with tokens made by TokenRequest: the
-// wakeup source's service account with the operator's audience is
-// accepted; the same account for another audience, an account not among
-// --allowed-senders, and no token are refused.
-func (e *e2e) oidc(t *testing.T, ns, svc string) {
+// (the host reaches pod addresses), with tokens made by TokenRequest: a
+// sender's service account of the wiring with the operator's audience is
+// accepted (the hub's, opzero-system/opzero-hub, the only one the hub
+// wiring allows; the wakeup source's with Knative's); the same account
+// for another audience, accounts not among --allowed-senders (of the
+// operator's namespace, and of the hub's namespace but not the hub's), and
+// no token are refused.
+func (e *e2e) oidc(t *testing.T, w wiring, ns, svc string) {
 	ctx := context.Background()
+	senders := e.allowedSenders(t, ns, svc)
+	t.Logf("the Knative Service's --allowed-senders=%s", strings.Join(senders, ","))
+	// accounts as [namespace, name]: the operator's own is no sender
+	sender, others := [2]string{ns, svc + "-wakeup-source"}, [][2]string{{ns, "default"}, {ns, svc}}
+	if w.hub() {
+		if !slices.Equal(senders, []string{hubSender}) {
+			t.Fatalf("the hub wiring's --allowed-senders=%s: want the hub's account alone, %s", strings.Join(senders, ","), hubSender)
+		}
+		sender = [2]string{manifests.HubNamespace, manifests.HubName}
+		others = append(others, [2]string{manifests.HubNamespace, "default"})
+	}
+	if id := "system:serviceaccount:" + sender[0] + ":" + sender[1]; !slices.Contains(senders, id) {
+		t.Fatalf("%s is not among --allowed-senders=%s", id, strings.Join(senders, ","))
+	}
 	// An event at zero pods starts one; it stays ~20 s (--idle 6s).
 	e.editConfigMap(t, ns, "oidc")
 	var ip string
@@ -237,23 +264,27 @@ func (e *e2e) oidc(t *testing.T, ns, svc string) {
 		return false, err
 	})
 	audience := fmt.Sprintf("opzero:%s:%s", ns, svc)
-	token := func(sa, aud string) string {
-		tr, err := e.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+	token := func(sa [2]string, aud string) string {
+		tr, err := e.cs.CoreV1().ServiceAccounts(sa[0]).CreateToken(ctx, sa[1], &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{aud}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tr.Status.Token
 	}
-	for _, c := range []struct {
+	type request struct {
 		name, token string
 		refused     bool
-	}{
-		{"the wakeup source's account, the operator's audience", token(svc+"-wakeup-source", audience), false},
-		{"the wakeup source's account, another audience", token(svc+"-wakeup-source", "opzero:"+ns+":another"), true},
-		{"an account not among the allowed senders", token("default", audience), true},
+	}
+	requests := []request{
+		{sender[0] + "/" + sender[1] + ", the operator's audience", token(sender, audience), false},
+		{sender[0] + "/" + sender[1] + ", another audience", token(sender, "opzero:"+ns+":another"), true},
 		{"no token", "", true},
-	} {
+	}
+	for _, o := range others {
+		requests = append(requests, request{o[0] + "/" + o[1] + ", the operator's audience, not among the allowed senders", token(o, audience), true})
+	}
+	for _, c := range requests {
 		ev := cloudevent.NewWakeup(cloudevent.Wakeup{Source: "e2e", Operator: svc, APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher",
 			Namespace: ns, Name: "webapp-config-watcher", Reason: "RequeueAfter"})
 		req, err := cloudevent.NewRequest(ctx, "http://"+ip+":8012/", ev, false)
@@ -279,10 +310,10 @@ func (e *e2e) oidc(t *testing.T, ns, svc string) {
 }
 
 // coldStarts measures n cold starts: at zero pods, a ConfigMap edit until
-// the ConfigWatcher's status records it (the event through the
-// ApiServerSource adapter, the activator, a new pod, the reconcile), then
-// the time until the revision is back at zero pods.
-func (e *e2e) coldStarts(t *testing.T, ns, svc string, n int) {
+// the ConfigWatcher's status records it (the event through the wiring w:
+// the hub or the ApiServerSource adapter; the activator, a new pod, the
+// reconcile), then the time until the revision is back at zero pods.
+func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 	var cold, zero []time.Duration
 	for i := range n {
 		e.waitZero(t, ns, svc)
@@ -292,6 +323,31 @@ func (e *e2e) coldStarts(t *testing.T, ns, svc string, n int) {
 		cold = append(cold, time.Since(t0))
 		zero = append(zero, e.waitZero(t, ns, svc))
 	}
-	t.Logf("FIGURE real Knative: event at zero pods -> reconciled: %s", durations(cold))
-	t.Logf("FIGURE real Knative: reconciled -> zero pods (--idle 6s): %s", durations(zero))
+	e.figure(t, "real Knative, wiring %s: event at zero pods -> reconciled: %s", w.name, durations(cold))
+	e.figure(t, "real Knative, wiring %s: reconciled -> zero pods (--idle 6s): %s", w.name, durations(zero))
+}
+
+// allowedSenders returns the --allowed-senders of Knative Service svc's
+// operator container, as applied.
+func (e *e2e) allowedSenders(t *testing.T, ns, svc string) []string {
+	t.Helper()
+	ksvc, err := e.dyn.Resource(gvrKsvc).Namespace(ns).Get(context.Background(), svc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ := unstructured.NestedSlice(ksvc.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		m, _ := c.(map[string]any)
+		if m["name"] != "operator" {
+			continue
+		}
+		args, _, _ := unstructured.NestedStringSlice(m, "args")
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--allowed-senders="); ok {
+				return strings.Split(v, ",")
+			}
+		}
+	}
+	t.Fatalf("Knative Service %s/%s: no operator container with --allowed-senders", ns, svc)
+	return nil
 }

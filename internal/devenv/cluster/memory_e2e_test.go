@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 )
 
@@ -74,7 +75,7 @@ func (e *e2e) memory(t *testing.T, want map[string][]string) []podMemory {
 }
 
 // logMemory logs pods' memory under a title, with the total.
-func logMemory(t *testing.T, title string, pods []podMemory) {
+func (e *e2e) logMemory(t *testing.T, title string, pods []podMemory) {
 	t.Helper()
 	var b strings.Builder
 	var ws, usage uint64
@@ -82,7 +83,7 @@ func logMemory(t *testing.T, title string, pods []podMemory) {
 		fmt.Fprintf(&b, "\n    %-20s %-64s working set %6.1f MiB  usage %6.1f MiB", p.NS, p.Name, mib(p.WorkingSet), mib(p.Usage))
 		ws, usage = ws+p.WorkingSet, usage+p.Usage
 	}
-	t.Logf("FIGURE always-on memory, %s: working set %.1f MiB, usage %.1f MiB in %d pods%s", title, mib(ws), mib(usage), len(pods), b.String())
+	e.figure(t, "always-on memory at 10k ConfigMaps, %s: working set %.1f MiB, usage %.1f MiB in %d pods%s", title, mib(ws), mib(usage), len(pods), b.String())
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
@@ -148,9 +149,10 @@ func (e *e2e) waitAvailable(t *testing.T, ns, name string) {
 
 // alwaysOn measures what stays on while the operators are at zero, with
 // 10,000 ConfigMaps of 1 KiB in the cluster (the kind the ConfigWatcher
-// example watches): the serverless wiring of ns (its two ApiServerSource
-// adapters and the wakeup source; Knative's PingSource adapter, shared by
-// every PingSource, apart), then the same operator with --source=hub (the
+// example watches): the Knative wiring of ns, deployed with
+// --source=knative (its two ApiServerSource adapters and the wakeup
+// source; Knative's PingSource adapter, shared by every PingSource,
+// apart), then the same operator with the default wiring, the hub (the
 // cluster's one opzero-hub), then --mode=classic (its Deployment, built
 // with -tags opzero_classic as its main package asks).
 func (e *e2e) alwaysOn(t *testing.T, ns, svc string) {
@@ -159,21 +161,21 @@ func (e *e2e) alwaysOn(t *testing.T, ns, svc string) {
 	// mode): it starts, takes them and goes back to zero.
 	e.waitZero(t, ns, svc)
 	settled(45 * time.Second)
-	logMemory(t, "serverless wiring (adapters, wakeup source)", e.memory(t, map[string][]string{ns: {"apiserversource-", svc + "-wakeup-source"}}))
-	logMemory(t, "Knative's PingSource adapter (one for every PingSource)", e.memory(t, map[string][]string{"knative-eventing": {"pingsource-mt-adapter"}}))
+	e.logMemory(t, "Knative wiring, --source=knative (its 2 ApiServerSource adapters, its wakeup source)", e.memory(t, map[string][]string{ns: {"apiserversource-", svc + "-wakeup-source"}}))
+	e.logMemory(t, "Knative wiring: Knative's PingSource adapter (one for every PingSource)", e.memory(t, map[string][]string{"knative-eventing": {"pingsource-mt-adapter"}}))
 
 	hubNS := e.namespace(t, "e2e-hub")
-	e.deploy(t, hubNS, "--operator", "./examples/configwatcher", "--idle", "6s", "--source=hub")
-	e.waitAvailable(t, "opzero-system", "opzero-hub")
+	e.deploy(t, hubNS, append([]string{"--operator", "./examples/configwatcher", "--idle", "6s"}, hubWiring.flags...)...)
 	e.ready(t, hubNS, gvrKsvc, 1)
+	e.wired(t, hubWiring, hubNS, svc, 0)
 	e.waitZero(t, hubNS, svc)
 	settled(45 * time.Second)
-	logMemory(t, "hub wiring (opzero-hub, one for every operator)", e.memory(t, map[string][]string{"opzero-system": {"opzero-hub"}}))
+	e.logMemory(t, "hub wiring, the default (opzero-hub, one for every operator)", e.memory(t, map[string][]string{manifests.HubNamespace: {manifests.HubName}}))
 
 	classicNS := e.namespace(t, "e2e-classic")
 	t.Setenv("GOFLAGS", "-tags=opzero_classic")
 	e.deploy(t, classicNS, "--operator", "./examples/configwatcher", "--mode=classic")
 	e.waitAvailable(t, classicNS, svc)
 	settled(45 * time.Second)
-	logMemory(t, "classic Deployment", e.memory(t, map[string][]string{classicNS: {svc}}))
+	e.logMemory(t, "classic Deployment", e.memory(t, map[string][]string{classicNS: {svc}}))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +26,9 @@ var gvrHelloWorld = schema.GroupVersionResource{Group: "example.com", Version: "
 // metacontroller is examples/metacontroller's Run it block on real
 // Knative, in its own namespace (default), as a user types it: `opzero
 // manifests` of ./cmd/opzero-metacontroller for the HelloWorld and
-// service-per-pod controllers, the CRD, the controllers and the hooks'
-// Knative Services copied beside them, all applied unchanged by `opzero
+// service-per-pod controllers (the default wiring: a Subscription to the
+// hub), the CRD, the controllers and the hooks' Knative Services copied
+// beside them, all applied unchanged by `opzero
 // cluster apply` (the operator's ko:// images and the hooks'
 // dev.opzero.dev/command images, Python's and Node's, built here). A
 // HelloWorld (in a namespace of this run) created at zero pods gets its
@@ -52,7 +55,9 @@ func (e *e2e) metacontroller(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	manifest, err := ReadManifests(dir)
+	// what the cleanup deletes: all but the hub (hub.yaml: the cluster's,
+	// every operator's)
+	ours, err := readManifestsExcept(dir, "hub.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +66,9 @@ func (e *e2e) metacontroller(t *testing.T) {
 			return
 		}
 		// Everything but the CRDs (wakeups.opzero.dev is every
-		// operator's), once this run's namespace and its HelloWorlds are
-		// going.
-		_, _, rest := splitCRDs(manifest)
+		// operator's) and the hub, once this run's namespace and its
+		// HelloWorlds are going.
+		_, _, rest := splitCRDs(ours)
 		if out, err := e.c.kubectl(context.Background(), rest, "delete", "--ignore-not-found", "--wait=false", "-f", "-"); err != nil {
 			t.Logf("deleting the example: %v\n%s", err, out)
 		}
@@ -78,9 +83,24 @@ func (e *e2e) metacontroller(t *testing.T) {
 	t.Logf("$ opzero cluster apply -f %s (images built and loaded, applied in %s):\n%s", dir, time.Since(t0).Round(time.Millisecond), out)
 	t0 = time.Now()
 	e.readyNamed(t, "default", gvrKsvc, svc, hook, "service-per-pod-hook")
-	e.readyNamed(t, "default", gvrAPIServerSrc, "metacontroller-compositecontroller", "metacontroller-configmap", "metacontroller-decoratorcontroller",
-		"metacontroller-helloworld", "metacontroller-pod", "metacontroller-service", "metacontroller-statefulset")
-	t.Logf("the operator's and both hooks' Knative Services and 7 ApiServerSources Ready %s after apply", time.Since(t0).Round(time.Millisecond))
+	e.hubRolledOut(t)
+	e.readyNamed(t, "default", gvrSubscription, svc)
+	sub, err := e.dyn.Resource(gvrSubscription).Namespace("default").Get(ctx, svc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, _ := unstructured.NestedSlice(sub.Object, "spec", "resources")
+	var kinds []string
+	for _, r := range res {
+		m, _ := r.(map[string]any)
+		kinds = append(kinds, fmt.Sprint(m["kind"]))
+	}
+	sort.Strings(kinds)
+	if got, want := strings.Join(kinds, ","), "CompositeController,ConfigMap,DecoratorController,HelloWorld,Pod,Service,StatefulSet"; got != want {
+		t.Errorf("the Subscription's kinds: %s; want %s", got, want)
+	}
+	t.Logf("the operator's and both hooks' Knative Services Ready, the hub available and the Subscription (%d kinds: %s) Ready %s after apply",
+		len(kinds), strings.Join(kinds, ", "), time.Since(t0).Round(time.Millisecond))
 	t.Logf("the operator's first pod gone %s later", e.waitZero(t, "default", svc).Round(time.Second))
 
 	hw := e.dyn.Resource(gvrHelloWorld).Namespace(ns)
@@ -148,6 +168,30 @@ func (e *e2e) metacontroller(t *testing.T) {
 			return strings.Contains(logs, "POST /finalize"), fmt.Errorf("no POST /finalize in the hook's log:\n%s", logs)
 		})
 	t.Logf("the Python hook scaled to zero %s after its last call", e.waitZero(t, "default", hook).Round(time.Second))
+}
+
+// readManifestsExcept is ReadManifests of folder dir without the files
+// named skip.
+func readManifestsExcept(dir string, skip ...string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, en := range entries {
+		if en.IsDir() || slices.Contains(skip, en.Name()) {
+			continue
+		}
+		if ext := filepath.Ext(en.Name()); ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		m, err := ReadManifests(filepath.Join(dir, en.Name()))
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(m)
+	}
+	return b.String(), nil
 }
 
 // readyNamed waits until the objects names of gvr in ns have condition

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 )
 
@@ -33,7 +34,28 @@ var (
 	gvrAPIServerSrc  = schema.GroupVersionResource{Group: "sources.knative.dev", Version: "v1", Resource: "apiserversources"}
 	gvrPingSource    = schema.GroupVersionResource{Group: "sources.knative.dev", Version: "v1", Resource: "pingsources"}
 	gvrConfigWatcher = schema.GroupVersionResource{Group: "k8spatterns.io", Version: "v1", Resource: "configwatchers"}
+	gvrSubscription  = schema.GroupVersionResource{Group: "opzero.dev", Version: "v1alpha1", Resource: "subscriptions"}
 )
+
+// A wiring is how `opzero manifests` connects a serverless operator to its
+// events: the opzero hub (the default: a Subscription, served by the
+// cluster's one opzero-system/opzero-hub) or Knative's sources
+// (--source=knative: ApiServerSources, PingSources, a wakeup source).
+type wiring struct {
+	name  string
+	flags []string // for `opzero manifests`: none for the default
+}
+
+var (
+	hubWiring     = wiring{name: "hub (the default)"}
+	knativeWiring = wiring{name: "knative (--source=knative)", flags: []string{"--source=" + manifests.SourceKnative}}
+)
+
+func (w wiring) hub() bool { return len(w.flags) == 0 }
+
+// hubSender is the identity of the hub's deliveries, the one
+// --allowed-senders the hub wiring writes.
+var hubSender = "system:serviceaccount:" + manifests.HubNamespace + ":" + manifests.HubName
 
 // e2e is one run of TestKnativeOperators: the cluster, its clients, the
 // repository and an opzero binary built from it.
@@ -44,6 +66,9 @@ type e2e struct {
 	root   string
 	opzero string
 	run    string // suffix of this run's namespaces
+	// figures are the FIGURE lines of the subtests, logged again side by
+	// side when they are done.
+	figures []string
 }
 
 // knativeCluster is the cluster recorded in $OPZERO_E2E_CLUSTER_DIR (or
@@ -102,10 +127,66 @@ func TestKnativeOperators(t *testing.T) {
 		t.Fatalf("building opzero: %v\n%s", err, out)
 	}
 	t.Logf("kubectl get pods -A:\n%s", kubectl(t, e.c, "get", "pods", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,STATUS:.status.phase,IMAGE:.spec.containers[0].image"))
-	t.Run("configwatcher", e.configWatcher)
+	t.Run("configwatcher", func(t *testing.T) { e.configWatcher(t, hubWiring, "e2e-configwatcher") })
+	t.Run("configwatcher-knative", func(t *testing.T) { e.configWatcher(t, knativeWiring, "e2e-configwatcher-knative") })
 	t.Run("kubebuilder", e.kubebuilder)
+	t.Run("webhooks", e.webhooks)
+	t.Run("kubebuilder-multigroup", e.multigroup)
 	t.Run("scale-out", e.scaleOut)
 	t.Run("metacontroller", e.metacontroller)
+	if len(e.figures) > 0 {
+		t.Logf("FIGURES of this run, side by side:\n    %s", strings.Join(e.figures, "\n    "))
+	}
+}
+
+// figure logs a measured figure and keeps it for the run's summary.
+func (e *e2e) figure(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Logf("FIGURE %s", line)
+	e.figures = append(e.figures, line)
+}
+
+// wired waits until what the wiring w delivers the operator's events with
+// is ready in ns and says what that was: for the hub, the hub's Deployment
+// rolled out and available and the operator's one Subscription Ready (the
+// hub checked its kinds, the sink and the service account's RBAC); for
+// Knative's sources, apiServerSources ApiServerSources and the 2 sweep
+// PingSources Ready, and the operator's wakeup source (svc-wakeup-source)
+// available.
+func (e *e2e) wired(t *testing.T, w wiring, ns, svc string, apiServerSources int) string {
+	t.Helper()
+	if w.hub() {
+		e.hubRolledOut(t)
+		e.ready(t, ns, gvrSubscription, 1)
+		return "the hub available and the Subscription Ready"
+	}
+	e.ready(t, ns, gvrAPIServerSrc, apiServerSources)
+	e.ready(t, ns, gvrPingSource, 2)
+	e.waitAvailable(t, ns, svc+"-wakeup-source")
+	return fmt.Sprintf("%d ApiServerSources, 2 PingSources Ready and the wakeup source available", apiServerSources)
+}
+
+// hubRolledOut waits until the hub's Deployment (opzero-system/opzero-hub,
+// which every operator's manifests apply: a hub image built in another
+// module is another image) has rolled out: every replica updated and
+// available, no old one left.
+func (e *e2e) hubRolledOut(t *testing.T) {
+	t.Helper()
+	testkit.Eventually(t, 3*time.Minute, "the hub rolled out and available", func(ctx context.Context) (bool, error) {
+		d, err := e.cs.AppsV1().Deployments(manifests.HubNamespace).Get(ctx, manifests.HubName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		s := d.Status
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		ok := s.ObservedGeneration == d.Generation && s.UpdatedReplicas == want && s.Replicas == want && s.AvailableReplicas == want
+		return ok, fmt.Errorf("generation %d observed %d: %d replicas, %d updated, %d available, want %d", d.Generation, s.ObservedGeneration,
+			s.Replicas, s.UpdatedReplicas, s.AvailableReplicas, want)
+	})
 }
 
 func (e *e2e) command(name string, args ...string) *exec.Cmd {
@@ -165,8 +246,11 @@ func (e *e2e) namespace(t *testing.T, base string) string {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kubectl get all,ksvc,apiserversources,pingsources -n %s:\n%s", ns, kubectl(t, e.c, "get", "all,ksvc,apiserversources,pingsources,wakeups", "-n", ns))
+			t.Logf("kubectl get all,ksvc,apiserversources,pingsources,wakeups,subscriptions -n %s:\n%s", ns,
+				kubectl(t, e.c, "get", "all,ksvc,apiserversources,pingsources,wakeups,subscriptions.opzero.dev", "-n", ns))
 			t.Logf("events:\n%s", kubectl(t, e.c, "get", "events", "-n", ns, "--sort-by=.lastTimestamp"))
+			t.Logf("subscriptions:\n%s", kubectl(t, e.c, "get", "subscriptions.opzero.dev", "-n", ns, "-o", "yaml"))
+			t.Logf("the hub's log (its last 200 lines):\n%s", kubectl(t, e.c, "logs", "-n", manifests.HubNamespace, "deploy/"+manifests.HubName, "--tail=200"))
 		}
 		if os.Getenv("OPZERO_E2E_KEEP") == "" {
 			_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})

@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
-
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/lease"
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/spanlog"
 	"github.com/opzero/opzero/internal/testkit"
 )
@@ -31,10 +32,11 @@ import (
 // scaleOut is max-scale 3 under load on real Knative: internal/testop's
 // manifests (`opzero manifests --operator ./internal/testop` with
 // TESTOP_SCALEOUT: containerConcurrency 1, the default max-scale 3, spans
-// in the pods' logs) applied unchanged; ConfigWatchers whose reconcile
-// takes 50 ms, each sent many update events at once in random order
-// through Knative's cluster-local ingress (Traefik, then the activator or
-// the revision's pods), with the token of an allowed sender. Knative adds
+// in the pods' logs; the default wiring, the hub) applied unchanged;
+// ConfigWatchers whose reconcile takes 50 ms, each sent many update events
+// at once in random order through Knative's cluster-local ingress
+// (Traefik, then the activator or the revision's pods), with the token of
+// the allowed sender (the hub's service account). Knative adds
 // pods up to 3 and no more; no two reconciles of one key overlap across the
 // pods (their spans, read from the pods' logs); events of a key held by
 // another pod are forwarded to it; every key's last reconcile starts after
@@ -46,6 +48,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 	t.Setenv("TESTOP_SCALEOUT", "1") // for `opzero manifests`, which runs testop to describe it
 	e.deploy(t, ns, "--operator", "./internal/testop", "--idle", "6s")
 	e.ready(t, ns, gvrKsvc, 1)
+	t.Logf("wiring %s: %s", hubWiring.name, e.wired(t, hubWiring, ns, svc, 0))
 	t.Logf("the revision's first pod gone %s after Ready", e.waitZero(t, ns, svc).Round(time.Second))
 
 	cws := make([]*unstructured.Unstructured, objects)
@@ -61,7 +64,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 		}
 	}
 
-	// Their creates, through the ApiServerSource, start the operator; the
+	// Their creates, through the hub, start the operator; the
 	// load starts at zero pods again, so that every pod it sees runs then.
 	testkit.Eventually(t, 3*time.Minute, "every ConfigWatcher reconciled once", func(ctx context.Context) (bool, error) {
 		l, err := e.dyn.Resource(gvrConfigWatcher).Namespace(ns).List(ctx, metav1.ListOptions{})
@@ -84,7 +87,10 @@ func (e *e2e) scaleOut(t *testing.T) {
 	})
 	t.Logf("the last pod gone %s later", time.Since(t1).Round(time.Second))
 
-	tr, err := e.cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, svc+"-wakeup-source", &authenticationv1.TokenRequest{
+	if senders := e.allowedSenders(t, ns, svc); !slices.Equal(senders, []string{hubSender}) {
+		t.Fatalf("--allowed-senders=%s: want the hub's account alone, %s", strings.Join(senders, ","), hubSender)
+	}
+	tr, err := e.cs.CoreV1().ServiceAccounts(manifests.HubNamespace).CreateToken(ctx, manifests.HubName, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{fmt.Sprintf("opzero:%s:%s", ns, svc)}}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +308,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 			t.Logf("%s: read at the load's end, the logs had no reconcile after its last event (answer %s)", cw.GetName(), lastAnswer[i])
 		}
 		// Reconciled after the load: a hand-off's rerun, or an event the
-		// load did not send (the ApiServerSource's, of the status writes).
+		// load did not send (the hub's, of the status writes).
 		if len(rs) > 0 && rs[len(rs)-1].Start.After(loadEnd) {
 			afterLoad++
 		}

@@ -66,7 +66,8 @@
 //     Deployments are only applied.
 //   - Mutating/ValidatingWebhookConfiguration and a CRD's conversion
 //     webhook whose clientConfig names a Service that selects a Deployment
-//     dev runs (the --mode=webhooks Deployment of `opzero manifests`): dev
+//     dev runs (the opzero hub, which serves admission webhooks and wakes
+//     the operator; the --mode=webhooks Deployment of `opzero manifests`): dev
 //     makes a CA and a certificate for 127.0.0.1, gives that process a free
 //     port and the certificate's folder (OPZERO_WEBHOOK_PORT,
 //     OPZERO_WEBHOOK_CERT_DIR; arguments naming a Secret volume's mountPath

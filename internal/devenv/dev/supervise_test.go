@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
@@ -103,49 +104,61 @@ func TestAdaptersAreSupervised(t *testing.T) {
 	})
 }
 
-// TestWakeupSourceSupervised: the wakeup source of `opzero manifests` runs
+// TestAlwaysOnSupervised: what stays on while the operator is at zero runs
 // with its livenessProbe played on 127.0.0.1 (it answers /healthz), and a
-// SIGKILL gets it restarted, with an event.
-func TestWakeupSourceSupervised(t *testing.T) {
+// SIGKILL gets it restarted, with an event: the wakeup source of
+// `opzero manifests --source=knative`, and the hub of the default wiring.
+func TestAlwaysOnSupervised(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts Knative's adapters")
+		t.Skip("starts always-on processes")
 	}
-	env := testenv.Get(t)
-	ns := env.Namespace(t)
-	p, buf := startWithEvents(t, env, generated(t, ns))
-	what := "Deployment " + ns + "/configwatcher-wakeup-source"
-	pid := p.SourcePIDs()[what]
-	if pid == 0 {
-		t.Fatalf("no pid for %s in %v", what, p.SourcePIDs())
-	}
-	// Its --health-addr=:8081 runs on a port of its own (processes share
-	// one network here).
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ""
-	for _, a := range strings.Split(string(cmdline), "\x00") {
-		if v, ok := strings.CutPrefix(a, "--health-addr="); ok {
-			addr = v
-		}
-	}
-	if addr == "" || strings.HasSuffix(addr, ":8081") {
-		t.Fatalf("wakeup source args %q: want --health-addr moved off :8081", cmdline)
-	}
-	testkit.Eventually(t, 30*time.Second, "the wakeup source's /healthz answering 200", func(ctx context.Context) (bool, error) {
-		resp, err := http.Get("http://127.0.0.1" + addr[strings.LastIndex(addr, ":"):] + "/healthz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	ev, _ := restartedEvent(t, buf, what, 0)
-	if !strings.Contains(ev.Reason, "exited") || ev.PID == pid {
-		t.Fatalf("restart of a killed wakeup source: %+v, want 'exited' and a new pid (old %d)", ev, pid)
+	for _, tc := range []struct {
+		name   string
+		source string
+		what   func(ns string) string
+	}{
+		{"knative wakeup source", manifests.SourceKnative, func(ns string) string { return "Deployment " + ns + "/configwatcher-wakeup-source" }},
+		{"hub", "", func(string) string { return "Deployment opzero-system/opzero-hub" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testenv.Get(t)
+			ns := env.Namespace(t)
+			p, buf := startWithEvents(t, env, generatedWith(t, ns, tc.source))
+			what := tc.what(ns)
+			pid := p.SourcePIDs()[what]
+			if pid == 0 {
+				t.Fatalf("no pid for %s in %v", what, p.SourcePIDs())
+			}
+			// Its --health-addr=:8081 runs on a port of its own (processes
+			// share one network here).
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ""
+			for _, a := range strings.Split(string(cmdline), "\x00") {
+				if v, ok := strings.CutPrefix(a, "--health-addr="); ok {
+					addr = v
+				}
+			}
+			if addr == "" || strings.HasSuffix(addr, ":8081") {
+				t.Fatalf("%s args %q: want --health-addr moved off :8081", what, cmdline)
+			}
+			testkit.Eventually(t, 30*time.Second, what+"'s /healthz answering 200", func(ctx context.Context) (bool, error) {
+				resp, err := http.Get("http://127.0.0.1" + addr[strings.LastIndex(addr, ":"):] + "/healthz")
+				if err != nil {
+					return false, nil
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, nil
+			})
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			ev, _ := restartedEvent(t, buf, what, 0)
+			if !strings.Contains(ev.Reason, "exited") || ev.PID == pid {
+				t.Fatalf("restart of a killed %s: %+v, want 'exited' and a new pid (old %d)", what, ev, pid)
+			}
+		})
 	}
 }

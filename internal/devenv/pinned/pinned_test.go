@@ -3,11 +3,13 @@ package pinned
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestModulesMatchTools: the embedded modules are the ones in tools/, which
@@ -228,5 +230,28 @@ func TestBuildsWhatIsMissing(t *testing.T) {
 	progress.Reset()
 	if _, err := r.FindOne(context.Background(), Etcd); err != nil || progress.Len() > 0 {
 		t.Errorf("second Find: %v, printed %q; want nothing built", err, progress.String())
+	}
+}
+
+// TestInstallOfWhatIsThereTakesNoLock: with every binary of a set in the
+// folder, Install returns at once while another process holds the folder's
+// lock to build other sets (a TestBook page once waited 10 minutes on an
+// `opzero install cluster` that built into the same cache).
+func TestInstallOfWhatIsThereTakesNoLock(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{Etcd, KubeAPIServer, KubeControllerManager, Kubectl} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unlock, err := Lock(context.Background(), dir, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := (Resolver{Dir: dir}).Install(ctx, "controlplane"); err != nil {
+		t.Fatalf("Install of a complete set waited on the lock: %v", err)
 	}
 }

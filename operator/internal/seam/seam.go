@@ -50,6 +50,10 @@ var (
 	// SetRoutes makes Start serve routes(handler) instead of the handler:
 	// routes sees every request before authentication.
 	SetRoutes func(rt any, routes func(http.Handler) http.Handler)
+	// SetAuthenticatedRoutes makes Start serve routes(handler) behind
+	// authentication: routes sees only requests whose sender was
+	// accepted (an adopted project's webhooks, forwarded by the hub).
+	SetAuthenticatedRoutes func(rt any, routes func(http.Handler) http.Handler)
 	// SetWebhooks adds an adopted project's webhooks to the description
 	// Start writes when describing.
 	SetWebhooks func(rt any, w *description.Webhooks)

@@ -1,0 +1,224 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// maxReview bounds an AdmissionReview read from the API server or an
+// answer read from an operator (the API server's own request limit is 3 MiB).
+const maxReview = 8 << 20
+
+// Resolver finds where an operator's Knative Service answers.
+type Resolver interface {
+	// URL is the address of the Knative Service op (status.address.url).
+	URL(ctx context.Context, op types.NamespacedName) (string, error)
+	// Forget drops what URL remembered of op (its address failed).
+	Forget(op types.NamespacedName)
+}
+
+// Tokens gives the hub's OIDC token for an audience.
+type Tokens func(ctx context.Context, audience string) (string, error)
+
+// proxy is the hub's admission endpoint: it checks a call against the
+// routes and forwards it to the operator; see the package documentation.
+type proxy struct {
+	routes func() table
+	// synced, if set, is closed once the routes were first listed: a call
+	// for an unknown path waits for it.
+	synced   <-chan struct{}
+	resolve  Resolver
+	tokens   Tokens
+	http     *http.Client
+	inFlight int // per operator
+	log      logr.Logger
+
+	mu    sync.Mutex
+	slots map[types.NamespacedName]chan struct{}
+
+	// counters (Stats)
+	forwarded, refused, failed atomic.Int64
+}
+
+// slot takes one of op's in-flight slots, or says there is none free.
+func (p *proxy) slot(op types.NamespacedName) (release func(), ok bool) {
+	p.mu.Lock()
+	s := p.slots[op]
+	if s == nil {
+		s = make(chan struct{}, p.inFlight)
+		p.slots[op] = s
+	}
+	p.mu.Unlock()
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, true
+	default:
+		return nil, false
+	}
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := p.routes()[r.URL.Path]
+	if rt == nil && p.synced != nil {
+		select { // a call right after the start: the routes are being listed
+		case <-p.synced:
+			rt = p.routes()[r.URL.Path]
+		case <-r.Context().Done():
+		}
+	}
+	if rt == nil {
+		// Unknown paths (a forged call without the install's token among
+		// them) learn nothing: not which operators exist.
+		p.refused.Add(1)
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		p.refused.Add(1)
+		http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxReview+1))
+	if err != nil || len(body) > maxReview {
+		p.refused.Add(1)
+		http.Error(w, "reading the AdmissionReview: too large or cut short", http.StatusBadRequest)
+		return
+	}
+	req, err := decodeReview(body)
+	if err != nil {
+		p.refused.Add(1)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !rt.allows(req) {
+		// The API server only sends what a webhook's rules match: this is
+		// not from it, or names another operator's kinds.
+		p.refused.Add(1)
+		p.log.Info("refused an AdmissionReview the webhook does not declare", "operator", rt.operator.String(), "webhooks", strings.Join(rt.webhooks, ","),
+			"resource", resourceString(req), "operation", req.Operation, "from", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("%s %s is not among what the webhooks %s of operator %s declare", req.Operation, resourceString(req),
+			strings.Join(rt.webhooks, ", "), rt.operator), http.StatusForbidden)
+		return
+	}
+	release, ok := p.slot(rt.operator)
+	if !ok {
+		p.failed.Add(1)
+		failure(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			fmt.Sprintf("the opzero hub: operator %s has %d admission calls in flight; not forwarded", rt.operator, p.inFlight))
+		return
+	}
+	defer release()
+	// Answer before the API server gives up, so that it reads why.
+	budget := rt.timeout - min(rt.timeout/10, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(r.Context(), budget)
+	defer cancel()
+	code, answer, err := p.forward(ctx, rt, body)
+	if err != nil {
+		p.failed.Add(1)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("operator %s did not answer within %s (the webhook's timeoutSeconds %s, less a margin; a cold start that does not fit: see docs/webhooks.md): %w",
+				rt.operator, budget, rt.timeout, err)
+		}
+		p.log.Info("an admission call failed", "operator", rt.operator.String(), "path", rt.path, "error", err.Error())
+		failure(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "the opzero hub: "+err.Error())
+		return
+	}
+	p.forwarded.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(answer)
+}
+
+// decodeReview reads an admission.k8s.io/v1 (or v1beta1, the same shape)
+// AdmissionReview with a request.
+func decodeReview(body []byte) (*admissionv1.AdmissionRequest, error) {
+	var rev admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &rev); err != nil {
+		return nil, fmt.Errorf("not an AdmissionReview: %w", err)
+	}
+	if rev.Kind != "AdmissionReview" || (rev.APIVersion != "admission.k8s.io/v1" && rev.APIVersion != "admission.k8s.io/v1beta1") {
+		return nil, fmt.Errorf("not an AdmissionReview: apiVersion %q kind %q", rev.APIVersion, rev.Kind)
+	}
+	if rev.Request == nil || rev.Request.UID == "" {
+		return nil, errors.New("an AdmissionReview without a request (or its uid)")
+	}
+	return rev.Request, nil
+}
+
+// forward sends the review to the operator's webhook path with the hub's
+// token for its audience, and returns its answer.
+func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byte, error) {
+	base, err := p.resolve.URL(ctx, rt.operator)
+	if err != nil {
+		return 0, nil, fmt.Errorf("resolving operator %s's Knative Service: %w", rt.operator, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+rt.path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if p.tokens != nil {
+		tok, err := p.tokens(ctx, rt.audience)
+		if err != nil {
+			return 0, nil, fmt.Errorf("a token for audience %q: %w", rt.audience, err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.resolve.Forget(rt.operator)
+		}
+		return 0, nil, fmt.Errorf("calling operator %s: %w", rt.operator, err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxReview+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading operator %s's answer: %w", rt.operator, err)
+	}
+	if len(answer) > maxReview {
+		return 0, nil, fmt.Errorf("operator %s answered more than %d bytes", rt.operator, maxReview)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		p.resolve.Forget(rt.operator)
+	}
+	return resp.StatusCode, answer, nil
+}
+
+// resourceString is group/version/resource[/subresource] of req.
+func resourceString(req *admissionv1.AdmissionRequest) string {
+	s := req.Resource.Group + "/" + req.Resource.Version + "/" + req.Resource.Resource
+	if req.SubResource != "" {
+		s += "/" + req.SubResource
+	}
+	return strings.TrimPrefix(s, "/")
+}
+
+// failure answers a call the hub could not complete: never a verdict (the
+// webhook's failurePolicy decides), a Status the API server reads the
+// message of (it shows only a generic one for a text body). 503 and a
+// Status are not retried by the API server (its webhook client retries
+// 500, 504 and 429 within the timeout); 429 is, on purpose.
+func failure(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	b, _ := json.Marshal(metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure,
+		Message: msg, Reason: reason, Code: int32(code)})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}

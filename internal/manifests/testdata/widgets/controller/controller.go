@@ -1,0 +1,40 @@
+// Package controller is the Widget project's reconciler (kubebuilder's
+// internal/controller): a ConfigMap per Widget with its size and color.
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/opzero/opzero/internal/manifests/testdata/widgets/api/v1"
+)
+
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+
+// Reconciler makes the ConfigMap <widget>-widget.
+type Reconciler struct{ client.Client }
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	w := &v1.Widget{}
+	if err := r.Get(ctx, req.NamespacedName, w); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: w.Name + "-widget", Namespace: w.Namespace}}
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, cm, func() error {
+		cm.Data = map[string]string{"size": fmt.Sprint(w.Spec.Size), "color": w.Spec.Color}
+		return controllerutil.SetControllerReference(w, cm, r.Scheme())
+	})
+	return ctrl.Result{}, err
+}
+
+// SetupWithManager adds the controller to mgr.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&v1.Widget{}).Owns(&corev1.ConfigMap{}).Named("widgets").Complete(r)
+}
