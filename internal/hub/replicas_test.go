@@ -485,6 +485,62 @@ func TestReplicasHandOver(t *testing.T) {
 	f.checkWrites()
 }
 
+// TestRollingRestart is a rolling update of both replicas as the hub's
+// Deployment does it (maxSurge 1, maxUnavailable 0): a new replica starts
+// and is ready, then an old one gets SIGTERM; then the second. While
+// ConfigMaps change every 100 ms, no change is lost, the duplicates at the
+// sinks are at most what the replicas counted as replayed (both reported),
+// and no replica writes the status of a Subscription whose bucket another
+// live replica holds.
+func TestRollingRestart(t *testing.T) {
+	_, _, ns := withReader(t)
+	rc := newRecorder(t)
+	f := newFleet(t, 4)
+	for i, holder := range []string{"a", "a", "b", "b"} {
+		f.preassign(i, holder)
+	}
+	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
+	f.heldBy(nil, a, b)
+	subs := haSubscriptions(t, ns, rc, 8)
+	w := startWriter(t, ns, 10)
+	time.Sleep(2 * time.Second)
+
+	t0 := time.Now()
+	a2 := f.start("a2", hub.Options{})
+	a2.ready(t)
+	a.stop()
+	f.heldBy(nil, a2, b)
+	t.Logf("a replaced by a2: a2 ready, a stopped, every bucket held by b and a2 %s after a2 started; a2 holds %v", time.Since(t0).Round(time.Millisecond), a2.held())
+	time.Sleep(2 * time.Second)
+
+	t0 = time.Now()
+	b2 := f.start("b2", hub.Options{})
+	b2.ready(t)
+	b.stop()
+	f.heldBy(nil, a2, b2)
+	t.Logf("b replaced by b2: every bucket held by a2 and b2 %s after b2 started; a2 holds %v, b2 %v", time.Since(t0).Round(time.Millisecond), a2.held(), b2.held())
+	time.Sleep(2 * time.Second)
+
+	last := w.end()
+	converged(t, rc, subs, last)
+	all := rc.all()
+	gap := time.Duration(0)
+	for i := 1; i < len(all); i++ {
+		gap = max(gap, all[i].at.Sub(all[i-1].at))
+	}
+	dups := rc.duplicates()
+	replayed := 0.0
+	for _, r := range []*replica{a, b, a2, b2} {
+		replayed += r.h.Stats().Replayed()
+	}
+	t.Logf("rolling restart of both replicas: %d events delivered, 0 changes lost, %d duplicates at the sinks, %v counted as replayed by the replicas; longest pause between two deliveries %s",
+		len(all), dups, replayed, gap.Round(time.Millisecond))
+	if float64(dups) > replayed {
+		t.Errorf("%d duplicates delivered, more than the %v the replicas counted as replayed", dups, replayed)
+	}
+	f.checkWrites()
+}
+
 // TestBucketLeaseEditedByHand: a bucket's Lease whose holder is set to
 // garbage costs its Subscriptions their deliveries until it expires, with
 // a log line saying so; every other Subscription is served meanwhile; the

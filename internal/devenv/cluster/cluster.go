@@ -116,8 +116,8 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
 		return nil, fmt.Errorf("a cluster is recorded in %s: use it (export KUBECONFIG=%s), or remove it with `opzero cluster down`", dir, filepath.Join(dir, "kubeconfig"))
 	}
-	if _, err := os.Stat(filepath.Join("/run/netns", NetNS)); err == nil {
-		return nil, fmt.Errorf("network namespace %s exists without a cluster recorded in %s: another state folder runs one (`opzero cluster down --dir ...`), or remove it with `ip netns delete %s`", NetNS, dir, NetNS)
+	if err := checkLeftovers(ctx, dir); err != nil {
+		return nil, err
 	}
 	u := &upper{opts: opts, c: &Cluster{State: State{Dir: dir, Images: map[string]string{}, Timings: map[string]float64{}}}}
 	if err := u.findBinaries(ctx); err != nil {

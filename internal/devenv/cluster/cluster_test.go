@@ -343,3 +343,18 @@ func kubectl(t *testing.T, c *Cluster, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestLeftovers: what a killed cluster leaves of its network on the host
+// is named with the command removing it; other routes and links are not.
+func TestLeftovers(t *testing.T) {
+	routes := "default via 10.0.0.1 dev eth0\nblackhole 10.244.0.0/16 \nblackhole 10.96.0.0/16 \nblackhole 192.168.0.0/16 \n10.244.0.0/24 via 10.243.0.2 dev opz-host \n10.0.0.0/24 dev eth0 proto kernel scope link src 10.0.0.5\n"
+	links := "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536\n5: opz-host@if2: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500\n6: opz-hostile: <BROADCAST> mtu 1500\n"
+	got := leftovers(routes, links, true)
+	want := []string{"ip netns delete opzero-node", "ip link delete opz-host", "ip route del blackhole 10.244.0.0/16", "ip route del blackhole 10.96.0.0/16", "ip route del 10.244.0.0/24"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("leftovers:\n%q\nwant\n%q", got, want)
+	}
+	if got := leftovers("default via 10.0.0.1 dev eth0\n", "1: lo: <LOOPBACK>\n", false); len(got) != 0 {
+		t.Fatalf("a clean host: %q, want nothing", got)
+	}
+}

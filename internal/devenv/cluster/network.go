@@ -120,3 +120,48 @@ func output(ctx context.Context, netns string, argv ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// leftovers lists the commands that remove what a cluster killed without
+// Down left of its network on the host (its namespace, its veth, its
+// routes), given `ip route show` and `ip -o link show` of the host: Up
+// refuses to start over them, naming these commands.
+func leftovers(routes, links string, netnsExists bool) []string {
+	var out []string
+	if netnsExists {
+		out = append(out, "ip netns delete "+NetNS)
+	}
+	for _, l := range strings.Split(links, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0] == hostVeth {
+			out = append(out, "ip link delete "+hostVeth)
+		}
+	}
+	for _, l := range strings.Split(routes, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 2 && f[0] == "blackhole" && (f[1] == PodRange || f[1] == ServiceRange):
+			out = append(out, "ip route del blackhole "+f[1])
+		case len(f) >= 3 && f[0] == NodePodCIDR && f[1] == "via" && f[2] == NodeIP:
+			out = append(out, "ip route del "+NodePodCIDR)
+		}
+	}
+	return out
+}
+
+// checkLeftovers fails if a cluster killed without Down left its network.
+func checkLeftovers(ctx context.Context, dir string) error {
+	routes, err := output(ctx, "", "ip", "route", "show")
+	if err != nil {
+		return err
+	}
+	links, err := output(ctx, "", "ip", "-o", "link", "show")
+	if err != nil {
+		return err
+	}
+	_, statErr := os.Stat(filepath.Join("/run/netns", NetNS))
+	cmds := leftovers(routes, links, statErr == nil)
+	if len(cmds) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the host has the network of a cluster not recorded in %s (a cluster killed without `opzero cluster down`, or one of another state folder: `opzero cluster down --dir ...`); if none runs, remove it with:\n  %s",
+		dir, strings.Join(cmds, "\n  "))
+}
