@@ -28,13 +28,14 @@ import (
 // after answering. The opzero hub delivers ConfigWatcher changes to the
 // operator as `opzero manifests` runs it (the answer after the reconcile,
 // --event-cache, max-scale 3: one instance runs alone under the sole
-// Lease) through a proxy that, every 5 s or so, SIGKILLs the instance
-// right after passing a 2xx answer to the hub, and starts it again (a new
-// identity: it waits for the dead one's sole Lease, 2 s, to expire,
-// answering 503 meanwhile). 300 objects are created and each is updated once; no
-// sweep is ever sent. Every object converges (observedGeneration ==
-// generation): what was answered had been reconciled, and what was not
-// answered was sent again by the hub. No two reconciles of a key overlap.
+// Lease) through a proxy that, after every 80th object event answered,
+// SIGKILLs the instance right after passing the 2xx answer to the hub,
+// and starts it again (a new identity: it waits for the dead one's sole
+// Lease, 2 s, to expire, answering 503 meanwhile). 300 objects are
+// created and each is updated once; no sweep is ever sent. Every object
+// converges (observedGeneration == generation): what was answered had
+// been reconciled, and what was not answered was sent again by the hub.
+// No two reconciles of a key overlap.
 //
 // $CHAOS_ANSWER=admitted runs the same with --answer=admitted, where it is
 // expected to fail: an event answered at admission is reconciled after
@@ -52,9 +53,11 @@ func TestKilledAfterAnswering(t *testing.T) {
 	f.vars = append(f.vars, "OPZERO_MAX_SCALE=3")
 	f.startAll()
 
-	var answered, killed, refused atomic.Int32
+	// Every killEvery-th object event answered, the instance is killed:
+	// at least one answer per object, so at least n/killEvery kills.
+	const killEvery = 80
+	var answered, objects, killed, refused atomic.Int32
 	var mu sync.Mutex // one kill at a time
-	last := time.Now()
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := http.NewRequestWithContext(r.Context(), r.Method, f.urls[0]+r.URL.RequestURI(), r.Body)
 		if err != nil {
@@ -82,14 +85,13 @@ func TestKilledAfterAnswering(t *testing.T) {
 			return
 		}
 		w.(http.Flusher).Flush() // the hub has its answer
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(last) < 5*time.Second {
+		if objects.Add(1)%killEvery != 0 {
 			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		f.restart(0) // SIGKILL, then a new process on the same port
 		killed.Add(1)
-		last = time.Now()
 	}))
 	t.Cleanup(proxy.Close)
 	stopHub := startHub(t, env, ns, proxy.URL)
