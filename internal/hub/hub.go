@@ -444,6 +444,11 @@ func (h *Hub) wire(ctx context.Context) {
 			own++
 		}
 	}
+	for _, s := range h.subs {
+		s.mu.Lock()
+		s.unwired = false
+		s.mu.Unlock()
+	}
 	h.stats.indexWatches.Set(float64(own))
 	h.stats.watches.Set(float64(len(h.watches)))
 	h.stats.bucketsHeld.Set(float64(len(h.served)))

@@ -55,7 +55,7 @@ func TestReferencedAgainIsTold(t *testing.T) {
 		}
 		return http.StatusOK, nil
 	}
-	startHub(t, hub.Options{NoWakeups: true})
+	h, _ := startHub(t, hub.Options{NoWakeups: true})
 	// Referrers are ConfigMaps labelled role=referrer naming another in
 	// data.target; every ConfigMap is also subscribed in Resource mode
 	// (the index is fed by that watch, as an operator's primary kind
@@ -67,8 +67,13 @@ func TestReferencedAgainIsTold(t *testing.T) {
 	must(t, env.Client.Create(ctx, sub))
 	condition(t, ns, "refs", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 
+	filtered := h.Stats().Filtered()
 	target := configMap(ns, "target", map[string]string{"v": "1"})
 	must(t, env.Client.Create(ctx, target))
+	// Its add is filtered once the referrer index has listed (the filter
+	// waits for it): a referrer created before that list is in it, and a
+	// name referenced by a list is not told (the epoch changes instead).
+	testkit.Eventually(t, 30*time.Second, "target's add filtered", func(context.Context) (bool, error) { return h.Stats().Filtered() > filtered, nil })
 	target.Data["v"] = "2"
 	must(t, env.Client.Update(ctx, target)) // not sent: nobody names it
 	referrer := configMap(ns, "referrer", map[string]string{"target": "target"})
