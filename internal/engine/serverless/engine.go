@@ -103,6 +103,14 @@ type Options struct {
 	Logger logr.Logger
 }
 
+// aloneAware is a Durable that looks for records less while this
+// instance runs alone (wakeup.Store.SetAlone: no other instance writes
+// retries then). SetAlone must not block: it is called under the sole
+// Lease's lock.
+type aloneAware interface {
+	SetAlone(alone bool)
+}
+
 // Durable is durable time: the store of Wakeup records (package wakeup's
 // Store) that the wakeup source delivers back to the operator.
 type Durable interface {
@@ -261,7 +269,13 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		e.cache.KeepReads(reads...)
 	}
 	if opts.Locker != nil && opts.Locker.Sole() {
-		e.sole = newSole(opts.Locker, opts.Logger, e.cache.Serve)
+		d, _ := opts.Durable.(aloneAware)
+		e.sole = newSole(opts.Locker, opts.Logger, func(alone bool) {
+			e.cache.Serve(alone)
+			if d != nil {
+				d.SetAlone(alone)
+			}
+		})
 		e.cache.Serve(false) // until this instance runs alone
 	}
 	if opts.Durable != nil {
