@@ -192,6 +192,11 @@ func (w *worthPart) record(wiring string, ops, n int, procs []procMem, note stri
 	w.mem[wiring][ops][n] = procs
 	rss, hwm := sumMem(procs, nil)
 	fmt.Printf("    %s, %d operator(s): %d processes, RSS %.1f MiB (peak %.1f)\n", wiring, ops, len(procs), rss, hwm)
+	if ops == 1 { // each process, for a run without -out
+		for _, p := range procs {
+			fmt.Printf("      %s: RSS %.1f MiB (peak %.1f)\n", p.what, p.rss, p.hwm)
+		}
+	}
 }
 
 // sumMem adds up RSS and peak of the processes keep selects (nil: all).

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,21 @@ func TestChurnWindow(t *testing.T) {
 	churnWindow(evs, t0, at(10), &res)
 	if res.up != 5*time.Second || res.coldStarts != 1 || res.starts != 1 || res.deliveries != 1 || res.reconciles != 2 {
 		t.Errorf("got %+v, want 5s up, 1 cold start, 1 delivery, 2 reconciles", res)
+	}
+}
+
+// TestSecondReplica: the hub's second replica runs the first one's binary
+// and flags with its own name in the Leases and free ports, and keeps the
+// rest of its environment (its kubeconfig, the Leases' namespace).
+func TestSecondReplica(t *testing.T) {
+	argv, env := secondReplica([]string{"/ko/opzero-hub", "--health-addr=:37907", "--webhook-addr=:8443", "--buckets=4"},
+		map[string]string{"POD_NAME": "opzero-hub-local", "POD_NAMESPACE": "opzero-system", "KUBECONFIG": "/k", "OPZERO_WEBHOOK_PORT": "9443"})
+	wantArgv := []string{"/ko/opzero-hub", "--health-addr=127.0.0.1:0", "--webhook-addr=127.0.0.1:0", "--buckets=4"}
+	if !slices.Equal(argv, wantArgv) {
+		t.Errorf("argv %q, want %q", argv, wantArgv)
+	}
+	wantEnv := []string{"KUBECONFIG=/k", "OPZERO_WEBHOOK_PORT=0", "POD_NAME=opzero-hub-local-2", "POD_NAMESPACE=opzero-system"}
+	if !slices.Equal(env, wantEnv) {
+		t.Errorf("env %q, want %q", env, wantEnv)
 	}
 }

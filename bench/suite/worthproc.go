@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -45,19 +47,109 @@ func (w *worthPart) measure(ctx context.Context, wiring string, ops int) ([]proc
 		return nil, "", err
 	}
 	defer s.stop()
+	second := 0 // the hub's second replica
 	if wiring == wHub {
 		// Measured once it serves: every Subscription Ready (its watches
 		// and referrer index started), then the settle time as for the rest.
 		if err := w.subscriptionsReady(ctx, ops); err != nil {
 			return nil, "hub: " + firstLine(err.Error()), nil
 		}
+		pid, stop, err := w.secondHub(s.cmd.Process.Pid)
+		if err != nil {
+			return nil, "hub: " + firstLine(err.Error()), nil
+		}
+		defer stop()
+		second = pid
 	}
 	time.Sleep(worthSettle)
 	procs := alwaysOn(s.cmd.Process.Pid)
 	if len(procs) == 0 {
 		return nil, "", fmt.Errorf("no always-on process found under opzero dev (pid %d)", s.cmd.Process.Pid)
 	}
+	if second != 0 {
+		rss, hwm := proc.Mem(second)
+		procs = append(procs, procMem{what: hubReplica2, shared: true, rss: rss, hwm: hwm})
+	}
 	return procs, "", nil
+}
+
+// The hub's two replicas (opzero manifests writes replicas: 2): the one
+// opzero dev runs holds every bucket (it started first), the second waits.
+const (
+	hubReplica1 = "hub, replica 1 (serves)"
+	hubReplica2 = "hub, replica 2 (standby)"
+)
+
+// secondReplica is the command line and environment of the hub's second
+// replica, from the first one's: its own POD_NAME (its name in the
+// Leases) and free ports for its health and admission endpoints.
+func secondReplica(argv []string, env map[string]string) ([]string, []string) {
+	argv = slices.Clone(argv)
+	for i, a := range argv {
+		switch {
+		case i == 0:
+		case strings.HasPrefix(a, "--health-addr="):
+			argv[i] = "--health-addr=127.0.0.1:0"
+		case strings.HasPrefix(a, "--webhook-addr="):
+			argv[i] = "--webhook-addr=127.0.0.1:0"
+		}
+	}
+	var out []string
+	for k, v := range env {
+		switch k {
+		case "POD_NAME":
+			v += "-2"
+		case "OPZERO_WEBHOOK_PORT":
+			v = "0"
+		}
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return argv, out
+}
+
+// secondHub starts the hub Deployment's second replica beside the one
+// opzero dev runs (dev runs one process per Deployment), as its second
+// pod: the same binary, flags and environment (kubeconfig of the hub's
+// service account, POD_NAMESPACE: the bucket Leases), its own POD_NAME
+// and ports. It started later, so every bucket is held by dev's replica
+// and it is the standby, as a rolling update or a replica restarted
+// after the other leaves it.
+func (w *worthPart) secondHub(devPid int) (pid int, stop func(), err error) {
+	hub := 0
+	for _, p := range proc.Descendants(devPid) {
+		if argv := proc.Argv(p); len(argv) > 0 && strings.Contains(strings.Join(argv, " "), "opzero-hub") {
+			hub = p
+		}
+	}
+	if hub == 0 {
+		return 0, nil, fmt.Errorf("no hub process under opzero dev (pid %d) to start a second replica of", devPid)
+	}
+	argv, env := secondReplica(proc.Argv(hub), proc.Env(hub))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(w.dir, fmt.Sprintf("hub-replica-2-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		return 0, nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return 0, nil, fmt.Errorf("starting the hub's second replica: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // it hands nothing over: it holds no bucket
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	return cmd.Process.Pid, stop, nil
 }
 
 // clearOtherWiring deletes what the other serverless wiring's session left
@@ -162,7 +254,7 @@ func alwaysOn(pid int) []procMem {
 		case strings.Contains(base, "mtping"):
 			pm.what, pm.shared = "mtping", true
 		case strings.Contains(strings.Join(argv, " "), "opzero-hub") || (len(argv) > 1 && argv[1] == "hub"):
-			pm.what, pm.shared = "hub", true
+			pm.what, pm.shared = hubReplica1, true
 		case strings.Contains(strings.Join(argv, " "), "wakeup-source"):
 			pm.what = "wakeup source"
 		default:
@@ -193,6 +285,9 @@ func (w *worthPart) startDev(ctx context.Context, name, manifests string) (*devS
 	s.cmd = exec.Command(w.opzero, "dev", "-f", manifests, "--kubeconfig", w.kubeconfig, "--no-status", "--idle", worthIdle.String(),
 		"--cache-dir", filepath.Join(w.dir, "ko"), "--build-dir", w.root, "--log-dir", logs, "--events=json", "--events-file", s.events)
 	s.cmd.Dir = w.root
+	// dev builds the ko:// images with `go build`: static, as ko and the
+	// cluster's images are (and crbaseline, buildCmd), not linked to libc.
+	s.cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := os.Create(filepath.Join(logs, "opzero-dev.out"))
 	if err != nil {

@@ -108,30 +108,25 @@ func main() {
 }
 
 // trimWhenSettled gives the heap's garbage back to the kernel and unmaps
-// the binary's pages (internal/trim) once the start has settled, and again
-// each minute in which the hub worked: an always-on process keeps resident
-// only what its steady state touches (minor faults map the rest again).
+// the binary's pages (internal/trim) once the start has settled (10 s),
+// and again once the hub has been quiet for 10 s after it worked or won
+// or lost buckets (a replica that hands its Subscriptions over keeps
+// nothing of them resident): an always-on process keeps resident only
+// what its steady state touches (minor faults map the rest again).
 // OPZERO_TRIM=off turns it off, =heap keeps the binary's pages.
 func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 	if os.Getenv("OPZERO_TRIM") == "off" {
 		return
 	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(10 * time.Second):
-	}
-	trim.Now()
-	last := h.Stats().Work()
-	t := time.NewTicker(time.Minute)
+	s := &trim.Settle{After: 10 * time.Second, Quiet: 10 * time.Second}
+	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
-	for {
+	for s.Due(time.Now(), h.Stats().Work()); ; {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			if w := h.Stats().Work(); w != last {
-				last = w
+		case now := <-t.C:
+			if s.Due(now, h.Stats().Work()) {
 				trim.Now()
 			}
 		}

@@ -111,7 +111,10 @@
 //     the objects in the cluster.
 //   - Buckets are not balanced: the replica that starts first takes every
 //     free bucket, and the other is a hot standby until a hand-off; two
-//     that start together split them by chance. Replicas give capacity to
+//     that start together split them by chance. A replica that serves no
+//     Subscription keeps nothing open for them (no watch of their kinds
+//     nor of RBAC objects): its Leases, the watch of Subscriptions and,
+//     with --webhook-addr, the admission endpoint. Replicas give capacity to
 //     survive a death, not to serve more than one process can (docs/hub.md).
 //   - A SIGKILLed replica's Subscriptions get nothing for 10 to 14 s (the
 //     Lease expiry, the other's retry), then what changed meanwhile.

@@ -97,6 +97,11 @@ type Hub struct {
 	tokens  map[string]func(context.Context) (string, error)
 	wakeOps string // the operators the wakeup source serves, joined
 	stopWk  context.CancelFunc
+	// stopRBAC ends the watches of RBAC objects, which run only while
+	// this replica serves a Subscription (only those are checked again
+	// when RBAC changes); bg waits for them.
+	stopRBAC context.CancelFunc
+	bg       sync.WaitGroup
 
 	recheck chan struct{}
 	health  health
@@ -160,9 +165,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer end()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(4)
+	defer h.bg.Wait()
+	wg.Add(3)
 	go func() { defer wg.Done(); h.el.Run(life) }()
-	go func() { defer wg.Done(); h.watchRBAC(life) }()
 	go func() { defer wg.Done(); h.flushLoop(life) }()
 	go func() {
 		defer wg.Done()
@@ -453,8 +458,27 @@ func (h *Hub) wire(ctx context.Context) {
 	h.stats.watches.Set(float64(len(h.watches)))
 	h.stats.bucketsHeld.Set(float64(len(h.served)))
 	h.stats.subscriptions.Set(float64(len(h.subs)))
+	h.rewireRBAC(ctx)
 	if !h.opts.NoWakeups {
 		h.rewireWakeups(ctx, ops)
+	}
+}
+
+// rewireRBAC watches RBAC objects while this replica serves a
+// Subscription, and stops once it serves none (a standby, or a replica
+// whose buckets hold no Subscription): a Subscription served from then on
+// is checked when it is taken, and every Recheck after. Called with h.mu
+// held.
+func (h *Hub) rewireRBAC(ctx context.Context) {
+	switch {
+	case len(h.subs) > 0 && h.stopRBAC == nil:
+		rctx, cancel := context.WithCancel(ctx)
+		h.stopRBAC = cancel
+		h.bg.Add(1)
+		go func() { defer h.bg.Done(); h.watchRBAC(rctx) }()
+	case len(h.subs) == 0 && h.stopRBAC != nil:
+		h.stopRBAC()
+		h.stopRBAC = nil
 	}
 }
 

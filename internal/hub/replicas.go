@@ -114,6 +114,7 @@ func (h *Hub) Buckets() []bucket.Status { return h.el.Status() }
 // once (another replica may take it from the Lease's expiry on; the loop
 // forgets them), a bucket won is served by the loop.
 func (h *Hub) onBucket(i int, held bool) {
+	h.stats.bucketChanges.Add(1)
 	if !held {
 		h.mu.Lock()
 		h.dropped[i] = true
@@ -241,6 +242,10 @@ func (h *Hub) handOff(ctx context.Context) {
 	if h.stopWk != nil {
 		h.stopWk()
 		h.stopWk = nil
+	}
+	if h.stopRBAC != nil {
+		h.stopRBAC()
+		h.stopRBAC = nil
 	}
 	h.mu.Unlock()
 	for _, w := range watches {

@@ -43,6 +43,27 @@ type replica struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	logs   *syncBuf
+
+	mu       sync.Mutex
+	requests []string // "METHOD path?query" of every request to the API server
+}
+
+// requested lists the requests to the API server whose "METHOD
+// path?query" contains each of parts.
+func (r *replica) requested(parts ...string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, q := range r.requests {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(q, p)
+		}
+		if all {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 type syncBuf struct {
@@ -66,11 +87,17 @@ type cutTransport struct {
 	rt     http.RoundTripper
 	r      *replica
 	onSend func(r *replica, req *http.Request)
+	record bool // in r.requests
 }
 
 func (c cutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c.r.cut.Load() {
 		return nil, errors.New("killed")
+	}
+	if c.record {
+		c.r.mu.Lock()
+		c.r.requests = append(c.r.requests, req.Method+" "+req.URL.RequestURI())
+		c.r.mu.Unlock()
 	}
 	if c.onSend != nil {
 		c.onSend(c.r, req)
@@ -117,7 +144,9 @@ func (f *fleet) start(name string, o hub.Options) *replica {
 	env := testenv.Get(t)
 	r := &replica{name: name, done: make(chan struct{}), logs: &syncBuf{}}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return cutTransport{rt: rt, r: r, onSend: f.statusWrite} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return cutTransport{rt: rt, r: r, onSend: f.statusWrite, record: true}
+	})
 	o.LeaseNamespace, o.Buckets, o.ReplicaID = f.leaseNS, f.buckets, name
 	if o.Recheck == 0 {
 		o.Recheck = time.Second
@@ -421,6 +450,21 @@ func converged(t *testing.T, rc *recorder, subs []string, last map[string]string
 	}
 }
 
+// twoReplicas starts replicas a and b holding two of 4 buckets each, as
+// assigned, with a sink for the Subscriptions of ns.
+func twoReplicas(t *testing.T) (ns string, rc *recorder, f *fleet, a, b *replica) {
+	t.Helper()
+	_, _, ns = withReader(t)
+	rc = newRecorder(t)
+	f = newFleet(t, 4)
+	for i, holder := range []string{"a", "a", "b", "b"} {
+		f.preassign(i, holder)
+	}
+	a, b = f.start("a", hub.Options{}), f.start("b", hub.Options{})
+	f.heldBy(nil, a, b)
+	return ns, rc, f, a, b
+}
+
 // TestReplicasHandOver: Subscriptions spread over two replicas' buckets;
 // a replica stopped (SIGTERM) hands its buckets over at once, one killed
 // (SIGKILL: nothing more leaves it) loses them to the other once their
@@ -430,14 +474,7 @@ func converged(t *testing.T, rc *recorder, subs []string, last map[string]string
 // the replicas counted as replayed, and no replica writes the status of a
 // Subscription whose bucket another live replica holds.
 func TestReplicasHandOver(t *testing.T) {
-	_, _, ns := withReader(t)
-	rc := newRecorder(t)
-	f := newFleet(t, 4)
-	for i, holder := range []string{"a", "a", "b", "b"} {
-		f.preassign(i, holder)
-	}
-	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
-	f.heldBy(nil, a, b)
+	ns, rc, f, a, b := twoReplicas(t)
 	t.Logf("buckets: a holds %v, b holds %v", a.held(), b.held())
 	if len(a.held()) != 2 || len(b.held()) != 2 {
 		t.Fatalf("a holds %v, b %v: want two each, as assigned", a.held(), b.held())
@@ -493,14 +530,7 @@ func TestReplicasHandOver(t *testing.T) {
 // and no replica writes the status of a Subscription whose bucket another
 // live replica holds.
 func TestRollingRestart(t *testing.T) {
-	_, _, ns := withReader(t)
-	rc := newRecorder(t)
-	f := newFleet(t, 4)
-	for i, holder := range []string{"a", "a", "b", "b"} {
-		f.preassign(i, holder)
-	}
-	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
-	f.heldBy(nil, a, b)
+	ns, rc, f, a, b := twoReplicas(t)
 	subs := haSubscriptions(t, ns, rc, 8)
 	w := startWriter(t, ns, 10)
 	time.Sleep(2 * time.Second)
@@ -637,4 +667,47 @@ func TestReplicasOfTwoVersions(t *testing.T) {
 		t.Errorf("logged %d times, want once per bucket", n)
 	}
 	b.ready(t) // a standby is ready: every bucket tried
+}
+
+// TestStandbyServesNothing: a replica whose buckets another holds serves
+// no Subscription and keeps nothing open for them: no watch of RBAC
+// objects, none of a subscribed kind, and its work counter (what the hub
+// trims after) does not move. Once it takes the buckets over it watches
+// both; the replica that handed them over counts the buckets it lost.
+func TestStandbyServesNothing(t *testing.T) {
+	_, _, ns := withReader(t)
+	rc := newRecorder(t)
+	f := newFleet(t, 2)
+	a := f.start("a", hub.Options{})
+	f.heldBy(a, a)
+	haSubscriptions(t, ns, rc, 1)
+	b := f.start("b", hub.Options{})
+	b.ready(t)
+	time.Sleep(3 * time.Second) // more tries of the Leases: still held by a
+	if held := b.held(); len(held) != 0 {
+		t.Fatalf("b holds %v, want none (a holds every bucket)", held)
+	}
+	if got := b.requested("/apis/rbac.authorization.k8s.io/"); len(got) != 0 {
+		t.Errorf("the standby asked for RBAC objects: %q", got)
+	}
+	if got := b.requested("/namespaces/"+ns+"/configmaps", "watch=true"); len(got) != 0 {
+		t.Errorf("the standby watches the subscribed ConfigMaps: %q", got)
+	}
+	if w := b.h.Stats().Work(); w != 0 {
+		t.Errorf("the standby's work counter is %v, want 0", w)
+	}
+	if got := a.requested("/apis/rbac.authorization.k8s.io/v1/roles", "watch=true"); len(got) == 0 {
+		t.Errorf("a serves a Subscription and watches no Roles")
+	}
+
+	before := a.h.Stats().Work()
+	a.stop()
+	if got := a.h.Stats().Work(); got < before+2 {
+		t.Errorf("a's work counter went from %v to %v when it released its 2 buckets, want +2 at least", before, got)
+	}
+	f.heldBy(b, b)
+	testkit.Eventually(t, 30*time.Second, "b watches RBAC objects and the ConfigMaps", func(context.Context) (bool, error) {
+		return len(b.requested("/apis/rbac.authorization.k8s.io/v1/roles", "watch=true")) > 0 &&
+			len(b.requested("/namespaces/"+ns+"/configmaps", "watch=true")) > 0, nil
+	})
 }

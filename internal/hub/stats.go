@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -10,6 +12,7 @@ type Stats struct {
 	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
 	watches, indexWatches, subscriptions, bucketsHeld                                                         prometheus.Gauge
 	otherVersions                                                                                             prometheus.GaugeFunc
+	bucketChanges                                                                                             atomic.Int64 // buckets won or lost
 }
 
 func newStats(el elector) *Stats {
@@ -57,9 +60,11 @@ func (s *Stats) Replayed() float64 { return read(s.replayed) }
 func (s *Stats) Sent() float64 { return read(s.sent) }
 
 // Work counts what the hub did (sends, filtered changes, sweeps, wakeups,
-// relists): it changes whenever the hub worked.
+// relists, buckets won or lost): it changes whenever the hub worked or
+// took up or dropped Subscriptions.
 func (s *Stats) Work() float64 {
-	return read(s.sent) + read(s.filtered) + read(s.sweeps) + read(s.wakeups) + read(s.relists) + read(s.retries)
+	return read(s.sent) + read(s.filtered) + read(s.sweeps) + read(s.wakeups) + read(s.relists) + read(s.retries) +
+		float64(s.bucketChanges.Load())
 }
 
 // IndexWatches is how many referrer indexes watch their referrers

@@ -281,8 +281,14 @@ func (g *gen) service() Object {
 	}, args, env)
 	// The engine answers /healthz from the server that takes the events:
 	// an instance whose server hangs is taken out and restarted. (Knative
-	// probes the container's port; no port may be named.)
-	container["readinessProbe"] = httpProbe("/healthz", nil, 1)
+	// probes the container's port; no port may be named.) The readiness
+	// probe has no period: Knative's aggressive probing, queue-proxy
+	// probing every 50 ms from the container's start, as for a Knative
+	// Service without a probe (knative.dev/serving pkg/queue/readiness;
+	// with a period set it probes once per kubelet probe instead, and a
+	// first probe that comes too early costs a whole period at each cold
+	// start). Knative refuses timeoutSeconds and failureThreshold on it.
+	container["readinessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/healthz"}}
 	container["livenessProbe"] = httpProbe("/healthz", nil, 3)
 	l := g.labels("operator")
 	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)

@@ -30,6 +30,12 @@ type Options struct {
 	// it is ready once its port accepts a TCP connection, as Knative and
 	// Kubernetes probe a container that declares no readinessProbe.
 	ReadinessPath string
+	// ColdStartDelay, if set, holds a cold start's first instance back
+	// until this long after its exec even if it is ready sooner: a local
+	// process starts in tens of milliseconds, a pod on a node in seconds
+	// (sandbox, containers, Knative's probes), and this lets a local run
+	// predict the cluster. Scale-ups are not delayed.
+	ColdStartDelay time.Duration
 	// Timeout bounds one request once it reaches an instance (Knative's
 	// revision timeoutSeconds); past it the answer is 504. 0: no bound.
 	Timeout time.Duration

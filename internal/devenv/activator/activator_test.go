@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -341,5 +342,32 @@ func TestReadinessAsKnative(t *testing.T) {
 	}
 	if _, ok := failed.Load("failed"); !ok {
 		t.Fatal("the instance that never became ready was not reported failed")
+	}
+}
+
+// TestColdStartDelay: with ColdStartDelay, a cold start's instance is
+// held back until that long after its exec though it is ready sooner (a
+// pod on a node, imitated); the request waits and is answered, and the
+// instance reports ready no sooner than the delay.
+func TestColdStartDelay(t *testing.T) {
+	const delay = 700 * time.Millisecond
+	var took atomic.Int64
+	a := New(Options{Idle: time.Minute, ColdStartDelay: delay, Command: backend("1"),
+		OnProcess: func(e ProcessEvent) {
+			if e.What == ProcessReady {
+				took.Store(int64(e.Took))
+			}
+		}})
+	url := serve(t, a)
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request at zero: %d, want 200", resp.StatusCode)
+	}
+	if d := time.Duration(took.Load()); d < delay {
+		t.Fatalf("the cold start's instance ready %s after exec, want no sooner than the %s delay", d, delay)
 	}
 }

@@ -64,6 +64,13 @@ func (a *Activator) startLocked() (*instance, string, error) {
 	}()
 	go func() {
 		err := waitReady(u, a.opts.ReadinessPath, a.opts.StartTimeout, inst.exited)
+		if rest := a.opts.ColdStartDelay - time.Since(t0); err == nil && inst.cold && rest > 0 {
+			select {
+			case <-time.After(rest):
+			case <-inst.exited:
+				err = errors.New("exited during the cold-start delay")
+			}
+		}
 		if err != nil {
 			inst.err = err
 			a.forget(inst)

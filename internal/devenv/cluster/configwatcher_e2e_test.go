@@ -312,20 +312,37 @@ func (e *e2e) oidc(t *testing.T, w wiring, ns, svc string) {
 // coldStarts measures n cold starts: at zero pods, a ConfigMap edit until
 // the ConfigWatcher's status records it (the event through the wiring w:
 // the hub or the ApiServerSource adapter; the activator, a new pod, the
-// reconcile), then the time until the revision is back at zero pods.
+// reconcile), then the time until the revision is back at zero pods. Each
+// is paired with the baseline in the same run: a trivial Knative Service
+// beside it with the same scale annotations, timed from a request at zero
+// pods to its first answer. The pod's steps are watched during each
+// operator cold start and the last one's timeline is logged.
 func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
-	var cold, zero []time.Duration
+	tv := e.trivialBeside(t, ns, svc)
+	var cold, zero, base []time.Duration
+	var steps *podSteps
 	for i := range n {
+		base = append(base, tv.firstAnswer(t))
 		e.waitZero(t, ns, svc)
+		steps = e.watchPodSteps(t, ns, svc)
 		t0 := time.Now()
 		rv := e.editConfigMap(t, ns, fmt.Sprintf("cold start %d", i))
+		steps.add("ConfigMap edited")
 		e.configWatcherStatus(t, ns, func(s map[string]any) bool { return s["configMapVersion"] == rv })
 		cold = append(cold, time.Since(t0))
+		steps.add("status written (seen)")
+		steps.stop()
 		zero = append(zero, e.waitZero(t, ns, svc))
 	}
 	e.figure(t, "real Knative, wiring %s: event at zero pods -> reconciled: %s", w.name, durations(cold))
+	e.figure(t, "real Knative, same run: a trivial Knative Service (netcheck, same scale annotations): request at zero pods -> first answer: %s", durations(base))
+	e.figure(t, "real Knative, wiring %s: cold start vs the trivial service's: median %.2fx, max %.2fx (goals <= 1.0x, <= 1.5x)", w.name,
+		ratio(median(cold), median(base)), ratio(slices.Max(cold), slices.Max(base)))
+	e.figure(t, "real Knative, wiring %s: the last cold start's steps, from the test's watch of the pod: %s", w.name, steps)
 	e.figure(t, "real Knative, wiring %s: reconciled -> zero pods (--idle 6s): %s", w.name, durations(zero))
 }
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 
 // allowedSenders returns the --allowed-senders of Knative Service svc's
 // operator container, as applied.

@@ -103,11 +103,11 @@ func (e *e2e) webhooks(t *testing.T) {
 		}
 		warm = append(warm, time.Since(t0))
 	}
-	t.Logf("FIGURE real Knative: admission at zero pods -> answered (create, defaulted through the hub): %s", durations(admit))
-	t.Logf("FIGURE real Knative: the operator's event at zero pods -> reconciled (ConfigMap deleted -> made again): %s", durations(event))
-	t.Logf("FIGURE real Knative: admission p50 / event p50 = %.2fx (goal <= 1.5x); max admission %s (timeoutSeconds 10)",
+	e.figure(t, "real Knative: admission at zero pods -> answered (create, defaulted through the hub): %s", durations(admit))
+	e.figure(t, "real Knative: the operator's event at zero pods -> reconciled (ConfigMap deleted -> made again): %s", durations(event))
+	e.figure(t, "real Knative: admission p50 / event p50 = %.2fx (goal <= 1.5x); max admission %s (timeoutSeconds 10)",
 		float64(median(admit))/float64(median(event)), maxOf(admit).Round(time.Millisecond))
-	t.Logf("FIGURE real Knative: warm admission (create) through the hub: %s", durations(warm))
+	e.figure(t, "real Knative: warm admission (create) through the hub: %s", durations(warm))
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -69,6 +69,9 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
+		if err := ownPorts(u, c, argv); err != nil {
+			return err
+		}
 		start := func(context.Context) (running, error) {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
@@ -175,4 +178,38 @@ func probeNote(u *unstructured.Unstructured, c map[string]any) string {
 		return " or its livenessProbe fails"
 	}
 	return ""
+}
+
+// ownPorts gives each of the container's declared ports that its
+// arguments bind (an argument ending in ":<containerPort>", such as the
+// hub's --webhook-addr=:8443) a free local port instead, rewritten in
+// place: in a cluster each pod has a network of its own, here every
+// process (and every other opzero dev on the machine) shares one. Run
+// after livenessProbe, which moves the probe's port its own way.
+func ownPorts(u *unstructured.Unstructured, c map[string]any, argv []string) error {
+	ports, _, _ := unstructured.NestedSlice(c, "ports")
+	for _, cp := range ports {
+		m, _ := cp.(map[string]any)
+		n, ok, _ := unstructured.NestedInt64(m, "containerPort")
+		if !ok || n <= 0 {
+			continue
+		}
+		suffix := fmt.Sprintf(":%d", n)
+		local := 0
+		for i, a := range argv {
+			if !strings.HasSuffix(a, suffix) {
+				continue
+			}
+			if local == 0 {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					return fmt.Errorf("Deployment %s: a local port for its port %d: %w", key(u), n, err)
+				}
+				local = l.Addr().(*net.TCPAddr).Port
+				l.Close()
+			}
+			argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
+		}
+	}
+	return nil
 }

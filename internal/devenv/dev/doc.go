@@ -94,7 +94,9 @@
 // A Deployment's probe is its container's livenessProbe.httpGet, played on
 // a free local port (processes share one network here, unlike pods:
 // arguments ending in ":<probe port>", such as --health-addr=:8081, are
-// rewritten to it). An ApiServerSource adapter's probe is its own metrics
+// rewritten to it); arguments ending in any other declared containerPort
+// (the hub's --webhook-addr=:8443) get a free local port of their own too,
+// so two sessions on one machine never collide. An ApiServerSource adapter's probe is its own metrics
 // endpoint, a port per adapter: Knative's /health listens on a fixed :8080
 // that a second adapter cannot bind, and fails only after SIGTERM.
 //

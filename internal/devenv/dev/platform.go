@@ -50,6 +50,10 @@ type Options struct {
 	Port int
 	// Idle, if set, overrides every Service's scale-to-zero period.
 	Idle time.Duration
+	// ColdStartDelay holds each Service's cold start until this long
+	// after the process's exec (activator.Options.ColdStartDelay): 0, a
+	// local process start, is a floor, not a forecast of a real node.
+	ColdStartDelay time.Duration
 	// Out receives one line per step and per scaling event (nil discards).
 	Out io.Writer
 	// Events receives the same as machine-readable Events (nil discards;

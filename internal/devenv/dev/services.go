@@ -242,8 +242,9 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	var coldAt atomic.Int64
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
-		ReadinessPath: s.Spec.ReadinessPath,
-		OnProcess:     s.onProcess(p.opts.Events),
+		ReadinessPath:  s.Spec.ReadinessPath,
+		ColdStartDelay: p.opts.ColdStartDelay,
+		OnProcess:      s.onProcess(p.opts.Events),
 		// each instance's own URL, recorded on the Leases it holds: the
 		// other instances forward it the events of its keys
 		AddressEnv: "OPZERO_ADVERTISE_ADDRESS",
@@ -265,7 +266,15 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 			case "scale-up":
 				p.say("%s: every instance busy -> starting instance %d", name, s.Activator.Instances())
 			case "ready":
-				p.say("%s: instance ready %s after exec; buffered requests proxied", name, d.Round(time.Millisecond))
+				cold := coldAt.Swap(0) != 0
+				switch {
+				case cold && p.opts.ColdStartDelay > 0:
+					p.say("%s: instance ready %s after exec (held to --cold-start-delay %s, as a pod on a node); buffered requests proxied", name, d.Round(time.Millisecond), p.opts.ColdStartDelay)
+				case cold:
+					p.say("%s: instance ready %s after exec (a local process start: a pod on a real node takes seconds more, see --cold-start-delay); buffered requests proxied", name, d.Round(time.Millisecond))
+				default:
+					p.say("%s: instance ready %s after exec; buffered requests proxied", name, d.Round(time.Millisecond))
+				}
 			case "scale-down":
 				p.say("%s: an instance idle for %s -> stopped; %d left", name, s.Spec.Idle, s.Activator.Instances())
 			case "scaled-to-zero":

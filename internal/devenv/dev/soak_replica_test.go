@@ -48,7 +48,10 @@ func (s *soak) startHubReplica() *hubReplica {
 		logPath: s.p.LogPath("deployment-" + manifests.HubNamespace + "-" + manifests.HubName + "-2")}
 	for i, a := range r.argv {
 		if strings.HasPrefix(a, "--health-addr") {
-			r.argv[i] = "--health-addr=" // dev's replica serves :8081
+			r.argv[i] = "--health-addr=" // dev's replica serves its health
+		}
+		if strings.HasPrefix(a, "--webhook-addr") {
+			r.argv[i] = "--webhook-addr=" // and its admission endpoint, on a port dev chose
 		}
 	}
 	for i, e := range r.env {
