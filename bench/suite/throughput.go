@@ -1,5 +1,9 @@
 package main
 
+// Why this file is over 500 lines: it is one benchmark (its variants, the
+// run, the CPU and API-request accounting and the report table), which
+// the variants share.
+
 import (
 	"bufio"
 	"cmp"

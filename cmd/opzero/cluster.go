@@ -141,12 +141,13 @@ func newClusterStatusCmd(dir *string) *cobra.Command {
 }
 
 func newClusterApplyCmd(dir *string) *cobra.Command {
-	var file, buildDir string
+	var file, kdir, buildDir string
 	cmd := &cobra.Command{
-		Use:   "apply -f MANIFESTS",
+		Use:   "apply -f MANIFESTS | -k KUSTOMIZATION",
 		Short: "Build the ko:// images manifests name, load them into the node and kubectl apply the manifests",
 		Long: `apply does what 'ko apply' does, without a registry: every ko://<import path>
-image in the manifests (a file or a folder, e.g. what 'opzero manifests' wrote) is
+image in the manifests (a file or a folder, e.g. what 'opzero manifests' wrote, or with
+-k a kustomization rendered with kustomize's library as kubectl apply -k does) is
 built with 'go build' in --build-dir as a static binary, put on an empty base,
 imported into the node's containerd as opzero.local/<import path>:<digest> and
 the reference replaced; the manifests are then applied server-side with the
@@ -164,13 +165,22 @@ image (imported as opzero.local/command/<name>:<hash>).`,
   sudo opzero cluster apply -f out/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var manifest string
+			var err error
+			if err := fileOrKustomization(file, kdir, "the manifests (a YAML file or a folder of them)"); err != nil {
+				return err
+			}
+			if kdir != "" {
+				manifest, err = cluster.ReadKustomization(kdir)
+			} else {
+				manifest, err = cluster.ReadManifests(file)
+			}
+			if err != nil {
+				return err
+			}
 			c, err := cluster.Load(*dir)
 			if err != nil {
 				return fmt.Errorf("no cluster in %s: %w", *dir, err)
-			}
-			manifest, err := cluster.ReadManifests(file)
-			if err != nil {
-				return err
 			}
 			resolved, refs, err := c.ResolveKo(cmd.Context(), buildDir, manifest)
 			if err != nil {
@@ -191,8 +201,8 @@ image (imported as opzero.local/command/<name>:<hash>).`,
 			return err
 		},
 	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "the manifests: a YAML file or a folder of them")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the manifests: a YAML file or a folder of them (rendered as with -k when it holds a kustomization.yaml)")
+	cmd.Flags().StringVarP(&kdir, "kustomize", "k", "", "a folder with a kustomization.yaml, rendered with kustomize's library as kubectl apply -k does (e.g. config/serverless)")
 	cmd.Flags().StringVar(&buildDir, "build-dir", ".", "run 'go build' here (the module that resolves the ko:// import paths); dev.opzero.dev/command's relative paths are from here")
-	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

@@ -31,11 +31,13 @@ import (
 func newDevCmd() *cobra.Command {
 	f := &devFlags{}
 	cmd := &cobra.Command{
-		Use:   "dev -f <manifests>",
+		Use:   "dev -f <manifests> | -k <kustomization folder>",
 		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
 		Long: `dev is a local serverless platform. It server-side applies the manifests
-(normally from 'opzero manifests') on a local control plane with Knative's CRDs,
-then plays Knative's part for the objects it reads back:
+(normally from 'opzero manifests'; -k, or -f of a folder with a kustomization.yaml,
+renders a kustomization with kustomize's library as kubectl apply -k does)
+on a local control plane with Knative's CRDs, then plays Knative's part for
+the objects it reads back:
 
   Knative Service   an activator at a local URL (written to status.url): the
                     first request starts the operator process (ko:// image,
@@ -88,12 +90,14 @@ cluster that runs Knative itself is refused. Ctrl-C stops every process it
 started; on exit the Knative Services and sources it made Ready turn
 Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 		Example: `  opzero manifests ./examples/configwatcher | opzero dev -f -
+  opzero manifests ./cmd -o config/serverless && opzero dev -k config/serverless
   opzero dev -f internal/devenv/dev/testdata/configwatcher.yaml --idle 3s -v --timeline session.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
 	fs := cmd.Flags()
-	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them, or - for standard input")
+	fs.StringVarP(&f.file, "filename", "f", "", "manifests: a YAML/JSON file, a folder of them (rendered as with -k when it holds a kustomization.yaml), or - for standard input")
+	fs.StringVarP(&f.kustomize, "kustomize", "k", "", "a folder with a kustomization.yaml, rendered with kustomize's library as kubectl apply -k does (e.g. config/serverless, which opzero manifests -o config/serverless writes)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server to use (default $KUBECONFIG, else the plane that opzero controlplane up started, else a new one)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "take the control plane's binaries and Knative's adapters and CRDs from this folder (default $OPZERO_BIN_DIR, else opzero's cache; see 'opzero install')")
 	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
@@ -115,16 +119,16 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 
 // devFlags are the flags of opzero dev.
 type devFlags struct {
-	file, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
-	port                                                            int
-	idle, coldStartDelay                                            time.Duration
-	noStatus, verbose, otel                                         bool
-	events, eventsFile, timeline                                    string
+	file, kustomize, kubeconfig, cacheDir, buildDir, logDir, namespace, binDir string
+	port                                                                       int
+	idle, coldStartDelay                                                       time.Duration
+	noStatus, verbose, otel                                                    bool
+	events, eventsFile, timeline                                               string
 }
 
 func (f *devFlags) run(cmd *cobra.Command) (err error) {
-	if f.file == "" {
-		return errors.New("-f is required: a manifests file, a folder of them, or - for standard input")
+	if err := fileOrKustomization(f.file, f.kustomize, "a manifests file, a folder of them, or - for standard input"); err != nil {
+		return err
 	}
 	ctx := cmd.Context()
 	if err := checkTimelinePath(f.timeline); err != nil {
@@ -146,7 +150,7 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 	}()
 	terminal := !f.noStatus && isTerminal(out)
 	lines := &lineWriter{w: out, clear: terminal}
-	objs, err := dev.ReadManifests(f.file, cmd.InOrStdin())
+	objs, err := f.read(cmd)
 	if err != nil {
 		return err
 	}
@@ -189,6 +193,14 @@ func (f *devFlags) run(cmd *cobra.Command) (err error) {
 		writeTimeline(f.timeline, recorded, out)
 	}
 	return nil
+}
+
+// read reads the objects of -f or -k.
+func (f *devFlags) read(cmd *cobra.Command) ([]*unstructured.Unstructured, error) {
+	if f.kustomize != "" {
+		return dev.ReadKustomization(f.kustomize)
+	}
+	return dev.ReadManifests(f.file, cmd.InOrStdin())
 }
 
 // serve shows the status line until Ctrl-C (or the platform stops).
@@ -361,4 +373,16 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// fileOrKustomization checks that exactly one of -f (file: what it takes)
+// and -k is given, as kubectl takes them.
+func fileOrKustomization(file, kdir, takes string) error {
+	switch {
+	case file != "" && kdir != "":
+		return errors.New("-f and -k: give one (as kubectl takes them)")
+	case file == "" && kdir == "":
+		return fmt.Errorf("-f or -k is required: %s; or a kustomization's folder", takes)
+	}
+	return nil
 }

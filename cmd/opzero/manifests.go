@@ -3,16 +3,19 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/opzero/opzero/internal/kustomize"
 	"github.com/opzero/opzero/internal/manifests"
 )
 
 func newManifestsCmd() *cobra.Command {
 	var o manifests.Options
-	var pkg, out string
+	var pkg, out, config string
 	var durable, installHub bool
 	var timeout time.Duration
 	var env envFlags
@@ -98,6 +101,27 @@ itself (PORT, K_SERVICE, K_CONFIGURATION, K_REVISION, POD_NAMESPACE,
 OPZERO_MAX_SCALE), the same name with two values, or an argument that sets a
 flag the operator does not have is refused and nothing is written.
 
+An adopted kubebuilder or operator-sdk project's config/ is read too: the
+kustomization in config/default of the operator's Go module (or --config) is
+rendered with kustomize's library, and from its manager Deployment (the
+container named manager) come the container's env, envFrom, resources and
+securityContext (the pod's securityContext too, classic only) and the
+namespace; from the kustomization, its namePrefix (put before the name of
+every object named after the operator) and labels (on every object but the
+hub's and the CRDs, never in selectors). Explicit settings win: a variable
+the operator declares or --env/--env-secret gives is theirs, and
+--namespace is used over config/'s (whose Namespace object, namespace.yaml,
+is written only when the operator goes there); a variable opzero sets
+itself, and a fieldRef in the Knative Service (which Knative refuses), is
+left out with a warning. A --config kustomization that does not build, or
+renders no manager or two, is an error naming it, and nothing is written; a
+config/default found (not given) that does not build yet (kubebuilder's
+before 'make manifests' writes config/crd/bases) is a warning, and the
+manifests are written without it; a project without config/default has
+nothing to read. -o a folder under config/
+(config/serverless, config/classic) also writes a kustomization.yaml listing
+the files, for kustomize build, kubectl apply -k and opzero dev -k.
+
 Output is deterministic: the same operator and flags give the same bytes,
 except the random token of the webhooks' hub paths (new on stdout, kept from
 the folder's webhooks.yaml with -o) and a webhook certificate made with
@@ -109,6 +133,7 @@ control, or use --webhook-certs=cert-manager.`,
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
   opzero manifests ./examples/configwatcher --source=knative -o deploy/
   opzero manifests ./cmd/myoperator --install-hub=false -o deploy/   # the hub: opzero hub manifests
+  opzero manifests ./cmd -o config/serverless     # a kubebuilder project: reads config/default, writes an overlay
   opzero manifests ./cmd/myoperator -o deploy/ --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token \
       --env-from-configmap myoperator-settings -- --max-concurrent-reconciles=4`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -146,6 +171,10 @@ control, or use --webhook-certs=cert-manager.`,
 				return err
 			}
 			o.Warnings = cmd.ErrOrStderr()
+			overlay, err := readConfig(cmd, dir, pkg, config, out, &o)
+			if err != nil {
+				return err
+			}
 			if out != "-" && o.WebhookCerts != manifests.CertsCertManager {
 				if o.WebhookCert, err = manifests.ReadWebhookCert(out); err != nil {
 					return err
@@ -168,6 +197,13 @@ control, or use --webhook-certs=cert-manager.`,
 				_, err = cmd.OutOrStdout().Write(b)
 				return err
 			}
+			if overlay {
+				if err := manifests.WriteOverlay(out, objs); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d objects and their kustomization.yaml to %s (kubectl apply -k %s, opzero dev -k %s)\n", len(objs), out, out, out)
+				return nil
+			}
 			if err := manifests.WriteDir(out, objs); err != nil {
 				return err
 			}
@@ -177,9 +213,10 @@ control, or use --webhook-certs=cert-manager.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&pkg, "operator", "", "Go package of the operator's main, as go build takes it, e.g. ./examples/configwatcher (required)")
-	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout")
+	f.StringVarP(&out, "output", "o", "-", "folder to write crds.yaml, rbac.yaml, ... into, or - for one YAML stream on stdout; a folder under the project's config/ (e.g. config/serverless) also gets a kustomization.yaml listing them")
+	f.StringVar(&config, "config", "", "the project's kustomization to read the manager's env, envFrom, resources, securityContext, namespace, namePrefix and labels from (default: the config/default folder of the operator's Go module, when it has a kustomization.yaml); none reads nothing")
 	f.StringVar(&o.Mode, "mode", manifests.Serverless, "serverless (Knative Service and sources) or classic (Deployment with leader election)")
-	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts")
+	f.StringVar(&o.Namespace, "namespace", "default", "namespace of the operator, its sources and service accounts (unset: config/'s namespace, if it declares one)")
 	f.StringVar(&o.Image, "image", "", "operator image (default ko://<operator import path>, which ko and opzero dev build)")
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
 	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
@@ -202,6 +239,61 @@ control, or use --webhook-certs=cert-manager.`,
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.fromConfigMap, "env-from-configmap", nil, "a ConfigMap in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	return cmd
+}
+
+// readConfig reads the project's config/ into o.Project (--config: a
+// kustomization folder, none, or "" for config/default of the operator's
+// module), lets its namespace stand unless --namespace is given, and says
+// whether out is written as a kustomization (a folder under the module's
+// config/, or one opzero wrote a kustomization.yaml into before), whose
+// kustomization.yaml it checks before anything is built.
+func readConfig(cmd *cobra.Command, dir, pkg, config, out string, o *manifests.Options) (overlay bool, err error) {
+	if config == "none" && out == "-" {
+		return false, nil
+	}
+	mod, err := manifests.ModuleDir(cmd.Context(), dir, pkg)
+	if err != nil {
+		return false, nil // Build names what is wrong with the package
+	}
+	explicit := config != ""
+	if config == "" {
+		config = manifests.ConfigDir(mod)
+	}
+	if config != "" && config != "none" {
+		p, err := manifests.ReadProject(config)
+		switch {
+		case err != nil && explicit:
+			return false, fmt.Errorf("%w; nothing written", err)
+		case err != nil:
+			// config/default found, not asked for: a project whose
+			// kustomization does not build yet (kubebuilder's refers to
+			// config/crd/bases, which `make manifests` writes) still gets
+			// its manifests, as before opzero read config/, and is told.
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n  the manager's settings in %s are not carried into the output: fix the kustomization (in a kubebuilder project, `make manifests` writes config/crd/bases), or pass --config=none to read nothing\n", err, config)
+		default:
+			o.Project = p
+			fmt.Fprintf(cmd.ErrOrStderr(), "read the manager's settings from %s (Deployment %s, container %s); --env and --namespace win over them\n",
+				p.File, p.Deployment, p.Container)
+			if !cmd.Flags().Changed("namespace") {
+				o.Namespace = ""
+			}
+		}
+	}
+	if out == "-" {
+		return false, nil
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return false, err
+	}
+	rel, err := filepath.Rel(filepath.Join(mod, "config"), abs)
+	overlay = err == nil && rel != "." && !strings.HasPrefix(rel, "..") || kustomize.Ours(out)
+	if overlay {
+		if err := kustomize.CheckWritable(out); err != nil {
+			return false, fmt.Errorf("%w; nothing written", err)
+		}
+	}
+	return overlay, nil
 }
 
 // envFlags are the raw --env* flags.

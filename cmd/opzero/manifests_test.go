@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/spf13/cobra"
 )
 
 func runOpzero(t *testing.T, args ...string) (string, error) {
@@ -217,5 +221,96 @@ func TestManifestsWebhookBadInputWritesNothing(t *testing.T) {
 	}
 	if _, err := runOpzero(t, "manifests", "./internal/manifests/testdata/widgets", "--webhooks=sidecar"); err == nil || !strings.Contains(err.Error(), `--webhooks="sidecar": want hub or always-on`) {
 		t.Errorf("--webhooks=sidecar: %v", err)
+	}
+}
+
+// TestManifestsProjectConfig: --config reads what a kubebuilder-style
+// config/default declares for the manager into the output (here
+// MEMCACHED_IMAGE, the namePrefix, the Namespace); a kustomization that
+// does not build is an error naming it, and nothing is written; --config=none
+// reads nothing.
+func TestManifestsProjectConfig(t *testing.T) {
+	t.Chdir("../..")
+	tmp := t.TempDir()
+	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS("internal/kustomize/testdata/project/config")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(tmp, "config", "default")
+	dir := filepath.Join(tmp, "deploy")
+	out, err := runOpzero(t, "manifests", "./examples/configwatcher", "--config", cfg, "-o", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "read the manager's settings from "+filepath.Join(cfg, "kustomization.yaml")) {
+		t.Errorf("output does not say where the settings come from:\n%s", out)
+	}
+	op, _ := os.ReadFile(filepath.Join(dir, "operator.yaml"))
+	for _, want := range []string{"name: MEMCACHED_IMAGE", "value: memcached:1.6.26-alpine3.19", "name: memcached-configwatcher", "namespace: memcached-system"} {
+		if !strings.Contains(string(op), want) {
+			t.Errorf("operator.yaml has no %q:\n%s", want, op)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "namespace.yaml")); err != nil {
+		t.Errorf("no namespace.yaml: %v", err)
+	}
+
+	if err := os.WriteFile(filepath.Join(cfg, "kustomization.yaml"), []byte("resources:\n- ../manager\n- missing.yaml\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(tmp, "bad")
+	out, err = runOpzero(t, "manifests", "./examples/configwatcher", "--config", cfg, "-o", bad)
+	if err == nil || !strings.Contains(err.Error(), cfg) || !strings.Contains(err.Error(), "missing.yaml") || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("a kustomization that does not build: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("the folder was written (%v)", err)
+	}
+
+	out, err = runOpzero(t, "manifests", "./examples/configwatcher", "--config", "none")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, "MEMCACHED_IMAGE") {
+		t.Error("--config=none read the config")
+	}
+}
+
+// TestUnbuiltConfigDefault: a project's config/default that does not
+// build yet (kubebuilder's refers to config/crd/bases before `make
+// manifests` wrote it), found rather than asked for, is a warning naming
+// it, and nothing of it is read; the same folder given with --config is
+// an error.
+func TestUnbuiltConfigDefault(t *testing.T) {
+	mod := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":                            "module example.com/unbuilt\n\ngo 1.24\n",
+		"main.go":                           "package main\n\nfunc main() {}\n",
+		"config/default/kustomization.yaml": "resources:\n- ../crd\n- ../manager\nnamePrefix: unbuilt-\n",
+		"config/crd/kustomization.yaml":     "resources:\n- bases/example.com_things.yaml\n",
+		"config/manager/kustomization.yaml": "resources:\n- manager.yaml\n",
+		"config/manager/manager.yaml":       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: controller-manager}\nspec:\n  template:\n    spec:\n      containers: [{name: manager, image: controller:latest}]\n",
+	} {
+		p := filepath.Join(mod, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetContext(context.Background())
+	cmd.SetErr(&stderr)
+	cmd.Flags().String("namespace", "default", "")
+	o := manifests.Options{Namespace: "default"}
+	if _, err := readConfig(cmd, mod, ".", "", "-", &o); err != nil {
+		t.Fatalf("config/default found but not building: %v, want a warning", err)
+	}
+	if o.Project != nil || o.Namespace != "default" || !strings.Contains(stderr.String(), "warning: ") || !strings.Contains(stderr.String(), filepath.Join(mod, "config", "default")) {
+		t.Fatalf("project %v, namespace %q, stderr %q: want nothing read and a warning naming config/default", o.Project, o.Namespace, stderr.String())
+	}
+	if _, err := readConfig(cmd, mod, ".", filepath.Join(mod, "config", "default"), "-", &manifests.Options{}); err == nil || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("--config naming it: %v, want an error", err)
 	}
 }

@@ -76,6 +76,7 @@ func TestKubebuilderProjectAdopted(t *testing.T) {
 	}
 	env := testenv.Get(t)
 	t.Run("flags", func(t *testing.T) { oneFlagPerSetting(t, dir) })
+	t.Run("config", func(t *testing.T) { fromConfig(t, env, dir) })
 	t.Run("serverless", func(t *testing.T) { serverless(t, env, dir) })
 	t.Run("classic", func(t *testing.T) {
 		classic(t, env, dir, func(t *testing.T, c client.Client, ns string) { exercise(t, c, ns, nil) })
@@ -145,6 +146,13 @@ func devObjects(t *testing.T, dir string, o manifests.Options) []*unstructured.U
 	if err != nil {
 		t.Fatal(err)
 	}
+	noSweeps(us)
+	return us
+}
+
+// noSweeps moves the sweeps (PingSources, or the Subscription's) out of
+// the way: no sweep tick during a test.
+func noSweeps(us []*unstructured.Unstructured) {
 	for _, u := range us {
 		switch u.GetKind() {
 		case "PingSource":
@@ -157,7 +165,98 @@ func devObjects(t *testing.T, dir string, o manifests.Options) []*unstructured.U
 			_ = unstructured.SetNestedSlice(u.Object, sweeps, "spec", "sweeps")
 		}
 	}
-	return us
+}
+
+// configImage is the image the project's config/manager/manager.yaml
+// gives its reconciler (MEMCACHED_IMAGE): no kubelet runs it here.
+const configImage = "registry.example.com/memcached:from-config"
+
+// fromConfig: a variable declared only in the project's
+// config/manager/manager.yaml (MEMCACHED_IMAGE) reaches both outputs of
+// opzero manifests, with config/default's namePrefix and kubebuilder's
+// resources and securityContext; the serverless output written as an
+// overlay under config/ runs from its kustomization (opzero dev -k
+// config/serverless), and the Deployment the reconciler makes has the
+// image the variable names.
+func fromConfig(t *testing.T, env *testenv.Env, dir string) {
+	kbproject.ManagerEnv(t, dir, "MEMCACHED_IMAGE", configImage)
+	ns := env.Namespace(t)
+	cfg := manifests.ConfigDir(dir)
+	if cfg != filepath.Join(dir, "config", "default") {
+		t.Fatalf("config dir %q", cfg)
+	}
+	project, err := manifests.ReadProject(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("config/default: Deployment %s, namespace %s, namePrefix %s, %d env", project.Deployment, project.Namespace, project.NamePrefix, len(project.Env))
+	built := map[string][]manifests.Object{}
+	for _, mode := range []string{manifests.Serverless, manifests.Classic} {
+		objs, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Mode: mode, Namespace: ns, Project: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		built[mode] = objs
+		var found bool
+		for _, o := range objs {
+			if o.File != manifests.FileOperator || o.Kind() != map[string]string{manifests.Serverless: "Service", manifests.Classic: "Deployment"}[mode] {
+				continue
+			}
+			found = true
+			if o.Name() != "memcached" {
+				t.Errorf("%s: %s %s, want memcached (config/default's namePrefix memcached- is the project's name: not repeated)", mode, o.Kind(), o.Name())
+			}
+			cs, _, _ := unstructured.NestedSlice(o.Obj, "spec", "template", "spec", "containers")
+			c := cs[0].(map[string]any)
+			var image any
+			for _, e := range c["env"].([]any) {
+				if e := e.(map[string]any); e["name"] == "MEMCACHED_IMAGE" {
+					image = e["value"]
+				}
+			}
+			if image != configImage || c["resources"] == nil || c["securityContext"] == nil {
+				t.Errorf("%s: MEMCACHED_IMAGE %v, resources %v, securityContext %v: want config/manager/manager.yaml's", mode, image, c["resources"], c["securityContext"])
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no operator object", mode)
+		}
+	}
+	overlay := filepath.Join(dir, "config", "serverless")
+	if err := manifests.WriteOverlay(overlay, built[manifests.Serverless]); err != nil {
+		t.Fatal(err)
+	}
+	us, err := dev.ReadKustomization(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := manifests.Stream(built[manifests.Serverless])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := dev.ReadManifests("-", bytes.NewReader(stream)); len(us) != len(want) {
+		t.Fatalf("config/serverless renders %d objects, opzero manifests made %d", len(us), len(want))
+	}
+	noSweeps(us)
+	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(), BuildDir: dir})
+	c := env.Client
+	m := memcached(ns, "cache", 1)
+	if err := c.Create(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	dep := &appsv1.Deployment{}
+	testkit.Eventually(t, 60*time.Second, "the reconciler's Deployment with config/'s MEMCACHED_IMAGE", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(m), dep); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return dep.Spec.Template.Spec.Containers[0].Image == configImage, nil
+	})
+	if err := c.Delete(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, "the Memcached deleted (its finalizer ran)", func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(m), m)), nil
+	})
 }
 
 // idleWait returns a wait for the platform's (one) Knative Service to
@@ -334,10 +433,15 @@ func TestReadmeAdoptProject(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^ok\s+example.com/memcached/internal/controller\s`).MatchString(out) {
 				t.Errorf("the project's envtest suite did not run:\n%s", out)
 			}
-			for _, f := range []string{"deploy/operator.yaml", "deploy/sources.yaml", "deploy-classic/operator.yaml"} {
+			for _, f := range []string{"config/serverless/operator.yaml", "config/serverless/sources.yaml", "config/serverless/namespace.yaml",
+				"config/serverless/kustomization.yaml", "config/classic/operator.yaml", "config/classic/kustomization.yaml"} {
 				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 					t.Errorf("opzero manifests did not write %s: %v", f, err)
 				}
+			}
+			// config/default's namespace and namePrefix, read by opzero manifests
+			if b, _ := os.ReadFile(filepath.Join(dir, "config/serverless/operator.yaml")); !bytes.Contains(b, []byte("name: memcached\n  namespace: memcached-system\n")) {
+				t.Errorf("config/serverless/operator.yaml is not config/default's memcached in memcached-system:\n%s", b)
 			}
 		}
 	}

@@ -40,9 +40,10 @@ func deps(t *testing.T, path string, tags ...string) []pkg {
 const mod = "github.com/opzero/opzero/"
 
 // cliOnly is what only the opzero CLI may link: the package loader, cobra,
-// and the local platform.
-var cliOnly = []string{"golang.org/x/tools/go/packages", "github.com/spf13/cobra",
-	mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/"}
+// kustomize's library (reading and rendering kustomizations), and the
+// local platform.
+var cliOnly = []string{"golang.org/x/tools/go/packages", "github.com/spf13/cobra", "sigs.k8s.io/kustomize",
+	mod + "internal/kustomize", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/"}
 
 func TestDependencyBudget(t *testing.T) {
 	rules := []struct {
@@ -72,12 +73,14 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "operator", forbidden: append(append([]string(nil), cliOnly...), managerOnly...)},
 		{pkg: mod + "builder", forbidden: cliOnly},
 		{pkg: mod + "reconcileutil", forbidden: cliOnly},
-		{pkg: mod + "testenv", forbidden: []string{"golang.org/x/tools/go/packages", "github.com/spf13/cobra", mod + "internal/manifests", mod + "cmd/"}},
+		{pkg: mod + "testenv", forbidden: []string{"golang.org/x/tools/go/packages", "github.com/spf13/cobra", "sigs.k8s.io/kustomize", mod + "internal/manifests", mod + "cmd/"}},
 		{pkg: mod + "api/v1alpha1", forbidden: cliOnly},
 		{pkg: mod + "examples/configwatcher", forbidden: cliOnly},
 		{pkg: mod + "internal/metacontroller", forbidden: cliOnly},
 		{pkg: mod + "cmd/opzero-metacontroller", forbidden: []string{"golang.org/x/tools/go/packages",
-			"github.com/spf13/cobra", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero/"}},
+			"github.com/spf13/cobra", "sigs.k8s.io/kustomize", mod + "internal/manifests", mod + "internal/devenv", mod + "cmd/opzero/"}},
+		// the hub is an always-on binary and a library of the CLI's: no kustomize
+		{pkg: mod + "internal/hub/...", forbidden: []string{"sigs.k8s.io/kustomize", mod + "internal/kustomize"}},
 		// The always-on parts, the wakeup source and the hub: small binaries
 		// with neither the CLI nor controller-runtime beyond the scheme
 		// builder of the API types (client-go's dynamic client is all they
@@ -111,7 +114,7 @@ func TestDependencyBudget(t *testing.T) {
 // link: the CLI, the engine, and controller-runtime beyond its scheme
 // builder, and client-go's typed clientset.
 var alwaysOn = []string{"golang.org/x/tools/go/packages",
-	"github.com/spf13/cobra", "github.com/opzero/opzero/internal/manifests", "github.com/opzero/opzero/internal/devenv", "github.com/opzero/opzero/cmd/opzero/",
+	"github.com/spf13/cobra", "sigs.k8s.io/kustomize", "github.com/opzero/opzero/internal/manifests", "github.com/opzero/opzero/internal/devenv", "github.com/opzero/opzero/cmd/opzero/",
 	"github.com/opzero/opzero/internal/engine", "sigs.k8s.io/controller-runtime/pkg/manager", "sigs.k8s.io/controller-runtime/pkg/metrics",
 	"sigs.k8s.io/controller-runtime/pkg/client", "sigs.k8s.io/controller-runtime/pkg/cache", "k8s.io/client-go/kubernetes"}
 

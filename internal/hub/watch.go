@@ -1,5 +1,10 @@
 package hub
 
+// Why this file is over 500 lines: it is one concept, a shared watch (its
+// start, resume from progress, relist after 410 Gone, decode and fan-out
+// to the Subscriptions attached), whose steps share its state; the parts
+// that stand alone are in refindex.go and deliver.go.
+
 import (
 	"context"
 	"fmt"

@@ -49,6 +49,10 @@
 // opzero.dev/key; Stale lists those whose holder is gone.
 package lease
 
+// Why this file is over 500 lines: it is the per-key Lease protocol
+// (take, renew, hand off, release, the dirty mark) in one place, so that
+// its exclusion argument can be read top to bottom.
+
 import (
 	"context"
 	"crypto/sha256"

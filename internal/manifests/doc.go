@@ -57,7 +57,20 @@
 // either mode: the generated variables (POD_NAMESPACE, OPZERO_MAX_SCALE),
 // those the operator declares (builder.WithEnv, WithSecretEnv), then
 // Options.Env, Options.EnvFrom and Options.Args (the command line's --env,
-// --env-secret, --env-from-secret, --env-from-configmap and what follows --).
+// --env-secret, --env-from-secret, --env-from-configmap and what follows --),
+// then what an adopted project's config/ declares for its manager
+// (Options.Project, read by ReadProject with internal/kustomize from
+// ConfigDir: config/default): its container's env (a name declared or given
+// on the command line is theirs; one opzero sets, or a fieldRef in the
+// Knative Service, is left out with a warning), envFrom (before the
+// command line's), resources and securityContext, the pod's
+// securityContext (classic), and the namespace (unless Options.Namespace),
+// namePrefix (before the name of every object named after the operator,
+// unless the name starts with it or it is the name and a dash, as
+// kubebuilder's default "<project>-" is; the Subscription's spec.operator stays the controller's name, which its
+// Wakeups carry) and labels (not on the hub's objects, the CRDs or
+// selectors). WriteOverlay also writes a kustomization.yaml listing the
+// files.
 //
 // Start with Describe (build and run the operator binary), then Generate,
 // then Write or WriteDir.

@@ -207,16 +207,18 @@ func envFromYAML(from []EnvFrom) []any {
 	return out
 }
 
-// container adds the operator's env (generated first, then the user's),
-// envFrom and extra args to a container.
+// container adds the operator's env (generated first, then the user's,
+// then config/'s), envFrom (config/'s, then the user's), config/'s
+// resources and securityContext, and extra args to a container.
 func (g *gen) container(c map[string]any, args []any, generatedEnv []any) map[string]any {
 	for _, a := range g.o.Args {
 		args = append(args, a)
 	}
 	c["args"] = args
-	c["env"] = append(generatedEnv, envYAML(g.env)...)
-	if from := envFromYAML(g.o.EnvFrom); from != nil {
+	c["env"] = append(append(generatedEnv, envYAML(g.env)...), g.project.envEntries()...)
+	if from := g.project.envFrom(envFromYAML(g.o.EnvFrom)); from != nil {
 		c["envFrom"] = from
 	}
+	g.project.container(c)
 	return c
 }

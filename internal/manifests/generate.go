@@ -174,7 +174,8 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 // Generate derives the objects from in; see the package doc.
 func Generate(in Input, o Options) ([]Object, error) {
 	op := in.Operator
-	o, err := o.withDefaults(op.Name, in.ImportPath)
+	name := operatorName(o.Project, op.Name)
+	o, err := o.withDefaults(name, in.ImportPath)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +187,9 @@ func Generate(in Input, o Options) ([]Object, error) {
 		return nil, err
 	}
 	g := &gen{in: in, o: o, op: op, ops: in.Operators, env: env, plural: map[[2]string]string{}}
+	if g.project, err = readProject(o, name, env); err != nil {
+		return nil, err
+	}
 	if len(g.ops) == 0 {
 		g.ops = []description.Controller{op}
 	}
@@ -244,6 +248,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 			objs = append(objs, g.broker()...)
 		}
 	}
+	objs = g.project.apply(objs, o.Namespace)
 	sortObjects(objs)
 	return objs, nil
 }
@@ -257,7 +262,14 @@ type gen struct {
 	// env is the operator's own env: declared, then from the command line.
 	env    []description.EnvVar
 	plural map[[2]string]string
+	// project is what the project's config/ declares (Options.Project),
+	// checked and merged: nil without one.
+	project *project
 }
+
+// name names the operator's objects: the controller's name (or the
+// binary's, for several), after config/'s namePrefix.
+func (g *gen) name() string { return operatorName(g.o.Project, g.op.Name) }
 
 func (g *gen) resource(k description.Kind) string {
 	if p := g.plural[[2]string{k.Group, k.Kind}]; p != "" {
@@ -273,7 +285,7 @@ func (g *gen) labels(component string) map[string]any {
 
 // clusterName names a cluster-scoped object: unique per namespace and operator.
 func (g *gen) clusterName(suffix string) string {
-	n := "opzero:" + g.o.Namespace + ":" + g.op.Name
+	n := "opzero:" + g.o.Namespace + ":" + g.name()
 	if suffix != "" {
 		n += "-" + suffix
 	}
@@ -281,7 +293,7 @@ func (g *gen) clusterName(suffix string) string {
 }
 
 // sourceName names the ApiServerSource of kind k (also its ServiceAccount).
-func (g *gen) sourceName(k description.Kind) string { return g.op.Name + "-" + strings.ToLower(k.Kind) }
+func (g *gen) sourceName(k description.Kind) string { return g.name() + "-" + strings.ToLower(k.Kind) }
 
 // checkNames rejects two kinds that would get the same source name.
 func (g *gen) checkNames() error {
@@ -330,9 +342,9 @@ func (g *gen) operatorRBAC() []Object {
 	var leases rules
 	leases.add("coordination.k8s.io", "leases", leaseVerbs...)
 	l := g.labels("operator")
-	objs := []Object{serviceAccount(g.o.Namespace, g.op.Name, l)}
-	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.op.Name, r.list(), l)...)
-	return append(objs, role(g.op.Name+"-leases", g.o.Namespace, g.op.Name, leases.list(), l)...)
+	objs := []Object{serviceAccount(g.o.Namespace, g.name(), l)}
+	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.name(), r.list(), l)...)
+	return append(objs, role(g.name()+"-leases", g.o.Namespace, g.name(), leases.list(), l)...)
 }
 
 // describedRules are the rules the operator's description names.

@@ -99,7 +99,7 @@ func (g *gen) subscription() Object {
 	}
 	spec := map[string]any{
 		"operator":           g.op.Name,
-		"serviceAccountName": g.op.Name,
+		"serviceAccountName": g.name(),
 		"sink":               g.sink(),
 		"resources":          resources,
 	}
@@ -126,7 +126,7 @@ func (g *gen) subscription() Object {
 			spec["operators"] = others
 		}
 	}
-	sub := object("opzero.dev/v1alpha1", "Subscription", g.o.Namespace, g.op.Name, g.labels("source"))
+	sub := object("opzero.dev/v1alpha1", "Subscription", g.o.Namespace, g.name(), g.labels("source"))
 	sub["spec"] = spec
 	return Object{File: FileSources, Obj: sub}
 }
@@ -153,7 +153,7 @@ func (g *gen) hubReadRole() Object {
 // hubRoleName names the operator's aggregated ClusterRole:
 // opzero-hub:<namespace>:<operator>, unambiguous since neither name may
 // hold a colon.
-func (g *gen) hubRoleName() string { return HubName + ":" + g.o.Namespace + ":" + g.op.Name }
+func (g *gen) hubRoleName() string { return HubName + ":" + g.o.Namespace + ":" + g.name() }
 
 // HubObjects are the hub, cluster-shared: its namespace, service account,
 // RBAC and Deployment. They carry no operator's name, so that applying the

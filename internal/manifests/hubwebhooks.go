@@ -74,7 +74,7 @@ func newWebhookToken() (string, error) {
 // hubClientConfig points a webhook at the hub's Service. No caBundle:
 // the hub writes its own CA there.
 func (g *gen) hubClientConfig(path string) admissionregv1.WebhookClientConfig {
-	p := admission.Path(g.o.Namespace, g.op.Name, g.o.WebhookToken, path)
+	p := admission.Path(g.o.Namespace, g.name(), g.o.WebhookToken, path)
 	return admissionregv1.WebhookClientConfig{Service: &admissionregv1.ServiceReference{
 		Namespace: HubNamespace, Name: HubName, Path: &p, Port: ptr.To[int32](443)}}
 }
@@ -83,7 +83,7 @@ func (g *gen) hubClientConfig(path string) admissionregv1.WebhookClientConfig {
 func (g *gen) hubWebhookMeta(o map[string]any) {
 	m := o["metadata"].(map[string]any)
 	m["labels"].(map[string]any)[admission.LabelViaHub] = "true"
-	m["annotations"] = map[string]any{admission.AnnotationOperator: g.o.Namespace + "/" + g.op.Name, admission.AnnotationAudience: g.o.Audience}
+	m["annotations"] = map[string]any{admission.AnnotationOperator: g.o.Namespace + "/" + g.name(), admission.AnnotationAudience: g.o.Audience}
 }
 
 // withTimeout writes the API server's default timeoutSeconds where the
@@ -96,7 +96,7 @@ func (g *gen) withTimeout(name string, t *int32) *int32 {
 	if *t < coldStartBudget && g.o.Warnings != nil {
 		fmt.Fprintf(g.o.Warnings, "warning: %s: webhook %s has timeoutSeconds=%d: called at zero, the operator must start and answer within it (a cold start is 1.5-1.8 s on a real node), "+
 			"else the call fails and its failurePolicy decides; give it timeoutSeconds=%d or more, or keep it warm with --webhooks=%s (docs/webhooks.md)\n",
-			g.op.Name, name, *t, coldStartBudget, WebhooksAlwaysOn)
+			g.name(), name, *t, coldStartBudget, WebhooksAlwaysOn)
 	}
 	return t
 }

@@ -1,20 +1,16 @@
 package manifests
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/opzero/opzero/internal/description"
-	"github.com/opzero/opzero/internal/eventfilter"
 	"github.com/opzero/opzero/internal/knativenames"
 )
 
@@ -30,7 +26,7 @@ const (
 
 // serviceURL is the operator's cluster-local address (the wakeup sink).
 func (g *gen) serviceURL() string {
-	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.op.Name, g.o.Namespace)
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local", g.name(), g.o.Namespace)
 }
 
 // senders are the identities whose tokens the operator accepts: the OIDC
@@ -160,8 +156,8 @@ type sweep struct{ name, schedule, data string }
 func (g *gen) sweeps() []sweep {
 	var out []sweep
 	for _, s := range []sweep{
-		{g.op.Name + "-sweep", g.op.Deploy.Sweep, ""},
-		{g.op.Name + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
+		{g.name() + "-sweep", g.op.Deploy.Sweep, ""},
+		{g.name() + "-full-sweep", g.op.Deploy.FullSweep, `{"sweep":"all"}`},
 	} {
 		if s.schedule != "" {
 			out = append(out, s)
@@ -170,36 +166,14 @@ func (g *gen) sweeps() []sweep {
 	return out
 }
 
-// brokerName is --broker, else (the operator takes external events) the
-// operator's name: its own Broker.
-func (g *gen) brokerName() string {
-	if g.o.Broker == "" && len(g.op.Events) > 0 {
-		return g.op.Name
-	}
-	return g.o.Broker
-}
-
-// triggerNames are the Triggers that deliver to the operator: one per
-// WatchesEvents (<operator>-<name>), else with --broker one for the
-// Broker's events (<operator>-<broker>).
-func (g *gen) triggerNames() []string {
-	var out []string
-	for _, w := range g.op.Events {
-		out = append(out, g.op.Name+"-"+w.Name)
-	}
-	if len(out) == 0 && g.o.Broker != "" {
-		out = append(out, g.op.Name+"-"+g.o.Broker)
-	}
-	return out
-}
-func (g *gen) wakeupSourceName() string { return g.op.Name + "-wakeup-source" }
+func (g *gen) wakeupSourceName() string { return g.name() + "-wakeup-source" }
 
 // sink is a sink reference to the operator: its Knative Service, or in
 // classic mode the Service in front of its events endpoint.
 func (g *gen) sink() map[string]any {
-	ref := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.op.Name}
+	ref := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service", "name": g.name()}
 	if g.o.Mode == Classic {
-		ref = map[string]any{"apiVersion": "v1", "kind": "Service", "name": g.op.Name}
+		ref = map[string]any{"apiVersion": "v1", "kind": "Service", "name": g.name()}
 	}
 	return map[string]any{"ref": ref, "audience": g.o.Audience}
 }
@@ -291,11 +265,11 @@ func (g *gen) service() Object {
 	container["readinessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/healthz"}}
 	container["livenessProbe"] = httpProbe("/healthz", nil, 3)
 	l := g.labels("operator")
-	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.op.Name, l)
+	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.name(), l)
 	svc["spec"] = map[string]any{"template": map[string]any{
 		"metadata": map[string]any{"labels": l, "annotations": ann},
 		"spec": map[string]any{
-			"serviceAccountName":   g.op.Name,
+			"serviceAccountName":   g.name(),
 			"containerConcurrency": int64(d.Concurrency),
 			"timeoutSeconds":       int64(g.o.TimeoutSeconds),
 			"containers":           []any{container},
@@ -395,95 +369,6 @@ func (g *gen) pingSources() []Object {
 	return objs
 }
 
-// broker is the Broker and the Triggers that subscribe the operator to it:
-// one per WatchesEvents filter (spec.filter.attributes or spec.filters,
-// as the operator declared it), else one for --trigger-type. Each delivers
-// to the operator's sink with its audience (the Trigger's OIDC identity is
-// among the allowed senders) and the delivery policy.
-func (g *gen) broker() []Object {
-	d := g.o.Delivery
-	delivery := map[string]any{"retry": int64(d.Retry), "backoffPolicy": d.BackoffPolicy, "backoffDelay": d.BackoffDelay}
-	if d.DeadLetterSink != "" {
-		delivery["deadLetterSink"] = map[string]any{"uri": d.DeadLetterSink}
-	}
-	l := g.labels("broker")
-	b := object("eventing.knative.dev/v1", "Broker", g.o.Namespace, g.brokerName(), l)
-	b["spec"] = map[string]any{"delivery": delivery}
-	objs := []Object{{File: FileBroker, Obj: b}}
-	names := g.triggerNames()
-	for i, name := range names {
-		t := object("eventing.knative.dev/v1", "Trigger", g.o.Namespace, name, l)
-		spec := map[string]any{"broker": g.brokerName(), "subscriber": g.sink(), "delivery": delivery}
-		if len(g.op.Events) > 0 {
-			for k, v := range triggerFilter(g.op.Events[i]) {
-				spec[k] = v
-			}
-		} else if g.o.TriggerType != "" {
-			spec["filter"] = map[string]any{"attributes": map[string]any{"type": g.o.TriggerType}}
-		}
-		t["spec"] = spec
-		objs = append(objs, Object{File: FileBroker, Obj: t})
-	}
-	return objs
-}
-
-// triggerFilter is a WatchesEvents filter as Trigger spec fields: the
-// description's JSON is Knative's.
-func triggerFilter(w description.EventWatch) map[string]any {
-	out := map[string]any{}
-	if len(w.Attributes) > 0 {
-		attrs := map[string]any{}
-		for k, v := range w.Attributes {
-			attrs[k] = v
-		}
-		out["filter"] = map[string]any{"attributes": attrs}
-	}
-	if len(w.Filters) > 0 {
-		b, _ := json.Marshal(w.Filters) // plain maps and slices: cannot fail
-		var fs []any
-		_ = json.Unmarshal(b, &fs)
-		out["filters"] = fs
-	}
-	return out
-}
-
-// checkEvents re-checks the filters the operator described (its binary
-// validated them; this catches a description from elsewhere) and the
-// options that conflict with them.
-func (g *gen) checkEvents() error {
-	if len(g.op.Events) == 0 {
-		return nil
-	}
-	if g.o.TriggerType != "" {
-		return fmt.Errorf("--trigger-type=%q: the operator declares its Triggers (WatchesEvents %s); drop --trigger-type", g.o.TriggerType, g.eventNames())
-	}
-	for _, w := range g.op.Events {
-		b, err := json.Marshal(w)
-		if err != nil {
-			return err
-		}
-		var spec eventfilter.Spec
-		if err := json.Unmarshal(b, &spec); err != nil {
-			return fmt.Errorf("the operator's event filter %s: %w", w.Name, err)
-		}
-		if err := spec.Validate(); err != nil {
-			return fmt.Errorf("the operator's event filter %s: %w", w.Name, err)
-		}
-		for _, msg := range validation.IsDNS1123Subdomain(g.op.Name + "-" + w.Name) {
-			return fmt.Errorf("Trigger name %s-%s: %s", g.op.Name, w.Name, msg)
-		}
-	}
-	return nil
-}
-
-func (g *gen) eventNames() string {
-	var ns []string
-	for _, w := range g.op.Events {
-		ns = append(ns, w.Name)
-	}
-	return strings.Join(ns, ", ")
-}
-
 // wakeupSource is the wakeup source (cmd/wakeup-source) as a Deployment with its own
 // ServiceAccount: list/watch/delete Wakeups, and tokens of itself only.
 func (g *gen) wakeupSource() []Object {
@@ -544,78 +429,4 @@ func httpProbe(path string, port any, failures int64) map[string]any {
 		get["port"] = port
 	}
 	return map[string]any{"httpGet": get, "periodSeconds": int64(10), "timeoutSeconds": int64(1), "failureThreshold": failures}
-}
-
-// The flags of a kubebuilder project for what opzero's --disable-leader-election
-// and --health-probe-addr set: an adopted binary has these instead
-// (operator.Options.BindFlags leaves its own out).
-const (
-	projectLeaderFlag = "leader-elect"
-	projectProbeFlag  = "health-probe-bind-address"
-)
-
-// hasFlag reports whether the operator binary has flag name.
-func (g *gen) hasFlag(name string) bool {
-	return slices.Contains(g.in.Flags, name)
-}
-
-// classicEventsPort is where a classic operator takes its Broker's events
-// (--events-addr; its Service's port 80 forwards to it).
-const classicEventsPort = 8082
-
-// eventsService is the Service in front of a classic operator's events
-// endpoint: its Triggers' subscriber (Knative resolves a Service to
-// http://<name>.<namespace>.svc.cluster.local).
-func (g *gen) eventsService() Object {
-	l := g.labels("operator")
-	svc := object("v1", "Service", g.o.Namespace, g.op.Name, l)
-	svc["spec"] = map[string]any{
-		"selector": map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"},
-		"ports":    []any{map[string]any{"name": "events", "port": int64(80), "targetPort": "events"}},
-	}
-	return Object{File: FileOperator, Obj: svc}
-}
-
-// deployment is the operator in classic mode: a controller-runtime manager
-// with leader election (its Lease Role comes with operatorRBAC).
-func (g *gen) deployment() Object {
-	ports := []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}}
-	args := []any{"--mode=classic"}
-	if g.hasFlag(projectLeaderFlag) {
-		// an adopted project: its own flags fill the ctrl.Options classic
-		// mode runs (the Lease's namespace: the pod's, or $POD_NAMESPACE)
-		args = append(args, "--"+projectLeaderFlag)
-	} else {
-		args = append(args, "--leader-election-namespace="+g.o.Namespace)
-	}
-	if g.hasFlag(projectProbeFlag) {
-		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
-	} else {
-		args = append(args, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort))
-	}
-	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
-		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})
-		args = append(args, fmt.Sprintf("--events-addr=:%d", classicEventsPort), "--audience="+g.o.Audience,
-			"--allowed-senders="+strings.Join(g.senders(), ","))
-	}
-	l := g.labels("operator")
-	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
-	c := map[string]any{"name": "operator", "image": g.o.Image, "ports": ports,
-		"livenessProbe":  httpProbe("/healthz", "probes", 3),
-		"readinessProbe": httpProbe("/readyz", "probes", 1),
-	}
-	pod := map[string]any{"serviceAccountName": g.op.Name}
-	if g.in.Webhooks != nil { // controller-runtime's manager serves them (webhooks.go)
-		args = g.webhookServing(c, args)
-		pod["volumes"] = g.certVolume()
-	}
-	pod["containers"] = []any{g.container(c, args, []any{map[string]any{"name": "POD_NAMESPACE",
-		"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})}
-	dep := object("apps/v1", "Deployment", g.o.Namespace, g.op.Name, l)
-	dep["spec"] = map[string]any{
-		"replicas": int64(1),
-		"selector": map[string]any{"matchLabels": sel},
-		"template": map[string]any{"metadata": map[string]any{"labels": l}, "spec": pod},
-	}
-	return Object{File: FileOperator, Obj: dep}
 }

@@ -3,11 +3,15 @@ package manifests
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/opzero/opzero/internal/kustomize"
 )
 
 // Object is one generated manifest.
@@ -32,7 +36,7 @@ const (
 	FileWebhooks = "webhooks.yaml" // an adopted project's webhooks (--mode=webhooks)
 )
 
-var fileOrder = map[string]int{FileCRDs: 0, FileHub: 1, FileRBAC: 2, FileOperator: 3, FileSources: 4, FileWakeup: 5, FileBroker: 6, FileWebhooks: 7}
+var fileOrder = map[string]int{FileNamespace: -1, FileCRDs: 0, FileHub: 1, FileRBAC: 2, FileOperator: 3, FileSources: 4, FileWakeup: 5, FileBroker: 6, FileWebhooks: 7}
 
 var kindOrder = map[string]int{"Namespace": 0, "CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 3, "ClusterRoleBinding": 4,
 	"Role": 5, "RoleBinding": 6, "Deployment": 7, "PodDisruptionBudget": 7, "Service": 8, "ApiServerSource": 9, "PingSource": 10, "Subscription": 11,
@@ -130,6 +134,27 @@ func WriteDir(dir string, objs []Object) error {
 		}
 	}
 	return nil
+}
+
+// WriteOverlay writes the objects as WriteDir does and a kustomization.yaml
+// that lists the files in the order they apply, so that the folder is a
+// kustomization (kustomize build, kubectl apply -k, opzero dev -k). A
+// kustomization file opzero did not write is refused before anything is
+// written.
+func WriteOverlay(dir string, objs []Object) error {
+	if err := kustomize.CheckWritable(dir); err != nil {
+		return err
+	}
+	if err := WriteDir(dir, objs); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, o := range objs {
+		seen[o.File] = true
+	}
+	files := slices.Collect(maps.Keys(seen))
+	sort.Slice(files, func(i, j int) bool { return fileOrder[files[i]] < fileOrder[files[j]] })
+	return kustomize.WriteKustomization(dir, files)
 }
 
 // object starts an object with apiVersion, kind and metadata.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/devenv/broker"
+	"github.com/opzero/opzero/internal/kustomize"
 )
 
 // Modes of deployment.
@@ -26,7 +27,8 @@ type Options struct {
 	// Mode is serverless (Knative Service and sources, the default) or
 	// classic (a Deployment with leader election).
 	Mode string
-	// Namespace of the operator's objects (default "default").
+	// Namespace of the operator's objects (default: Project's, else
+	// "default").
 	Namespace string
 	// Image of the operator (default ko://<its import path>).
 	Image string
@@ -90,6 +92,13 @@ type Options struct {
 	// operator's webhooks ("" a new one; a folder regenerated keeps its
 	// configurations').
 	WebhookToken string
+	// Project is what an adopted project's config/ declares for its
+	// manager (ReadProject): its container's env and envFrom (after the
+	// operator's own and the command line's: a name either gives is
+	// theirs), resources and securityContext, the pod's securityContext
+	// (classic), the namespace (unless Namespace is set), the namePrefix
+	// of every object's name and the labels; nil: none.
+	Project *kustomize.Manager
 	// WebhookCert, with CertsSecret, is the certificate to keep (a folder
 	// regenerated keeps its Secret's) if it still serves the webhooks
 	// Service's names for 30 days; nil or not: a new one.
@@ -132,6 +141,9 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 	}
 	if o.Source == "" && o.Mode == Serverless {
 		o.Source = SourceHub
+	}
+	if o.Namespace == "" && o.Project != nil {
+		o.Namespace = o.Project.Namespace
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"

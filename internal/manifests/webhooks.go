@@ -154,8 +154,8 @@ func envLiteral(env []description.EnvVar, name string) (string, bool) {
 	return "", false
 }
 
-func (g *gen) webhooksName() string { return g.op.Name + "-webhooks" }
-func (g *gen) certName() string     { return g.op.Name + "-webhooks-cert" }
+func (g *gen) webhooksName() string { return g.name() + "-webhooks" }
+func (g *gen) certName() string     { return g.name() + "-webhooks-cert" }
 
 // webhookDNSNames are the webhooks Service's names in the cluster.
 func (g *gen) webhookDNSNames() []string {
@@ -226,7 +226,7 @@ func (g *gen) clientConfig(path string, ca []byte) admissionregv1.WebhookClientC
 // webhookConfigurations are the markers' webhooks, pointed at the hub
 // (hubwebhooks.go) or at the Service of the Deployment that serves them.
 func (g *gen) webhookConfigurations(ca []byte) ([]Object, error) {
-	name := "opzero-" + g.o.Namespace + "-" + g.op.Name
+	name := "opzero-" + g.o.Namespace + "-" + g.name()
 	meta := func(kind string) map[string]any {
 		m := object("admissionregistration.k8s.io/v1", kind, "", name, g.labels("webhooks"))
 		switch {
@@ -412,7 +412,7 @@ func (g *gen) webhooksDeployment() Object {
 		"template": map[string]any{
 			"metadata": map[string]any{"labels": l},
 			"spec": map[string]any{
-				"serviceAccountName": g.op.Name,
+				"serviceAccountName": g.name(),
 				"containers":         []any{c},
 				"volumes":            g.certVolume(),
 			},

@@ -209,6 +209,17 @@ func Generated(t testing.TB) (dir string, mainBefore []byte) {
 	return dir, before
 }
 
+// ManagerEnv declares an environment variable of the manager in the
+// project's config/manager/manager.yaml, as a kubebuilder user does for
+// what the reconciler reads (MEMCACHED_IMAGE, in the operator-sdk
+// tutorial).
+func ManagerEnv(t testing.TB, dir, name, value string) {
+	t.Helper()
+	const line = "        name: manager\n"
+	ReplaceIn(t, filepath.Join(dir, "config/manager/manager.yaml"), line,
+		line+"        env:\n        - name: "+name+"\n          value: "+value+"\n")
+}
+
 // ReplaceIn replaces old, which must be in path once, with new.
 func ReplaceIn(t testing.TB, path, old, new string) {
 	t.Helper()

@@ -23,6 +23,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -138,6 +139,16 @@ func (r *MemcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, r.Status().Update(ctx, m)
 }
 
+// memcachedImage is the image of the Deployments it makes: as the
+// operator-sdk tutorial has it, from the manager's environment
+// (config/manager/manager.yaml), else the tutorial's.
+func memcachedImage() string {
+	if img := os.Getenv("MEMCACHED_IMAGE"); img != "" {
+		return img
+	}
+	return "memcached:1.6.26-alpine3.19"
+}
+
 func (r *MemcachedReconciler) deploymentFor(m *cachev1alpha1.Memcached) *appsv1.Deployment {
 	labels := map[string]string{"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": m.Name}
 	size := m.Spec.Size
@@ -149,7 +160,7 @@ func (r *MemcachedReconciler) deploymentFor(m *cachev1alpha1.Memcached) *appsv1.
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "memcached", Image: "memcached:1.6.26-alpine3.19",
+					Name: "memcached", Image: memcachedImage(),
 					Command: []string{"memcached", "--memory-limit=64", "-o", "modern", "-v"},
 					Ports:   []corev1.ContainerPort{{ContainerPort: 11211, Name: "memcached"}},
 				}}},

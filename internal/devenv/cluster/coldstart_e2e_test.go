@@ -67,6 +67,16 @@ func (e *e2e) trivialBeside(t *testing.T, ns, svc string) *trivial {
 		}
 		return false, nil
 	})
+	tv.url, tv.host = e.clusterLocal(t, ns, tv.name)
+	return tv
+}
+
+// clusterLocal returns the URL of Traefik's cluster-local entry point
+// (web-internal, the pod's port 8001) and the Host that routes it to
+// Knative Service svc in ns.
+func (e *e2e) clusterLocal(t *testing.T, ns, svc string) (url, host string) {
+	t.Helper()
+	ctx := context.Background()
 	ingress, err := e.podNames(ctx, "traefik", "app=traefik")
 	if err != nil || len(ingress) == 0 {
 		t.Fatalf("Traefik's pod: %v %v", ingress, err)
@@ -75,8 +85,7 @@ func (e *e2e) trivialBeside(t *testing.T, ns, svc string) *trivial {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tv.url, tv.host = "http://"+tp.Status.PodIP+":8001/", tv.name+"."+ns+".svc.cluster.local" // web-internal: cluster-local routes
-	return tv
+	return "http://" + tp.Status.PodIP + ":8001/", svc + "." + ns + ".svc.cluster.local"
 }
 
 // firstAnswer waits for zero pods, then times a GET through the ingress

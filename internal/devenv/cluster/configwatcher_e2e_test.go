@@ -196,17 +196,7 @@ func (e *e2e) wakeupAtZero(t *testing.T, w wiring, ns, svc string) {
 		t.Fatal(err)
 	}
 	name := wakeup.Name(svc, key.NamespacedName)
-	var woke time.Time
-	testkit.Eventually(t, 2*time.Minute, "the operator started by the wakeup", func(ctx context.Context) (bool, error) {
-		pods, err := e.servicePods(ctx, ns, svc)
-		if err == nil && len(pods) > 0 && woke.IsZero() {
-			woke = time.Now()
-		}
-		return len(pods) > 0, err
-	})
-	if early := due.Sub(woke); early > time.Second {
-		t.Errorf("a pod started %s before the Wakeup was due", early)
-	}
+	woke := e.wokeBy(t, ns, svc, "the Wakeup", due)
 	testkit.Eventually(t, time.Minute, "the Wakeup delivered and deleted", func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.Wakeup{})
 		return client.IgnoreNotFound(err) == nil && err != nil, err

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opzero/opzero/internal/devenv/image"
+	"github.com/opzero/opzero/internal/kustomize"
 )
 
 // koImage matches an image given as a Go import path, as ko resolves it
@@ -86,11 +87,15 @@ func goBuild(ctx context.Context, dir, pkg, bin string) error {
 }
 
 // ReadManifests reads a YAML file, or a folder's *.yaml and *.yml files
-// in name order, as one multi-document manifest.
+// in name order, as one multi-document manifest; a folder with a
+// kustomization.yaml is rendered as with -k (ReadKustomization).
 func ReadManifests(p string) (string, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return "", err
+	}
+	if st.IsDir() && kustomize.Has(p) {
+		return ReadKustomization(p)
 	}
 	files := []string{p}
 	if st.IsDir() {
@@ -114,6 +119,13 @@ func ReadManifests(p string) (string, error) {
 		fmt.Fprintf(&b, "---\n%s\n", raw)
 	}
 	return b.String(), nil
+}
+
+// ReadKustomization renders the kustomization in dir with kustomize's
+// library, as kubectl apply -k does (opzero cluster apply -k).
+func ReadKustomization(dir string) (string, error) {
+	b, err := kustomize.Render(dir)
+	return string(b), err
 }
 
 // Apply applies manifest server-side with the pinned kubectl as the

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,5 +48,28 @@ metadata:
 	}
 	if !strings.Contains(rest, "kind: Subscription") || strings.Contains(rest, "Namespace") {
 		t.Errorf("rest:\n%s", rest)
+	}
+}
+
+// TestReadKustomization: apply -k, and -f of a folder that holds a
+// kustomization.yaml, read what kustomize renders, not the folder's files.
+func TestReadKustomization(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"kustomization.yaml": "namespace: ops\nresources:\n- sa.yaml\n",
+		"sa.yaml":            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: operator}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, read := range map[string]func(string) (string, error){"-k": ReadKustomization, "-f": ReadManifests} {
+		m, err := read(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !strings.Contains(m, "namespace: ops") || strings.Contains(m, "resources:") {
+			t.Errorf("%s: read\n%s\nwant the rendered ServiceAccount", name, m)
+		}
 	}
 }

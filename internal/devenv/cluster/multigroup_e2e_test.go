@@ -48,7 +48,9 @@ func (e *e2e) multigroup(t *testing.T) {
 	e.deployIn(t, dir, ns, "./cmd", "--idle", "6s")
 	t0 = time.Now()
 	e.ready(t, ns, gvrKsvc, 1)
-	const svc = "fleet" // named by `opzero manifests` after the project
+	// named by `opzero manifests` after the project (its config/default's
+	// namePrefix fleet- is the project's name: not repeated)
+	const svc = "fleet"
 	wired := e.wired(t, hubWiring, ns, svc, 0)
 	kinds := e.subscribed(t, ns)
 	if want := "sea.example.com/v1/Cruiser, ship.example.com/v1/Destroyer, ship.example.com/v1/Frigate"; kinds != want {
@@ -115,17 +117,7 @@ func (e *e2e) multigroup(t *testing.T) {
 		}
 		targets[operators[i]] = key
 	}
-	var woke time.Time
-	testkit.Eventually(t, 2*time.Minute, "the operator started by the Wakeups", func(ctx context.Context) (bool, error) {
-		pods, err := e.servicePods(ctx, ns, svc)
-		if err == nil && len(pods) > 0 && woke.IsZero() {
-			woke = time.Now()
-		}
-		return len(pods) > 0, err
-	})
-	if early := due.Sub(woke); early > time.Second {
-		t.Errorf("a pod started %s before the Wakeups were due", early)
-	}
+	woke := e.wokeBy(t, ns, svc, "the Wakeups", due)
 	testkit.Eventually(t, time.Minute, "the Wakeups delivered and deleted", func(ctx context.Context) (bool, error) {
 		var left []string
 		for op, key := range targets {
@@ -169,4 +161,23 @@ func (e *e2e) waitQuiet(t *testing.T, ns, svc string, quiet time.Duration) {
 		}
 		return time.Since(since) >= quiet, nil
 	})
+}
+
+// wokeBy waits until a pod of svc runs, started by what (Wakeups due at
+// due, the service at zero before), and returns when it was first seen;
+// a pod more than a second before due is an error.
+func (e *e2e) wokeBy(t *testing.T, ns, svc, what string, due time.Time) time.Time {
+	t.Helper()
+	var woke time.Time
+	testkit.Eventually(t, 2*time.Minute, "the operator started by "+what, func(ctx context.Context) (bool, error) {
+		pods, err := e.servicePods(ctx, ns, svc)
+		if err == nil && len(pods) > 0 && woke.IsZero() {
+			woke = time.Now()
+		}
+		return len(pods) > 0, err
+	})
+	if early := due.Sub(woke); early > time.Second {
+		t.Errorf("a pod started %s before %s due", early, what)
+	}
+	return woke
 }

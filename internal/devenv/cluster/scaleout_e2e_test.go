@@ -96,15 +96,7 @@ func (e *e2e) scaleOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := tr.Status.Token
-	ingress, err := e.podNames(ctx, "traefik", "app=traefik")
-	if err != nil || len(ingress) == 0 {
-		t.Fatalf("Traefik's pod: %v %v", ingress, err)
-	}
-	tp, err := e.cs.CoreV1().Pods("traefik").Get(ctx, ingress[0], metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, host := "http://"+tp.Status.PodIP+":8001/", svc+"."+ns+".svc.cluster.local" // web-internal: cluster-local routes
+	url, host := e.clusterLocal(t, ns, svc)
 
 	// Watch the revision's pods while the load runs.
 	t0 := time.Now()

@@ -138,19 +138,11 @@ func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string
 	if port <= 0 {
 		return nil, fmt.Errorf("Deployment %s: livenessProbe.httpGet.port %v is neither a number nor a named containerPort", key(u), get["port"])
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	local, err := movePort(argv, port)
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s: a local port for its probe: %w", key(u), err)
 	}
-	local := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	suffix, moved := fmt.Sprintf(":%d", port), false
-	for i, a := range argv {
-		if strings.HasSuffix(a, suffix) {
-			argv[i], moved = strings.TrimSuffix(a, suffix)+fmt.Sprintf(":%d", local), true
-		}
-	}
-	if !moved { // the program binds the port itself: probe it there
+	if local == 0 { // the program binds the port itself: probe it there
 		local = port
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/%s", local, strings.TrimPrefix(path, "/"))
@@ -182,34 +174,40 @@ func probeNote(u *unstructured.Unstructured, c map[string]any) string {
 
 // ownPorts gives each of the container's declared ports that its
 // arguments bind (an argument ending in ":<containerPort>", such as the
-// hub's --webhook-addr=:8443) a free local port instead, rewritten in
-// place: in a cluster each pod has a network of its own, here every
-// process (and every other opzero dev on the machine) shares one. Run
-// after livenessProbe, which moves the probe's port its own way.
+// hub's --webhook-addr=:8443) a free local port instead (movePort): in a
+// cluster each pod has a network of its own, here every process (and
+// every other opzero dev on the machine) shares one. Run after
+// livenessProbe, which moves the probe's port the same way.
 func ownPorts(u *unstructured.Unstructured, c map[string]any, argv []string) error {
 	ports, _, _ := unstructured.NestedSlice(c, "ports")
 	for _, cp := range ports {
 		m, _ := cp.(map[string]any)
-		n, ok, _ := unstructured.NestedInt64(m, "containerPort")
-		if !ok || n <= 0 {
-			continue
-		}
-		suffix := fmt.Sprintf(":%d", n)
-		local := 0
-		for i, a := range argv {
-			if !strings.HasSuffix(a, suffix) {
-				continue
+		if n, ok, _ := unstructured.NestedInt64(m, "containerPort"); ok && n > 0 {
+			if _, err := movePort(argv, int(n)); err != nil {
+				return fmt.Errorf("Deployment %s: a local port for its port %d: %w", key(u), n, err)
 			}
-			if local == 0 {
-				l, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					return fmt.Errorf("Deployment %s: a local port for its port %d: %w", key(u), n, err)
-				}
-				local = l.Addr().(*net.TCPAddr).Port
-				l.Close()
-			}
-			argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
 		}
 	}
 	return nil
+}
+
+// movePort rewrites in place the arguments ending in ":<port>" to one free
+// local port and returns it; 0 when no argument binds port.
+func movePort(argv []string, port int) (int, error) {
+	suffix, local := fmt.Sprintf(":%d", port), 0
+	for i, a := range argv {
+		if !strings.HasSuffix(a, suffix) {
+			continue
+		}
+		if local == 0 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return 0, err
+			}
+			local = l.Addr().(*net.TCPAddr).Port
+			l.Close()
+		}
+		argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
+	}
+	return local, nil
 }

@@ -25,16 +25,19 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/opzero/opzero/internal/kustomize"
 )
 
 // FieldManager owns the fields opzero dev applies and the statuses it writes.
 const FieldManager = "opzero-dev"
 
 // ReadManifests reads every object in path: a YAML or JSON file, a folder
-// (its *.yaml, *.yml and *.json files, sorted, one level deep), or "-" for
-// standard input. Documents that are empty or only comments are skipped; a
-// document without apiVersion or kind is an error naming the file and the
-// document's position.
+// (its *.yaml, *.yml and *.json files, sorted, one level deep; a folder
+// with a kustomization.yaml is rendered as with -k, ReadKustomization), or
+// "-" for standard input. Documents that are empty or only comments are
+// skipped; a document without apiVersion or kind is an error naming the
+// file and the document's position.
 func ReadManifests(path string, stdin io.Reader) ([]*unstructured.Unstructured, error) {
 	if path == "-" {
 		b, err := io.ReadAll(stdin)
@@ -48,6 +51,9 @@ func ReadManifests(path string, stdin io.Reader) ([]*unstructured.Unstructured, 
 		return nil, fmt.Errorf("manifests: %w", err)
 	}
 	files := []string{path}
+	if st.IsDir() && kustomize.Has(path) {
+		return ReadKustomization(path)
+	}
 	if st.IsDir() {
 		files = nil
 		entries, err := os.ReadDir(path)
@@ -80,6 +86,16 @@ func ReadManifests(path string, stdin io.Reader) ([]*unstructured.Unstructured, 
 		out = append(out, objs...)
 	}
 	return out, nil
+}
+
+// ReadKustomization renders the kustomization in dir with kustomize's
+// library, as kubectl apply -k does (opzero dev -k), and reads its objects.
+func ReadKustomization(dir string) ([]*unstructured.Unstructured, error) {
+	b, err := kustomize.Render(dir)
+	if err != nil {
+		return nil, err
+	}
+	return decode(kustomize.File(dir)+" (rendered)", b)
 }
 
 func decode(name string, b []byte) ([]*unstructured.Unstructured, error) {

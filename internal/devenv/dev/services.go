@@ -3,6 +3,7 @@ package dev
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -239,7 +240,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 		return err
 	}
 	args = expandArgs(args, env)
-	var coldAt atomic.Int64
+	var cold atomic.Bool // a cold start waits for its instance
 	s.Activator = activator.New(activator.Options{
 		Idle: s.Spec.Idle, MinScale: s.Spec.MinScale, MaxScale: s.Spec.MaxScale, Concurrency: s.Spec.Concurrency, Timeout: s.Spec.Timeout,
 		ReadinessPath:  s.Spec.ReadinessPath,
@@ -261,20 +262,19 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 			name := s.Namespace + "/" + s.Name
 			switch what {
 			case "cold-start":
-				coldAt.Store(time.Now().UnixNano())
+				cold.Store(true)
 				p.say("%s: a request, 0 instances -> starting the operator (cold start #%d)", name, s.Activator.ColdStarts.Load())
 			case "scale-up":
 				p.say("%s: every instance busy -> starting instance %d", name, s.Activator.Instances())
 			case "ready":
-				cold := coldAt.Swap(0) != 0
-				switch {
-				case cold && p.opts.ColdStartDelay > 0:
-					p.say("%s: instance ready %s after exec (held to --cold-start-delay %s, as a pod on a node); buffered requests proxied", name, d.Round(time.Millisecond), p.opts.ColdStartDelay)
-				case cold:
-					p.say("%s: instance ready %s after exec (a local process start: a pod on a real node takes seconds more, see --cold-start-delay); buffered requests proxied", name, d.Round(time.Millisecond))
-				default:
-					p.say("%s: instance ready %s after exec; buffered requests proxied", name, d.Round(time.Millisecond))
+				note := ""
+				if cold.Swap(false) {
+					note = " (a local process start: a pod on a real node takes seconds more, see --cold-start-delay)"
+					if p.opts.ColdStartDelay > 0 {
+						note = fmt.Sprintf(" (held to --cold-start-delay %s, as a pod on a node)", p.opts.ColdStartDelay)
+					}
 				}
+				p.say("%s: instance ready %s after exec%s; buffered requests proxied", name, d.Round(time.Millisecond), note)
 			case "scale-down":
 				p.say("%s: an instance idle for %s -> stopped; %d left", name, s.Spec.Idle, s.Activator.Instances())
 			case "scaled-to-zero":

@@ -1,0 +1,82 @@
+package manifests
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The flags of a kubebuilder project for what opzero's --disable-leader-election
+// and --health-probe-addr set: an adopted binary has these instead
+// (operator.Options.BindFlags leaves its own out).
+const (
+	projectLeaderFlag = "leader-elect"
+	projectProbeFlag  = "health-probe-bind-address"
+)
+
+// hasFlag reports whether the operator binary has flag name.
+func (g *gen) hasFlag(name string) bool {
+	return slices.Contains(g.in.Flags, name)
+}
+
+// classicEventsPort is where a classic operator takes its Broker's events
+// (--events-addr; its Service's port 80 forwards to it).
+const classicEventsPort = 8082
+
+// eventsService is the Service in front of a classic operator's events
+// endpoint: its Triggers' subscriber (Knative resolves a Service to
+// http://<name>.<namespace>.svc.cluster.local).
+func (g *gen) eventsService() Object {
+	l := g.labels("operator")
+	svc := object("v1", "Service", g.o.Namespace, g.name(), l)
+	svc["spec"] = map[string]any{
+		"selector": map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"},
+		"ports":    []any{map[string]any{"name": "events", "port": int64(80), "targetPort": "events"}},
+	}
+	return Object{File: FileOperator, Obj: svc}
+}
+
+// deployment is the operator in classic mode: a controller-runtime manager
+// with leader election (its Lease Role comes with operatorRBAC).
+func (g *gen) deployment() Object {
+	ports := []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}}
+	args := []any{"--mode=classic"}
+	if g.hasFlag(projectLeaderFlag) {
+		// an adopted project: its own flags fill the ctrl.Options classic
+		// mode runs (the Lease's namespace: the pod's, or $POD_NAMESPACE)
+		args = append(args, "--"+projectLeaderFlag)
+	} else {
+		args = append(args, "--leader-election-namespace="+g.o.Namespace)
+	}
+	if g.hasFlag(projectProbeFlag) {
+		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
+	} else {
+		args = append(args, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort))
+	}
+	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
+		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})
+		args = append(args, fmt.Sprintf("--events-addr=:%d", classicEventsPort), "--audience="+g.o.Audience,
+			"--allowed-senders="+strings.Join(g.senders(), ","))
+	}
+	l := g.labels("operator")
+	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
+	c := map[string]any{"name": "operator", "image": g.o.Image, "ports": ports,
+		"livenessProbe":  httpProbe("/healthz", "probes", 3),
+		"readinessProbe": httpProbe("/readyz", "probes", 1),
+	}
+	pod := map[string]any{"serviceAccountName": g.name()}
+	if g.in.Webhooks != nil { // controller-runtime's manager serves them (webhooks.go)
+		args = g.webhookServing(c, args)
+		pod["volumes"] = g.certVolume()
+	}
+	g.project.pod(pod)
+	pod["containers"] = []any{g.container(c, args, []any{map[string]any{"name": "POD_NAMESPACE",
+		"valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}}})}
+	dep := object("apps/v1", "Deployment", g.o.Namespace, g.name(), l)
+	dep["spec"] = map[string]any{
+		"replicas": int64(1),
+		"selector": map[string]any{"matchLabels": sel},
+		"template": map[string]any{"metadata": map[string]any{"labels": l}, "spec": pod},
+	}
+	return Object{File: FileOperator, Obj: dep}
+}
