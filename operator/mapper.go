@@ -26,7 +26,14 @@ type gvMapper struct {
 	disc discovery.DiscoveryInterface
 
 	mu  sync.Mutex
-	gvs map[schema.GroupVersion]map[string]*meta.RESTMapping // by kind
+	gvs map[schema.GroupVersion]*gvKinds
+}
+
+// gvKinds is one group-version's discovery: kinds is set before done is
+// closed, nil if the lookup failed.
+type gvKinds struct {
+	done  chan struct{}
+	kinds map[string]*meta.RESTMapping // by kind
 }
 
 var _ meta.RESTMapper = (*gvMapper)(nil)
@@ -40,7 +47,7 @@ func newGVMapper(cfg *rest.Config, hc *http.Client) (*gvMapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &gvMapper{RESTMapper: fallback, disc: disc, gvs: map[schema.GroupVersion]map[string]*meta.RESTMapping{}}, nil
+	return &gvMapper{RESTMapper: fallback, disc: disc, gvs: map[schema.GroupVersion]*gvKinds{}}, nil
 }
 
 // RESTMapping maps gk at one given version from that group-version's
@@ -57,13 +64,31 @@ func (m *gvMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.R
 }
 
 // groupVersion is gv's kinds, discovered once; nil if the lookup failed
-// (not kept: the next call asks again).
+// (not kept: the next call asks again). Different group-versions are
+// discovered concurrently; callers asking for one being discovered wait
+// for that lookup instead of making their own.
 func (m *gvMapper) groupVersion(gv schema.GroupVersion) map[string]*meta.RESTMapping {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if kinds, ok := m.gvs[gv]; ok {
-		return kinds
+	if g, ok := m.gvs[gv]; ok {
+		m.mu.Unlock()
+		<-g.done
+		return g.kinds
 	}
+	g := &gvKinds{done: make(chan struct{})}
+	m.gvs[gv] = g
+	m.mu.Unlock()
+	g.kinds = m.discover(gv)
+	if g.kinds == nil {
+		m.mu.Lock()
+		delete(m.gvs, gv)
+		m.mu.Unlock()
+	}
+	close(g.done)
+	return g.kinds
+}
+
+// discover reads gv's resources from the API server: nil if it failed.
+func (m *gvMapper) discover(gv schema.GroupVersion) map[string]*meta.RESTMapping {
 	list, err := m.disc.ServerResourcesForGroupVersion(gv.String())
 	if err != nil {
 		return nil
@@ -79,6 +104,5 @@ func (m *gvMapper) groupVersion(gv schema.GroupVersion) map[string]*meta.RESTMap
 		}
 		kinds[r.Kind] = &meta.RESTMapping{Resource: gv.WithResource(r.Name), GroupVersionKind: gv.WithKind(r.Kind), Scope: scope}
 	}
-	m.gvs[gv] = kinds
 	return kinds
 }

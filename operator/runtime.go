@@ -24,6 +24,7 @@ import (
 	"github.com/opzero/opzero/internal/engine/serverless"
 	"github.com/opzero/opzero/internal/lease"
 	"github.com/opzero/opzero/internal/standin"
+	"github.com/opzero/opzero/internal/telemetry"
 	"github.com/opzero/opzero/internal/trim"
 	"github.com/opzero/opzero/internal/wakeup"
 	"github.com/opzero/opzero/operator/internal/seam"
@@ -36,6 +37,9 @@ type Runtime struct {
 	cfg    *rest.Config
 	client client.Client // wrapped by recstate in both modes
 	mgr    seam.Manager  // nil in serverless mode
+	// mapper is the serverless client's RESTMapper, warmed once listening
+	// (warm.go); nil in classic mode.
+	mapper *gvMapper
 	ops    []*builder.Controller
 	// engines are the serverless engines, one per registered operator.
 	engines []*serverless.Engine
@@ -123,7 +127,7 @@ func New(opts Options) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.client = standin.NewClient(c)
+		r.client, r.mapper = standin.NewClient(c), mapper
 	case Classic:
 		// The cache's watches use cfg as is; the client's calls are bounded
 		// (Options.APITimeout).
@@ -268,6 +272,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 		CertFile: r.opts.TLSCertFile, KeyFile: r.opts.TLSKeyFile,
 		Ready: func(a net.Addr) {
 			r.opts.Logger.Info("serverless operator listening", "addr", a.String(), "pid", os.Getpid(), "tls", r.opts.TLSCertFile != "")
+			go r.warm(ctx) // the first event's API connection and discovery, while Knative probes the pod
 		}}
 	if r.opts.InsecureNoAuth {
 		r.opts.Logger.Info("WARNING: --insecure-no-auth: events are accepted without authentication; anyone who can reach this port can drive the operator")
@@ -290,11 +295,12 @@ func (r *Runtime) Start(ctx context.Context) error {
 		}
 	}
 	// Once the first event is answered and the instance idle, give back
-	// what start-up left resident (internal/trim).
+	// what start-up left resident (internal/trim). Outermost, the arrival
+	// is stamped: a delivery's log line counts its authentication.
 	if wrap := so.Wrap; wrap != nil {
-		so.Wrap = func(h http.Handler) http.Handler { return trim.Handler(wrap(h)) }
+		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(wrap(h))) }
 	} else {
-		so.Wrap = trim.Handler
+		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(h)) }
 	}
 	if len(r.engines) == 1 {
 		return r.engines[0].Serve(ctx, so)
@@ -304,6 +310,10 @@ func (r *Runtime) Start(ctx context.Context) error {
 		return err
 	}
 	return g.Serve(ctx, so)
+}
+
+func arrived(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, telemetry.Arrived(r)) })
 }
 
 // advertiseAddress is Options.AdvertiseAddress, or its default.

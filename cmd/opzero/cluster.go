@@ -159,7 +159,11 @@ command's image, built here as the node pulls nothing: the program (Debian's
 /usr/bin one first), the shared libraries ldd lists, Python's standard library
 for python3, and the files of the script's folder at /app/<path from
 --build-dir>, run in /app as user 65532; it replaces the first container's
-image (imported as opzero.local/command/<name>:<hash>).`,
+image (imported as opzero.local/command/<name>:<hash>).
+A Deployment without it whose image is python or node running a script from
+a ConfigMap (as Metacontroller publishes its hooks) gets the image of that
+local interpreter alone (the pod mounts the ConfigMap as published), run as
+root as the public image is, and its command names the program in it.`,
 		Example: `  opzero manifests --operator ./examples/configwatcher --namespace demo -o out/
   kubectl create namespace demo
   sudo opzero cluster apply -f out/`,

@@ -58,7 +58,11 @@ the objects it reads back:
   Deployment        one always-on process if its image is ko:// (the opzero
                     hub, the wakeup source) or it is annotated
                     dev.opzero.dev/command (that local command runs, as for a
-                    Knative Service); other Deployments are only applied
+                    Knative Service), or its image is python or node running
+                    a script from a ConfigMap (the local python3, python2 for
+                    a 2.x tag, or node, on the ConfigMap's files, as
+                    Metacontroller publishes hooks); other Deployments are
+                    only applied, with a line saying so
   webhooks          configurations naming a Service of a Deployment run here
                     are pointed at its local process, with a local certificate
 

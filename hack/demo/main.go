@@ -228,11 +228,12 @@ func (d *demo) scenario(ctx context.Context, before []string) error {
 		return err
 	}
 	d.say("What stays on while the operator is at zero (RSS from /proc, after %s settling)", settle)
-	d.note("%-46s %8s", "hub wiring (opzero manifests, the default)", "MiB")
+	d.note("%-46s %8s", "hub wiring (the default), one hub replica", "MiB")
 	d.printParts(hub)
 	d.note("%-46s %8s", "Knative wiring (opzero manifests --source=knative)", "MiB")
 	d.printParts(knative)
-	d.note("the hub is one process for every operator of the cluster; per operator, the Knative wiring runs one adapter per watched kind and a wakeup source (mtping is shared by all PingSources)")
+	d.note("opzero dev runs one hub process; the manifests deploy 2 replicas (a standby takes over a dead one's buckets), so a cluster keeps about twice the hub's figure on")
+	d.note("the hub serves every operator of the cluster; per operator, the Knative wiring runs one adapter per watched kind and a wakeup source (mtping is shared by all PingSources)")
 	if f := os.Getenv("OPZERO_DEMO_TIMELINE"); f != "" {
 		if err := d.dev.DrawTimeline(f); err != nil {
 			return err

@@ -139,6 +139,12 @@ type Controller struct {
 	// aggregated ClusterRole gets them; Knative's ApiServerSources made at
 	// run time use the operator's own service account, which has Rules.
 	SourceRules []Rule `json:"sourceRules,omitempty"`
+	// Namespaces are namespaces the operator's environment expects to
+	// exist, known only when it runs (opzero-metacontroller: those its
+	// controllers' hook Services live in, e.g. metacontroller): `opzero
+	// manifests` writes a Namespace object for each one it does not
+	// otherwise have.
+	Namespaces []string `json:"namespaces,omitempty"`
 	// Warnings are what the operator found wrong in its input but can run
 	// with (opzero-metacontroller: fields of its controllers it does not
 	// implement); `opzero manifests` prints them.

@@ -35,6 +35,7 @@ func Combine(name string, ops []description.Controller) (description.Controller,
 		c.Deploy.MaxScale = max(c.Deploy.MaxScale, op.Deploy.MaxScale)
 		c.Env = append(c.Env, op.Env...)
 		c.Rules = append(c.Rules, op.Rules...)
+		c.Namespaces = append(c.Namespaces, op.Namespaces...)
 		if len(op.Events) > 0 {
 			if len(c.Events) > 0 {
 				return description.Controller{}, fmt.Errorf("controllers %s take Broker events (WatchesEvents), and one Service takes one controller's", controllerNames(ops))

@@ -248,6 +248,7 @@ func Generate(in Input, o Options) ([]Object, error) {
 			objs = append(objs, g.broker()...)
 		}
 	}
+	objs = append(objs, g.namespaces(objs)...)
 	objs = g.project.apply(objs, o.Namespace)
 	sortObjects(objs)
 	return objs, nil
@@ -379,6 +380,26 @@ func (g *gen) markerRules() []rbacv1.PolicyRule {
 			}
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// namespaces are Namespace objects for the namespaces the operator's
+// environment expects (description Namespaces), but for the operator's own
+// (created by whoever deploys it) and those objs already have.
+func (g *gen) namespaces(objs []Object) []Object {
+	have := map[string]bool{g.o.Namespace: true}
+	for _, o := range objs {
+		if o.Kind() == "Namespace" {
+			have[o.Name()] = true
+		}
+	}
+	var out []Object
+	for _, ns := range g.op.Namespaces {
+		if !have[ns] {
+			have[ns] = true
+			out = append(out, Object{File: FileNamespace, Obj: object("v1", "Namespace", "", ns, g.labels("namespace"))})
+		}
 	}
 	return out
 }

@@ -26,7 +26,7 @@ func (r *Reconciler) syncDecorator(ctx context.Context, c *Controller, d Decorat
 	return r.sync(ctx, c, obj, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
 		req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: in.children, Related: in.related, Finalizing: in.finalizing}
 		var resp DecoratorSyncResponse
-		err := r.Hooks.Call(ctx, url, timeout, req, &resp)
+		err := r.Hooks.Call(ctx, url, timeout, req, answerFor(in.hook, &resp))
 		return hookAnswer{status: resp.Status, children: resp.Attachments, labels: resp.Labels, annotations: resp.Annotations,
 			resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
 	})

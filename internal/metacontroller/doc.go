@@ -52,6 +52,17 @@
 //     still at the version a successful sync left it at maps to no sync.
 //   - A related object that cannot be read (Forbidden) gives the parent
 //     Synced=False RelatedUnreadable and a Warning Event.
+//   - A child the API server refuses to write (Forbidden: RBAC, a role or
+//     binding granting what the operator does not hold) gives the parent
+//     Synced=False ApplyForbidden and a Warning Event; the sync fails and
+//     is retried with the engine's backoff. `opzero manifests` grants bind
+//     (children that are role bindings) and escalate (roles) as
+//     Metacontroller's own ClusterRole allows (rbac.go).
+//   - Hooks v2 (hooksv2.go): children, attachments and related are keyed
+//     "<namespace>/<name>" (a cluster-scoped object by its name); a v2
+//     customize hook may name a namespaced parent's related objects in any
+//     namespace; answers are decoded strictly unless responseUnMarshallMode
+//     is loose (v1: loose unless it is strict).
 //   - A parent (decorated object) whose labels or annotations do not match
 //     its controller's parentResource.labelSelector (resources[]
 //     labelSelector, annotationSelector) is never synced; a kind that is

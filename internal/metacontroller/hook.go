@@ -224,7 +224,7 @@ func decodeAnswer(url string, data []byte, resp any) error {
 	if _, ok := probe.(map[string]any); !ok {
 		return &BadAnswer{URL: url, Reason: "not a JSON object: " + snippet(data)}
 	}
-	if err := json.Unmarshal(data, resp); err != nil {
+	if err := decodeInto(data, resp); err != nil {
 		return &BadAnswer{URL: url, Reason: "wrong shape: " + err.Error()}
 	}
 	return nil

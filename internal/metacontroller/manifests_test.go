@@ -136,3 +136,79 @@ func selectorString(t *testing.T, sel any) string {
 	}
 	return out
 }
+
+// TestManifestsHookNamespacesAndBind: `opzero manifests` for controllers
+// whose hooks live in namespace metacontroller (a url) and hooks (a
+// service reference), one of which returns RoleBindings, writes a
+// Namespace for each (not for the operator's own, nor default), grants the
+// operator bind on roles and cluster roles, and says why for both.
+func TestManifestsHookNamespacesAndBind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds opzero-metacontroller")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "c.yaml"), []byte(`apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: binder}
+spec:
+  resources: [{apiVersion: rbac.authorization.k8s.io/v1, resource: clusterroles}]
+  attachments: [{apiVersion: rbac.authorization.k8s.io/v1, resource: rolebindings}]
+  hooks: {sync: {webhook: {url: "http://binder.metacontroller/sync"}}}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: other}
+spec:
+  resources: [{apiVersion: v1, resource: namespaces}]
+  attachments: [{apiVersion: v1, resource: configmaps}]
+  hooks:
+    sync: {webhook: {service: {name: other, namespace: hooks}}}
+    finalize: {webhook: {url: "http://other.ops.svc.cluster.local/finalize"}}
+    customize: {webhook: {url: "http://hook.default/customize"}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(metacontroller.FilesEnv, dir)
+	ctx := context.Background()
+	target, err := manifests.Describe(ctx, "../..", "./cmd/opzero-metacontroller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings := strings.Join(target.Desc.Operators[0].Warnings, "\n")
+	for _, want := range []string{"DecoratorController binder returns rolebindings: the operator may bind", "in namespace metacontroller", "in namespace hooks"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings %q lack %q", warnings, want)
+		}
+	}
+	o := manifests.Options{Mode: manifests.Serverless, Namespace: "ops", Source: manifests.SourceKnative}
+	in, err := manifests.Prepare(ctx, target, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Generate(in, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var namespaces []string
+	bind := false
+	for _, obj := range objs {
+		switch obj.Kind() {
+		case "Namespace":
+			namespaces = append(namespaces, obj.Name())
+		case "ClusterRole":
+			rules, _ := obj.Obj["rules"].([]any)
+			for _, r := range rules {
+				m, _ := r.(map[string]any)
+				if vs, _ := m["verbs"].([]any); len(vs) == 1 && vs[0] == "bind" {
+					bind = true
+				}
+			}
+		}
+	}
+	if strings.Join(namespaces, ",") != "hooks,metacontroller" {
+		t.Errorf("Namespaces %v, want hooks and metacontroller (ops is the operator's, default exists)", namespaces)
+	}
+	if !bind {
+		t.Error("the operator's ClusterRole has no bind rule")
+	}
+}

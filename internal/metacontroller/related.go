@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,7 +41,8 @@ type RelatedRule struct {
 // related calls the controller's customize hook for parent and reads the
 // objects it names from the API server (no cache). No customize hook: an
 // empty map. An answer that cannot be used is a *BadAnswer.
-func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstructured.Unstructured) (ChildMap, error) {
+// v2 is the version of the sync hook that gets them (how they are named).
+func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstructured.Unstructured, v2 bool) (ChildMap, error) {
 	out := ChildMap{}
 	if c.Customize == nil {
 		return out, nil
@@ -50,12 +52,12 @@ func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstruc
 		return nil, err
 	}
 	var resp CustomizeResponse
-	if err := r.Hooks.Call(ctx, url, timeout, CustomizeRequest{Controller: c.Object, Parent: parent}, &resp); err != nil {
+	if err := r.Hooks.Call(ctx, url, timeout, CustomizeRequest{Controller: c.Object, Parent: parent}, answerFor(c.Customize, &resp)); err != nil {
 		return nil, err
 	}
 	sels := make([]selection, 0, len(resp.RelatedResources))
 	for i, rule := range resp.RelatedResources {
-		res, sel, err := r.resolveRule(parent, rule)
+		res, sel, err := r.resolveRule(parent, rule, isV2(c.Customize))
 		if err == nil && !c.watchesRelated(res.GVK) {
 			if lerr := r.learn(ctx, c, res); lerr != nil { // the sync goes on: this parent is served, its related changes not yet watched
 				log.FromContext(ctx).Error(lerr, "learning a related resource")
@@ -63,7 +65,7 @@ func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstruc
 		}
 		if err == nil {
 			sels = append(sels, sel)
-			err = r.fetchRelated(ctx, parent, res, sel, out)
+			err = r.fetchRelated(ctx, parent, res, sel, out, v2)
 		}
 		if err != nil {
 			if bad, ok := err.(badRule); ok {
@@ -83,8 +85,8 @@ type readError struct{ error }
 func (e readError) Unwrap() error { return e.error }
 
 // relatedFor is related, with the hook's failures reported on the parent.
-func (r *Reconciler) relatedFor(ctx context.Context, c *Controller, parent *unstructured.Unstructured) (ChildMap, error) {
-	m, err := r.related(ctx, c, parent)
+func (r *Reconciler) relatedFor(ctx context.Context, c *Controller, parent *unstructured.Unstructured, v2 bool) (ChildMap, error) {
+	m, err := r.related(ctx, c, parent, v2)
 	if err == nil {
 		return m, nil
 	}
@@ -119,9 +121,10 @@ type badRule string
 func (b badRule) Error() string { return string(b) }
 
 // resolveRule checks a rule and resolves what it selects: a namespaced
-// parent's related objects come from its namespace; a cluster-scoped
-// parent's from the rule's namespace, or every namespace.
-func (r *Reconciler) resolveRule(parent *unstructured.Unstructured, rule RelatedRule) (Resource, selection, error) {
+// parent's related objects come from its namespace (v1) or, for a v2
+// customize hook, as a cluster-scoped parent's: from the rule's namespace,
+// or every namespace.
+func (r *Reconciler) resolveRule(parent *unstructured.Unstructured, rule RelatedRule, v2 bool) (Resource, selection, error) {
 	gv, err := schema.ParseGroupVersion(rule.APIVersion)
 	if err != nil || rule.APIVersion == "" || rule.Resource == "" {
 		return Resource{}, selection{}, badRule(fmt.Sprintf("apiVersion %q, resource %q: want e.g. v1 and configmaps", rule.APIVersion, rule.Resource))
@@ -152,14 +155,14 @@ func (r *Reconciler) resolveRule(parent *unstructured.Unstructured, rule Related
 		if rule.Namespace != "" {
 			return res, sel, badRule(fmt.Sprintf("namespace %q is set but %s is cluster-scoped", rule.Namespace, rule.Resource))
 		}
-	case parent.GetNamespace() != "":
+	case parent.GetNamespace() != "" && !v2:
 		if rule.Namespace != "" && rule.Namespace != parent.GetNamespace() {
 			return res, sel, badRule(fmt.Sprintf("namespace %q: the parent is in namespace %s, and related objects of a namespaced parent come from its namespace", rule.Namespace, parent.GetNamespace()))
 		}
 		sel.namespace = parent.GetNamespace()
 	}
 	if len(sel.names) > 0 {
-		if namespaced && sel.namespace == "" {
+		if namespaced && sel.namespace == "" && !v2 {
 			return res, sel, badRule("names are set without a namespace; a cluster-scoped parent must name the namespace of namespaced related objects")
 		}
 		sort.Strings(sel.names)
@@ -175,9 +178,8 @@ func (r *Reconciler) resolveRule(parent *unstructured.Unstructured, rule Related
 }
 
 // fetchRelated adds the objects sel selects to out, keyed as children
-// are: "Kind.apiVersion" -> name, "<namespace>/<name>" outside the parent's
-// namespace.
-func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unstructured, res Resource, sel selection, out ChildMap) error {
+// are: "Kind.apiVersion" -> objectName.
+func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unstructured, res Resource, sel selection, out ChildMap, v2 bool) error {
 	gvk := res.GVK
 	key := ChildKey(gvk.GroupVersion().String(), gvk.Kind)
 	m := out[key]
@@ -187,13 +189,13 @@ func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unst
 	}
 	add := func(o *unstructured.Unstructured) {
 		o.SetGroupVersionKind(gvk)
-		n := o.GetName()
-		if o.GetNamespace() != parent.GetNamespace() && o.GetNamespace() != "" {
-			n = o.GetNamespace() + "/" + n
-		}
-		m[n] = o
+		m[objectName(o, parent.GetNamespace(), v2)] = o
 	}
+	everywhere := res.Namespaced && sel.namespace == "" // names in every namespace (v2)
 	for _, name := range sel.names {
+		if everywhere {
+			break
+		}
 		o := objectOf(gvk)
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: sel.namespace, Name: name}, o)
 		if apierrors.IsNotFound(err) {
@@ -204,8 +206,11 @@ func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unst
 		}
 		add(o)
 	}
-	if len(sel.names) > 0 {
+	if len(sel.names) > 0 && !everywhere {
 		return nil
+	}
+	if sel.sel == nil {
+		sel.sel = labels.Everything()
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -217,7 +222,9 @@ func (r *Reconciler) fetchRelated(ctx context.Context, parent *unstructured.Unst
 		return err
 	}
 	for i := range list.Items {
-		add(&list.Items[i])
+		if len(sel.names) == 0 || slices.Contains(sel.names, list.Items[i].GetName()) {
+			add(&list.Items[i])
+		}
 	}
 	return nil
 }

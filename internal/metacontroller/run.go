@@ -245,6 +245,11 @@ func completeDescription(d *description.Controller, cfg *Config) {
 				"list the resources in the annotation (e.g. %s: \"v1/configmaps, v1/namespaces\") to limit the grant to them", c.Kind, c.Name, RelatedAnnotation, RelatedAnnotation))
 		}
 	}
+	rbac, why := rbacRules(cfg)
+	rules = append(rules, rbac...)
+	d.Warnings = append(d.Warnings, why...)
+	d.Namespaces, why = cfg.hookNamespaces()
+	d.Warnings = append(d.Warnings, why...)
 	rules = append(rules, description.Rule{APIGroups: []string{"serving.knative.dev"}, Resources: []string{"services"}, Verbs: []string{"get"}},
 		// the parents' schemas: no status field is written that they lack
 		description.Rule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get"}},

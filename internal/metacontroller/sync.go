@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
 )
 
 // syncComposite is one sync of a CompositeController's parent: call the sync
@@ -31,7 +33,7 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	return r.sync(ctx, c, parent, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
 		req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: in.children, Related: in.related, Finalizing: in.finalizing}
 		var resp CompositeSyncResponse
-		err := r.Hooks.Call(ctx, url, timeout, req, &resp)
+		err := r.Hooks.Call(ctx, url, timeout, req, answerFor(in.hook, &resp))
 		return hookAnswer{status: resp.Status, children: resp.Children, resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
 	})
 }
@@ -40,6 +42,7 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 // object: its children (a DecoratorController's attachments), what the
 // customize hook named, and whether the object is being deleted.
 type hookInput struct {
+	hook              *v1alpha1.Hook // the hook called: its version and decoding mode
 	children, related ChildMap
 	finalizing        bool
 }
@@ -68,19 +71,19 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	related, err := r.relatedFor(ctx, c, obj)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	hook := c.Sync
 	if finalizing {
 		hook = c.Finalize
+	}
+	related, err := r.relatedFor(ctx, c, obj, isV2(hook))
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	url, timeout, err := r.hookURL(ctx, hook.Webhook)
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
-	resp, err := call(ctx, url, timeout, hookInput{children: observed.byKey(c, obj.GetNamespace()), related: related, finalizing: finalizing})
+	resp, err := call(ctx, url, timeout, hookInput{hook: hook, children: observed.byKey(c, obj.GetNamespace(), isV2(hook)), related: related, finalizing: finalizing})
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
@@ -89,7 +92,7 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, &BadAnswer{URL: url, Reason: err.Error()})
 	}
 	if err := r.applyChildren(ctx, c, obj, observed, desired); err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, r.applyFailed(ctx, c, obj, err)
 	}
 	if err := r.patchMeta(ctx, obj, resp.labels, resp.annotations); err != nil {
 		return reconcile.Result{}, err
@@ -124,23 +127,18 @@ type childID struct {
 type childSet map[childID]*unstructured.Unstructured
 
 // byKey is the hook's view: "Kind.apiVersion" -> name -> object, with an
-// entry for every child resource. A child outside the parent's namespace
-// (cluster-scoped parent) is named "<namespace>/<name>".
-func (s childSet) byKey(c *Controller, parentNS string) ChildMap {
+// entry for every child resource, named as objectName names them.
+func (s childSet) byKey(c *Controller, parentNS string, v2 bool) ChildMap {
 	out := ChildMap{}
 	for _, ch := range c.Children {
 		out[ChildKey(ch.APIVersion(), ch.GVK.Kind)] = map[string]*unstructured.Unstructured{}
 	}
-	for id, o := range s {
+	for _, o := range s {
 		m := out[ChildKey(o.GetAPIVersion(), o.GetKind())]
 		if m == nil {
 			continue
 		}
-		n := id.Name
-		if id.Namespace != parentNS {
-			n = id.Namespace + "/" + id.Name
-		}
-		m[n] = o
+		m[objectName(o, parentNS, v2)] = o
 	}
 	return out
 }

@@ -118,9 +118,6 @@ func unsupportedHook(path string, h *v1alpha1.Hook) []Unsupported {
 		return nil
 	}
 	var out []Unsupported
-	if h.Version != nil && *h.Version == v1alpha1.HookVersionV2 {
-		out = append(out, Unsupported{path + ".version", "v2 is not implemented: the hook gets v1 requests (children keyed by name, <namespace>/<name> outside the parent's namespace)"})
-	}
 	w := h.Webhook
 	if w == nil {
 		return out
@@ -128,9 +125,6 @@ func unsupportedHook(path string, h *v1alpha1.Hook) []Unsupported {
 	p := path + ".webhook."
 	if w.Etag != nil && w.Etag.Enabled != nil && *w.Etag.Enabled {
 		out = append(out, Unsupported{p + "etag", "not implemented: answers are not cached, every sync calls the hook"})
-	}
-	if w.ResponseUnmarshallMode != nil && *w.ResponseUnmarshallMode == v1alpha1.ResponseUnmarshallStrict {
-		out = append(out, Unsupported{p + "responseUnMarshallMode", "strict is not implemented: answers are decoded loosely (unknown fields ignored)"})
 	}
 	for _, x := range []struct {
 		name string

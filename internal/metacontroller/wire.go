@@ -136,11 +136,16 @@ func (k *kindRoles) mapFunc(ctx context.Context, c client.Reader, obj client.Obj
 	}
 	// A related object syncs the parents whose last customize answer
 	// selects it, and those whose answer this process has not seen (every
-	// parent in its namespace; all, if it or they are cluster-scoped).
+	// parent in its namespace; all, if it or they are cluster-scoped, or
+	// the customize hook is v2).
 	lbls := objectLabels(ctx, c, k.gvk, obj)
 	for _, ctl := range k.relatedOf {
+		ns := obj.GetNamespace()
+		if isV2(ctl.Customize) {
+			ns = "" // a v2 customize hook may relate a parent to any namespace's objects
+		}
 		for _, d := range ctl.Parents {
-			keys, err := listParents(ctx, c, parentRole{ctl, d}, obj.GetNamespace())
+			keys, err := listParents(ctx, c, parentRole{ctl, d}, ns)
 			if err != nil {
 				return nil, err
 			}

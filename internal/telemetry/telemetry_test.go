@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -156,5 +157,47 @@ func TestGRPCProtocolRefused(t *testing.T) {
 	_, err := telemetry.Setup(context.Background(), telemetry.Options{})
 	if err == nil || !strings.Contains(err.Error(), "http/protobuf") {
 		t.Fatalf("Setup with grpc: %v, want an error naming http/protobuf", err)
+	}
+}
+
+// TestDeliveryCountsFromArrival: a request stamped by Arrived before a
+// handler that takes time of its own (the authentication) has its delivery
+// line count from the arrival, with that time as authTime; an unstamped
+// one has no authTime.
+func TestDeliveryCountsFromArrival(t *testing.T) {
+	for _, stamped := range []bool{true, false} {
+		var line string
+		o := telemetry.NewObserver("arrival", 1, funcr.NewJSON(func(obj string) { line = obj }, funcr.Options{}))
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, d := o.Intake(r)
+			d.End()
+		})
+		auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(30 * time.Millisecond) // a TokenReview
+			h.ServeHTTP(w, r)
+		})
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		if stamped {
+			r = telemetry.Arrived(r)
+		}
+		auth.ServeHTTP(httptest.NewRecorder(), r)
+		var fields struct {
+			Duration string `json:"duration"`
+			AuthTime string `json:"authTime"`
+		}
+		if err := json.Unmarshal([]byte(line), &fields); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if !stamped {
+			if fields.AuthTime != "" {
+				t.Errorf("unstamped: authTime %q in %s", fields.AuthTime, line)
+			}
+			continue
+		}
+		a, err1 := time.ParseDuration(fields.AuthTime)
+		d, err2 := time.ParseDuration(fields.Duration)
+		if err1 != nil || err2 != nil || a < 30*time.Millisecond || d < a {
+			t.Errorf("stamped: authTime %q, duration %q; want authTime >= 30ms (the handler in front) and duration >= authTime: %s", fields.AuthTime, fields.Duration, line)
+		}
 	}
 }

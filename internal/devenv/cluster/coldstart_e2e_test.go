@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,8 +93,9 @@ func (e *e2e) clusterLocal(t *testing.T, ns, svc string) (url, host string) {
 }
 
 // firstAnswer waits for zero pods, then times a GET through the ingress
-// until its first 200 (the activator holds it while a pod starts).
-func (tv *trivial) firstAnswer(t *testing.T) time.Duration {
+// until its first 200 (the activator holds it while a pod starts), with
+// the pod's steps meanwhile.
+func (tv *trivial) firstAnswer(t *testing.T) (time.Duration, *podSteps) {
 	t.Helper()
 	tv.e.waitZero(t, tv.ns, tv.name)
 	req, err := http.NewRequest(http.MethodGet, tv.url, nil)
@@ -98,7 +103,10 @@ func (tv *trivial) firstAnswer(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	req.Host = tv.host
+	steps := tv.e.watchPodSteps(t, tv.ns, tv.name)
+	defer steps.stop()
 	t0 := time.Now()
+	steps.add("request sent")
 	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
 	if err != nil {
 		t.Fatalf("the trivial Knative Service at zero pods: %v", err)
@@ -107,7 +115,9 @@ func (tv *trivial) firstAnswer(t *testing.T) time.Duration {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the trivial Knative Service at zero pods answered %d", resp.StatusCode)
 	}
-	return time.Since(t0)
+	d := time.Since(t0)
+	steps.add("answered")
+	return d, steps
 }
 
 // podSteps watches the pods of svc in ns from its start and records when
@@ -117,6 +127,7 @@ type podSteps struct {
 	mu    sync.Mutex
 	t0    time.Time
 	steps map[string]time.Duration
+	pod   string // the first pod seen
 	stop  func()
 }
 
@@ -139,6 +150,11 @@ func (e *e2e) watchPodSteps(t *testing.T, ns, svc string) *podSteps {
 				continue
 			}
 			ps.seen("pod object")
+			ps.mu.Lock()
+			if ps.pod == "" {
+				ps.pod = p.Name
+			}
+			ps.mu.Unlock()
 			for _, c := range p.Status.Conditions {
 				if c.Status == corev1.ConditionTrue {
 					switch c.Type {
@@ -159,11 +175,14 @@ func (e *e2e) watchPodSteps(t *testing.T, ns, svc string) *podSteps {
 	return ps
 }
 
-func (ps *podSteps) seen(step string) {
+func (ps *podSteps) seen(step string) { ps.at(step, time.Now()) }
+
+// at records step at when, unless it was seen before.
+func (ps *podSteps) at(step string, when time.Time) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if _, ok := ps.steps[step]; !ok {
-		ps.steps[step] = time.Since(ps.t0)
+		ps.steps[step] = when.Sub(ps.t0)
 	}
 }
 
@@ -184,4 +203,135 @@ func (ps *podSteps) String() string {
 		parts = append(parts, fmt.Sprintf("%s +%s", n, ps.steps[n].Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// operatorSteps adds to ps the operator's own steps, from the timestamps
+// of its container's log (the node shares the test's clock: one machine):
+// listening, the API discovery warm, and the ConfigMap's event received (its
+// delivery line's time less the delivery's duration, which counts from the
+// request's arrival), its sender authenticated (the TokenReview) and the
+// event answered. The delivery line is written
+// after the answer: it waits up to 10 s for it.
+func (e *e2e) operatorSteps(t *testing.T, ns string, ps *podSteps) {
+	t.Helper()
+	ps.mu.Lock()
+	pod := ps.pod
+	ps.mu.Unlock()
+	if pod == "" {
+		return
+	}
+	var lines []opLogLine
+	err := testkit.Poll(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
+		b, err := e.cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: "operator"}).DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		lines = parseOpLog(b)
+		return slices.ContainsFunc(lines, func(l opLogLine) bool { return l.Msg == "delivery" && l.Reason == "update ConfigMap" }), nil
+	})
+	if err != nil {
+		t.Logf("the operator's log of pod %s: %v", pod, err)
+	}
+	for _, l := range lines {
+		switch l.Msg {
+		case "serverless operator listening":
+			ps.at("operator listening (its log)", l.Time)
+		case "restarted pods": // the reconciler's, before its Event and status
+			ps.at("pods restarted (its log)", l.Time)
+		case "API discovery warm":
+			ps.at("API discovery warm (its log)", l.Time)
+		case "delivery":
+			if l.Reason != "update ConfigMap" {
+				t.Logf("pod %s: a delivery before the ConfigMap's (not a step): %s %s", pod, l.Reason, l.Result)
+				continue
+			}
+			if d, err := time.ParseDuration(l.Duration); err == nil {
+				ps.at("event received (its log)", l.Time.Add(-d))
+				if a, err := time.ParseDuration(l.AuthTime); err == nil {
+					ps.at("sender authenticated (its log)", l.Time.Add(-d+a))
+				}
+			}
+			ps.at("event answered (its log)", l.Time)
+		}
+	}
+}
+
+// opLogLine is what operatorSteps reads of a line of the operator's JSON log.
+type opLogLine struct {
+	Time     time.Time `json:"time"`
+	Msg      string    `json:"msg"`
+	Duration string    `json:"duration"`
+	AuthTime string    `json:"authTime"`
+	Reason   string    `json:"reason"`
+	Result   string    `json:"result"`
+}
+
+func parseOpLog(b []byte) []opLogLine {
+	var out []opLogLine
+	for _, line := range strings.Split(string(b), "\n") {
+		var l opLogLine
+		if json.Unmarshal([]byte(line), &l) == nil && !l.Time.IsZero() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// stepMedians is each step's median over runs, in the order of the
+// medians, with the number of runs it was seen in when not all.
+func stepMedians(runs []*podSteps) string {
+	by := map[string][]time.Duration{}
+	for _, ps := range runs {
+		ps.mu.Lock()
+		for n, d := range ps.steps {
+			by[n] = append(by[n], d)
+		}
+		ps.mu.Unlock()
+	}
+	names := make([]string, 0, len(by))
+	for n := range by {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return median(by[names[i]]) < median(by[names[j]]) })
+	var parts []string
+	for _, n := range names {
+		p := fmt.Sprintf("%s +%s", n, median(by[n]).Round(time.Millisecond))
+		if len(by[n]) != len(runs) {
+			p += fmt.Sprintf(" (%d of %d)", len(by[n]), len(runs))
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// hubCounters sums, over the hub's pods, the counters of their /metrics
+// (port 8081, the pod IPs reached from the host) whose names are given.
+func (e *e2e) hubCounters(t *testing.T, names ...string) map[string]float64 {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := e.cs.CoreV1().Pods("opzero-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=opzero-hub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]float64{}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + p.Status.PodIP + ":8081/metrics")
+		if err != nil {
+			t.Logf("the hub's metrics (%s): %v", p.Name, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && slices.Contains(names, f[0]) {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				sum[f[0]] += v
+			}
+		}
+	}
+	return sum
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opzero/opzero/internal/devenv/image"
+	"github.com/opzero/opzero/internal/devenv/interp"
 )
 
 // CommandAnnotation names the local command `opzero dev` runs for a
@@ -58,10 +59,11 @@ func resolveCommands(ctx context.Context, buildDir, manifest string, load func(c
 		doc  int
 		obj  *unstructured.Unstructured
 		spec image.Spec
+		hook *interp.Hook // a recognized interpreter image: its command is replaced too
 	}
 	var targets []target
 	for i, doc := range docs {
-		if !strings.Contains(doc, CommandAnnotation) {
+		if !strings.Contains(doc, CommandAnnotation) && !strings.Contains(doc, "configMap") {
 			continue
 		}
 		obj := &unstructured.Unstructured{}
@@ -69,6 +71,16 @@ func resolveCommands(ctx context.Context, buildDir, manifest string, load func(c
 			continue
 		}
 		v, ok := obj.GetAnnotations()[CommandAnnotation]
+		if !ok && commandWorkload(obj) && obj.GetKind() == "Deployment" { // as opzero dev runs it
+			if h, err := interp.Recognize(obj); err == nil {
+				spec, err := InterpreterImage(ctx, strings.ToLower(obj.GetName()), h.Program)
+				if err != nil {
+					return "", nil, fmt.Errorf("%s %s: the image of %s: %w", obj.GetKind(), obj.GetName(), h.Program, err)
+				}
+				targets = append(targets, target{doc: i, obj: obj, spec: spec, hook: h})
+			}
+			continue
+		}
 		if !ok || !commandWorkload(obj) {
 			continue
 		}
@@ -98,6 +110,10 @@ func resolveCommands(ctx context.Context, buildDir, manifest string, load func(c
 		containers, _, _ := unstructured.NestedSlice(t.obj.Object, "spec", "template", "spec", "containers")
 		first, _ := containers[0].(map[string]any)
 		first["image"] = built[i].Ref
+		if h := t.hook; h != nil { // the program's path in the image, the script where the ConfigMap is mounted
+			first["command"] = append([]any{t.spec.Path}, toAny(h.Args)...)
+			delete(first, "args")
+		}
 		if err := unstructured.SetNestedSlice(t.obj.Object, containers, "spec", "template", "spec", "containers"); err != nil {
 			return "", nil, err
 		}
@@ -130,20 +146,9 @@ func commandWorkload(o *unstructured.Unstructured) bool {
 // CommandImage is the image of argv run in buildDir (see ResolveCommands),
 // named command/<name>.
 func CommandImage(ctx context.Context, buildDir, name string, argv []string) (image.Spec, error) {
-	prog, err := program(argv[0])
+	prog, files, err := interpreterFiles(ctx, argv[0])
 	if err != nil {
 		return image.Spec{}, err
-	}
-	files, err := sharedLibraries(ctx, prog)
-	if err != nil {
-		return image.Spec{}, err
-	}
-	if strings.HasPrefix(filepath.Base(prog), "python") {
-		lib, err := pythonStdlib(ctx, prog)
-		if err != nil {
-			return image.Spec{}, err
-		}
-		files = append(files, lib...)
 	}
 	absBuild, err := filepath.Abs(buildDir)
 	if err != nil {
@@ -188,6 +193,28 @@ func CommandImage(ctx context.Context, buildDir, name string, argv []string) (im
 		}
 	}
 	return image.Spec{Name: "command/" + name, Binary: prog, Path: prog, Args: args, Files: files, WorkDir: AppDir}, nil
+}
+
+// interpreterFiles finds a program (see program) and lists what it needs
+// in an image: the libraries ldd lists, and Python's standard library for
+// a python.
+func interpreterFiles(ctx context.Context, name string) (string, []image.File, error) {
+	prog, err := program(name)
+	if err != nil {
+		return "", nil, err
+	}
+	files, err := sharedLibraries(ctx, prog)
+	if err != nil {
+		return "", nil, err
+	}
+	if strings.HasPrefix(filepath.Base(prog), "python") {
+		lib, err := pythonStdlib(ctx, prog)
+		if err != nil {
+			return "", nil, err
+		}
+		files = append(files, lib...)
+	}
+	return prog, files, nil
 }
 
 // program finds a command's program as an ELF file: a name is looked up in
@@ -305,4 +332,27 @@ func pythonStdlib(ctx context.Context, python string) ([]image.File, error) {
 		return nil, err
 	}
 	return append(files, libs...), nil
+}
+
+// InterpreterImage is the image that plays a recognized interpreter image
+// (package interp: python, node) for a hook hosted as Metacontroller's
+// published examples host theirs, its script in a ConfigMap the pod
+// mounts: the program (found as CommandImage finds it) and what it needs,
+// no script. It runs as root, as the public images it replaces do (their
+// hooks listen on port 80); the workload's command names the program's
+// path in the image.
+func InterpreterImage(ctx context.Context, name, program string) (image.Spec, error) {
+	prog, files, err := interpreterFiles(ctx, program)
+	if err != nil {
+		return image.Spec{}, err
+	}
+	return image.Spec{Name: "command/" + name, Binary: prog, Path: prog, Files: files, User: "0:0"}, nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

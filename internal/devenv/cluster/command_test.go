@@ -288,3 +288,70 @@ spec:
 		t.Errorf("a command without a script: %v", err)
 	}
 }
+
+// TestResolveCommandsInterpreterImage: a Deployment hosted as
+// Metacontroller's published hooks are (python:3.11 running a script from
+// a ConfigMap), with no annotation, gets the image of the local python3
+// (no script: the pod mounts the ConfigMap as published), run as root as
+// the public image is, and a command naming the program's path in it; the
+// ConfigMap and the mounts are untouched. An unrecognized image is left
+// alone.
+func TestResolveCommandsInterpreterImage(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 (Debian's python3)")
+	}
+	manifest := `---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: published, namespace: metacontroller}
+spec:
+  template:
+    spec:
+      containers:
+      - name: controller
+        image: python:3.11
+        command: [python, /hooks/sync.py]
+        volumeMounts: [{name: hooks, mountPath: /hooks}]
+      volumes: [{name: hooks, configMap: {name: published-5t2h}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: jsonnet, namespace: metacontroller}
+spec:
+  template:
+    spec:
+      containers:
+      - {name: c, image: "metacontroller/jsonnetd:0.1", volumeMounts: [{name: hooks, mountPath: /hooks}]}
+      volumes: [{name: hooks, configMap: {name: j}}]
+`
+	var got []image.Spec
+	load := func(_ context.Context, specs ...image.Spec) ([]image.Built, error) {
+		got = specs
+		out := make([]image.Built, len(specs))
+		for i, s := range specs {
+			out[i].Ref = image.Registry + "/" + s.Name + ":test"
+		}
+		return out, nil
+	}
+	resolved, refs, err := resolveCommands(context.Background(), t.TempDir(), manifest, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Name != "command/published" || got[0].User != "0:0" || !strings.HasPrefix(got[0].Path, "/usr/bin/python3") {
+		t.Fatalf("images %+v", got)
+	}
+	for _, f := range got[0].Files {
+		if strings.HasPrefix(f.Path, AppDir) {
+			t.Errorf("the image holds %s: the script comes from the ConfigMap", f.Path)
+		}
+	}
+	if refs["Deployment/metacontroller/published"] != "opzero.local/command/published:test" || len(refs) != 1 {
+		t.Errorf("refs %v", refs)
+	}
+	for _, want := range []string{"image: opzero.local/command/published:test", "- " + got[0].Path + "\n", "- /hooks/sync.py", "mountPath: /hooks",
+		"name: published-5t2h", `image: "metacontroller/jsonnetd:0.1"`} {
+		if !strings.Contains(resolved, want) {
+			t.Errorf("the manifest lacks %q:\n%s", want, resolved)
+		}
+	}
+}

@@ -305,31 +305,48 @@ func (e *e2e) oidc(t *testing.T, w wiring, ns, svc string) {
 // reconcile), then the time until the revision is back at zero pods. Each
 // is paired with the baseline in the same run: a trivial Knative Service
 // beside it with the same scale annotations, timed from a request at zero
-// pods to its first answer. The pod's steps are watched during each
-// operator cold start and the last one's timeline is logged.
+// pods to its first answer. The pods' steps are watched during each cold
+// start of both, the operator's with its own log's (listening, the event
+// received and answered); the last one's timeline and each step's median
+// are logged, the trivial service's beside them.
 func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 	tv := e.trivialBeside(t, ns, svc)
+	hubStats := []string{"opzero_hub_events_sent_total", "opzero_hub_retries_total"}
+	var before map[string]float64
+	if w.hub() {
+		before = e.hubCounters(t, hubStats...)
+	}
 	var cold, zero, base []time.Duration
-	var steps *podSteps
+	var steps, tsteps []*podSteps
 	for i := range n {
-		base = append(base, tv.firstAnswer(t))
+		d, ts := tv.firstAnswer(t)
+		base, tsteps = append(base, d), append(tsteps, ts)
 		e.waitZero(t, ns, svc)
-		steps = e.watchPodSteps(t, ns, svc)
+		ps := e.watchPodSteps(t, ns, svc)
 		t0 := time.Now()
 		rv := e.editConfigMap(t, ns, fmt.Sprintf("cold start %d", i))
-		steps.add("ConfigMap edited")
+		ps.add("ConfigMap edited")
 		e.configWatcherStatus(t, ns, func(s map[string]any) bool { return s["configMapVersion"] == rv })
 		cold = append(cold, time.Since(t0))
-		steps.add("status written (seen)")
-		steps.stop()
+		ps.add("status written (seen)")
+		e.operatorSteps(t, ns, ps)
+		ps.stop()
+		steps = append(steps, ps)
 		zero = append(zero, e.waitZero(t, ns, svc))
 	}
 	e.figure(t, "real Knative, wiring %s: event at zero pods -> reconciled: %s", w.name, durations(cold))
 	e.figure(t, "real Knative, same run: a trivial Knative Service (netcheck, same scale annotations): request at zero pods -> first answer: %s", durations(base))
 	e.figure(t, "real Knative, wiring %s: cold start vs the trivial service's: median %.2fx, max %.2fx (goals <= 1.0x, <= 1.5x)", w.name,
 		ratio(median(cold), median(base)), ratio(slices.Max(cold), slices.Max(base)))
-	e.figure(t, "real Knative, wiring %s: the last cold start's steps, from the test's watch of the pod: %s", w.name, steps)
+	e.figure(t, "real Knative, wiring %s: the last cold start's steps, from the test's watch of the pod and the operator's log: %s", w.name, steps[len(steps)-1])
+	e.figure(t, "real Knative, wiring %s: each step's median over the %d cold starts: %s", w.name, n, stepMedians(steps))
+	e.figure(t, "real Knative, same run: the trivial service's steps, each one's median over %d: %s", n, stepMedians(tsteps))
 	e.figure(t, "real Knative, wiring %s: reconciled -> zero pods (--idle 6s): %s", w.name, durations(zero))
+	if w.hub() {
+		after := e.hubCounters(t, hubStats...)
+		e.figure(t, "real Knative, wiring %s: the hub during the %d cold starts: %v events sent, %v sends retried", w.name, n,
+			after[hubStats[0]]-before[hubStats[0]], after[hubStats[1]]-before[hubStats[1]])
+	}
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }

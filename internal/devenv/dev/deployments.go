@@ -2,16 +2,21 @@ package dev
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/internal/devenv/interp"
 )
 
 // startDeployments runs each Deployment with a ko:// image (the wakeup
@@ -31,15 +36,28 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
+		var workDir string
+		what := "ko://" + pkg
 		if !ok && command == nil {
-			continue
+			// hosted as Metacontroller's examples host hooks: an
+			// interpreter image running a script from a ConfigMap
+			if command, workDir, err = p.interpreterCommand(ctx, u); err != nil {
+				if errors.Is(err, interp.ErrNotRecognized) {
+					p.say("Deployment %s: only applied, not run: %v", key(u), err)
+					continue
+				}
+				return err
+			}
+			what = "local interpreter"
 		}
 		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		c, _ := cs[0].(map[string]any)
 		var exe, argv []string
-		what := "ko://" + pkg
-		if command != nil { // the annotation is the whole command line
-			exe, what = command, "local command"
+		if command != nil { // the annotation (or the interpreter's) is the whole command line
+			exe = command
+			if what != "local interpreter" {
+				what = "local command"
+			}
 		} else {
 			if exe, err = p.build.build(ctx, pkg); err != nil {
 				return err
@@ -75,7 +93,10 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		start := func(context.Context) (running, error) {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
-			if command != nil {
+			switch {
+			case workDir != "":
+				cmd.Dir = workDir // the container's workingDir, or the ConfigMaps' folder
+			case command != nil:
 				cmd.Dir = p.build.buildDir // relative paths, as a Knative Service's command
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -210,4 +231,51 @@ func movePort(argv []string, port int) (int, error) {
 		argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
 	}
 	return local, nil
+}
+
+// interpreterCommand is the local command of a Deployment hosted as
+// Metacontroller's published hooks are (package interp): the local
+// interpreter on the files of the ConfigMaps it mounts, written under the
+// platform's folder, and the folder it runs in (its workingDir there, else
+// the folder of the ConfigMaps' files).
+func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstructured) (argv []string, dir string, err error) {
+	h, err := interp.Recognize(u)
+	if err != nil {
+		return nil, "", err
+	}
+	prog, err := exec.LookPath(h.Program)
+	if err != nil {
+		return nil, "", fmt.Errorf("Deployment %s: its image runs %s, which is not installed here: %w (install it, or annotate the Deployment %s)", key(u), h.Program, err, interp.Annotation)
+	}
+	root := filepath.Join(p.opts.Dir, "files", "deployment-"+u.GetNamespace()+"-"+u.GetName())
+	if err := os.RemoveAll(root); err != nil {
+		return nil, "", err
+	}
+	args, wd, err := h.Materialize(root, func(name string) (*unstructured.Unstructured, error) {
+		return p.configMap(ctx, u.GetNamespace(), name)
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("Deployment %s: %w", key(u), err)
+	}
+	if !strings.HasPrefix(wd, root) { // unset, or a folder of the image: none here
+		wd = root
+	}
+	return append([]string{prog}, args...), wd, nil
+}
+
+// configMap is a ConfigMap of the manifests, as the API server has it.
+func (p *Platform) configMap(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return p.apply.get(ctx, u)
+}
+
+// interpreted reports whether a Deployment without annCommand runs
+// locally on its interpreter (package interp).
+func interpreted(u *unstructured.Unstructured) bool {
+	_, err := interp.Recognize(u)
+	return err == nil
 }

@@ -62,8 +62,11 @@
 //     one always-on process. So is a Deployment annotated
 //     dev.opzero.dev/command (as a Knative Service; the container's image,
 //     command and args are not used): a hook hosted as a Deployment and a
-//     Service runs locally, and binds its container's port itself. Other
-//     Deployments are only applied.
+//     Service runs locally, and binds its container's port itself. So is a
+//     Deployment whose image is python or node running a script from a
+//     ConfigMap, as Metacontroller publishes hooks (package interp: the
+//     local interpreter on the ConfigMap's files, under Options.Dir). Other
+//     Deployments are only applied, with a line saying so.
 //   - Mutating/ValidatingWebhookConfiguration and a CRD's conversion
 //     webhook whose clientConfig names a Service that selects a Deployment
 //     dev runs (the opzero hub, which serves admission webhooks and wakes

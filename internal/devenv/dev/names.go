@@ -98,8 +98,9 @@ func (p *Platform) serveNames() error {
 }
 
 // nameCommandServices makes the in-cluster names of each core Service that
-// selects the pods of a Deployment run by its local command (annCommand)
-// reach that process: port -> 127.0.0.1:<targetPort> (the process binds
+// selects the pods of a Deployment run by its local command (annCommand,
+// or its interpreter on its ConfigMaps' files: package interp) reach that
+// process: port -> 127.0.0.1:<targetPort> (the process binds
 // the container's port itself, as in its pod).
 func (p *Platform) nameCommandServices() error {
 	type deployment struct {
@@ -109,7 +110,7 @@ func (p *Platform) nameCommandServices() error {
 	}
 	var deps []deployment
 	for _, u := range p.opts.Objects {
-		if !isKind(u, "apps", "Deployment") || u.GetAnnotations()[annCommand] == "" {
+		if !isKind(u, "apps", "Deployment") || (u.GetAnnotations()[annCommand] == "" && !interpreted(u)) {
 			continue
 		}
 		if u.GetNamespace() == "" {

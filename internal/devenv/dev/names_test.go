@@ -74,7 +74,8 @@ func TestTargetPort(t *testing.T) {
 
 // TestCommandDeploymentServiceNames: a core Service that selects the pods
 // of a Deployment run by its local command answers its ports at the
-// targetPort on 127.0.0.1 (Metacontroller's hook manifests, as published).
+// targetPort on 127.0.0.1 (Metacontroller's hook manifests, as published);
+// so does one of a Deployment run by its interpreter, with no annotation.
 func TestCommandDeploymentServiceNames(t *testing.T) {
 	objs, err := ReadManifests("-", strings.NewReader(`
 apiVersion: apps/v1
@@ -103,6 +104,32 @@ spec:
   selector: {app: hook}
   ports: [{port: 80}, {port: 81, targetPort: web}]
 ---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: published
+  namespace: metacontroller
+spec:
+  selector: {matchLabels: {app: published}}
+  template:
+    metadata: {labels: {app: published}}
+    spec:
+      containers:
+      - name: controller
+        image: python:3.11
+        command: [python, /hooks/sync.py]
+        volumeMounts: [{name: hooks, mountPath: /hooks}]
+      volumes: [{name: hooks, configMap: {name: published}}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: published
+  namespace: metacontroller
+spec:
+  selector: {app: published}
+  ports: [{port: 80}]
+---
 apiVersion: v1
 kind: Service
 metadata:
@@ -119,7 +146,8 @@ spec:
 	if err := p.nameCommandServices(); err != nil {
 		t.Fatal(err)
 	}
-	for host, want := range map[string]string{"hook.metacontroller": "127.0.0.1:80", "hook.metacontroller.svc:81": "127.0.0.1:8080"} {
+	for host, want := range map[string]string{"hook.metacontroller": "127.0.0.1:80", "hook.metacontroller.svc:81": "127.0.0.1:8080",
+		"published.metacontroller": "127.0.0.1:80"} { // no annotation: run by its interpreter
 		if got, ok := p.names.lookup(host); !ok || got != want {
 			t.Errorf("%s -> %q (%v), want %s", host, got, ok, want)
 		}

@@ -282,7 +282,10 @@ func goBuild(ctx context.Context, src string, b binary, ldflags string, env []st
 	}()
 	stop := make(chan struct{})
 	t0 := time.Now()
+	var ticking sync.WaitGroup // w is the caller's once goBuild returns
+	ticking.Add(1)
 	go func() {
+		defer ticking.Done()
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		for {
@@ -298,6 +301,7 @@ func goBuild(ctx context.Context, src string, b binary, ldflags string, env []st
 	pw.Close()
 	wg.Wait()
 	close(stop)
+	ticking.Wait()
 	if err != nil {
 		return fmt.Errorf("building %s (go build %s in %s) failed: %w\n    %s", b.name, b.pkg, src, err, strings.Join(tail(errs, 30), "\n    "))
 	}

@@ -89,7 +89,7 @@ func TestSecretDataStaysOut(t *testing.T) {
 			t.Fatalf("Secret data leaked: %q", out)
 		}
 	}
-	if logs.Len() == 0 {
+	if all == "" { // logs itself is still written: the failed reconcile's retries go on
 		t.Fatal("nothing was logged; the test proves nothing")
 	}
 }

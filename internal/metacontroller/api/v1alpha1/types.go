@@ -149,8 +149,9 @@ type CompositeControllerHooks struct {
 
 // Hook is one hook: a webhook.
 type Hook struct {
-	// Version is the hook protocol: v1 (unset means v1); v2 is reported as
-	// unsupported.
+	// Version is the hook protocol: v1 (unset means v1) or v2 (children,
+	// attachments and related keyed "<namespace>/<name>"; a customize hook
+	// may name related objects of a namespaced parent in other namespaces).
 	Version *HookVersion `json:"version,omitempty"`
 	Webhook *Webhook     `json:"webhook,omitempty"`
 }
@@ -192,8 +193,8 @@ type Webhook struct {
 	// cache hook answers).
 	Etag *WebhookEtagConfig `json:"etag,omitempty"`
 	// ResponseUnmarshallMode (Metacontroller spells the field
-	// responseUnMarshallMode): loose is what opzero does (unknown fields of
-	// an answer are ignored); strict is reported as unsupported.
+	// responseUnMarshallMode): loose ignores unknown fields of an answer;
+	// strict (the default of v2 hooks) refuses them.
 	ResponseUnmarshallMode *ResponseUnmarshallMode `json:"responseUnMarshallMode,omitempty"`
 	// CABundle, ClientTLS, Authorization and BasicAuth are reported as
 	// unsupported: opzero's hook client uses the system's roots and sends
