@@ -52,7 +52,18 @@ type ObjectEvent struct {
 	Object []byte
 	// Meta is parsed from Object (Resource mode only).
 	Meta *Meta
+	// Replay: the sender may have sent this change before (extension
+	// ReplayExtension "true": the opzero hub resending what a bucket's
+	// previous holder, or its own previous process, may have delivered).
+	// Its object can be older than what a reconcile already acted on, even
+	// one from before the object's deletion: it must not stand in for a
+	// read.
+	Replay bool
 }
+
+// ReplayExtension marks an object event the sender may have sent before
+// (value "true"): see ObjectEvent.Replay.
+const ReplayExtension = "opzeroreplay"
 
 // Ping is a PingSource tick.
 type Ping struct {
@@ -127,6 +138,17 @@ func decodeObject(ev *event.Event, mode Mode, action string) (*ObjectEvent, erro
 	}
 	if oe.Namespace, err = extension(ev, "namespace", false); err != nil {
 		return nil, err
+	}
+	replay, err := extension(ev, ReplayExtension, false)
+	if err != nil {
+		return nil, err
+	}
+	switch replay {
+	case "", "false":
+	case "true":
+		oe.Replay = true
+	default:
+		return nil, fmt.Errorf("event %s: extension %q is %q, want \"true\" or \"false\"", ev.Type(), ReplayExtension, replay)
 	}
 	if err := checkContentType(ev); err != nil {
 		return nil, err

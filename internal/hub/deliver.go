@@ -302,6 +302,11 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 		s.h.stats.dropped.Inc()
 		return true
 	}
+	if dl.replay {
+		// The operator may have acted on a newer version already (even the
+		// object's deletion): this one must not stand in for its read.
+		ev.SetExtension(cloudevent.ReplayExtension, "true")
+	}
 	spec := s.spec()
 	p, _ := deliveryOf(spec.Delivery)
 	var last error

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/hub"
 	"github.com/opzero/opzero/internal/hub/bucket"
 	"github.com/opzero/opzero/internal/testkit"
@@ -263,6 +264,7 @@ func (f *fleet) heldBy(want *replica, rs ...*replica) {
 type delivery struct {
 	sub, typ, name, rv string
 	at                 time.Time
+	replay             bool // marked cloudevent.ReplayExtension "true"
 }
 
 // recorder is one sink for every Subscription of a test: the path names
@@ -289,7 +291,8 @@ func newRecorder(t *testing.T) *recorder {
 			} `json:"metadata"`
 		}
 		_ = json.Unmarshal(ev.Data(), &obj)
-		d := delivery{sub: strings.TrimPrefix(r.URL.Path, "/"), typ: ev.Type(), name: obj.Metadata.Name, rv: obj.Metadata.ResourceVersion, at: time.Now()}
+		replay, _ := ev.Extensions()[cloudevent.ReplayExtension].(string)
+		d := delivery{sub: strings.TrimPrefix(r.URL.Path, "/"), typ: ev.Type(), name: obj.Metadata.Name, rv: obj.Metadata.ResourceVersion, at: time.Now(), replay: replay == "true"}
 		rc.mu.Lock()
 		rc.got = append(rc.got, d)
 		rc.mu.Unlock()
@@ -323,16 +326,36 @@ func (rc *recorder) has(t *testing.T, what string, within time.Duration, match f
 // duplicates counts the deliveries of a change (Subscription, type,
 // object, resourceVersion) after its first.
 func (rc *recorder) duplicates() int {
-	seen := map[delivery]bool{}
-	n := 0
-	for _, d := range rc.all() {
-		d.at = time.Time{}
-		if seen[d] {
-			n++
-		}
-		seen[d] = true
-	}
+	n, _ := rc.duplicatesUnmarked()
 	return n
+}
+
+// duplicatesUnmarked is duplicates, and those of them not marked as a
+// replay: the operator would take such a copy's object for the newest
+// version, and it may be older than what it already acted on.
+func (rc *recorder) duplicatesUnmarked() (n int, unmarked []delivery) {
+	seen := map[delivery]bool{}
+	for _, d := range rc.all() {
+		k := d
+		k.at, k.replay = time.Time{}, false
+		if seen[k] {
+			n++
+			if !d.replay {
+				unmarked = append(unmarked, d)
+			}
+		}
+		seen[k] = true
+	}
+	return n, unmarked
+}
+
+// noUnmarkedDuplicates fails t for a change delivered again without the
+// replay mark.
+func noUnmarkedDuplicates(t *testing.T, rc *recorder) {
+	t.Helper()
+	if _, unmarked := rc.duplicatesUnmarked(); len(unmarked) > 0 {
+		t.Errorf("%d changes delivered again without the %s extension, e.g. %+v", len(unmarked), cloudevent.ReplayExtension, unmarked[0])
+	}
 }
 
 // haSubscriptions creates n Resource-mode Subscriptions of the ConfigMaps
@@ -471,8 +494,9 @@ func twoReplicas(t *testing.T) (ns string, rc *recorder, f *fleet, a, b *replica
 // Leases expire, and deliveries resume. Through both, while ConfigMaps
 // change every 100 ms, no change is lost (every Subscription gets every
 // ConfigMap's last version), the duplicates at the sinks are at most what
-// the replicas counted as replayed, and no replica writes the status of a
-// Subscription whose bucket another live replica holds.
+// the replicas counted as replayed and each carries the replay mark, and no
+// replica writes the status of a Subscription whose bucket another live
+// replica holds.
 func TestReplicasHandOver(t *testing.T) {
 	ns, rc, f, a, b := twoReplicas(t)
 	t.Logf("buckets: a holds %v, b holds %v", a.held(), b.held())
@@ -519,6 +543,7 @@ func TestReplicasHandOver(t *testing.T) {
 	if float64(dups) > replayed {
 		t.Errorf("%d duplicates delivered, more than the %v the replicas counted as replayed", dups, replayed)
 	}
+	noUnmarkedDuplicates(t, rc)
 	f.checkWrites()
 }
 
@@ -526,7 +551,8 @@ func TestReplicasHandOver(t *testing.T) {
 // Deployment does it (maxSurge 1, maxUnavailable 0): a new replica starts
 // and is ready, then an old one gets SIGTERM; then the second. While
 // ConfigMaps change every 100 ms, no change is lost, the duplicates at the
-// sinks are at most what the replicas counted as replayed (both reported),
+// sinks are at most what the replicas counted as replayed (both reported)
+// and each carries the replay mark,
 // and no replica writes the status of a Subscription whose bucket another
 // live replica holds.
 func TestRollingRestart(t *testing.T) {
@@ -568,6 +594,7 @@ func TestRollingRestart(t *testing.T) {
 	if float64(dups) > replayed {
 		t.Errorf("%d duplicates delivered, more than the %v the replicas counted as replayed", dups, replayed)
 	}
+	noUnmarkedDuplicates(t, rc)
 	f.checkWrites()
 }
 

@@ -838,6 +838,13 @@ func (s *soak) check() {
 			problems = append(problems[:20], fmt.Sprintf("... and %d more", len(problems)-20))
 		}
 		t.Errorf("not converged within %s of the last fault:\n  %s", soakConverge, strings.Join(problems, "\n  "))
+		for _, p := range problems {
+			if child, ok := strings.CutSuffix(strings.SplitN(p, ":", 2)[0], "-child"); ok && strings.Contains(p, "owner is gone") {
+				child = strings.TrimPrefix(child, "ConfigMap ")
+				t.Logf("the operator's last deliveries that reconciled %s/%s (a late one after its deletion re-creates the child):\n  %s",
+					s.ns, child, strings.Join(deliveriesOf(s.p.LogPath("service-"+s.ns+"-testop"), s.ns+"/"+child, 12), "\n  "))
+			}
+		}
 	}
 	if overlaps != 0 || early != 0 {
 		t.Errorf("%d overlapping reconciles of one key, %d wakeups before their due time", overlaps, early)

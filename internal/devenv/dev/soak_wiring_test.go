@@ -124,6 +124,19 @@ func hubWatchLines(path string) []string {
 	return out
 }
 
+// deliveriesOf is the last n delivery lines of the operator's log at path
+// that reconciled key.
+func deliveriesOf(path, key string, n int) []string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, `"msg":"delivery"`) && strings.Contains(l, `"keys":"`+key+`"`) {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-n):]
+}
+
 // undelivered lists the objects whose last change by the stream (at
 // wrote[name], taken before the call) was not followed by an event of
 // that object (create or update) that the operator answered 2xx; afterSweep

@@ -66,6 +66,20 @@ func (r *finalizing) seen() ([]string, []error) {
 	return append([]string(nil), r.saw...), append([]error(nil), r.errs...)
 }
 
+// finalizingHarness runs the finalizing reconciler, with send: post an
+// event that must be answered 200.
+func finalizingHarness(t *testing.T) (*finalizing, *harness, func(what string, ev *event.Event)) {
+	r := &finalizing{}
+	h := newHarness(t, r, nil, serverless.Options{})
+	r.c = h.client
+	return r, h, func(what string, ev *event.Event) {
+		t.Helper()
+		if a := h.post(ev, false); a.code != http.StatusOK {
+			t.Fatalf("%s: answered %d %q (%s)", what, a.code, a.body, a.result)
+		}
+	}
+}
+
 // TestNoStandInFromBeforeASeenDeletion: once an instance has seen a key
 // deleted (its delete event, or a reconcile's read that found it gone, as
 // a fresh instance woken by a ping does), an update delivered afterwards
@@ -78,15 +92,7 @@ func TestNoStandInFromBeforeASeenDeletion(t *testing.T) {
 	for _, how := range []string{"delete event", "read by a fresh instance"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
-			r := &finalizing{}
-			h := newHarness(t, r, nil, serverless.Options{})
-			r.c = h.client
-			send := func(what string, ev *event.Event) {
-				t.Helper()
-				if a := h.post(ev, false); a.code != http.StatusOK {
-					t.Fatalf("%s: answered %d %q (%s)", what, a.code, a.body, a.result)
-				}
-			}
+			r, h, send := finalizingHarness(t)
 			update := func(obj *unstructured.Unstructured) *event.Event {
 				return h.event(cloudevent.Resource, cloudevent.Update, obj, "widgets")
 			}
@@ -164,3 +170,69 @@ func TestNoStandInFromBeforeASeenDeletion(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayNeverStandsIn: a fresh instance (scaled to zero and started
+// again: it has seen nothing of the key) gets a change the hub replays
+// after a hand-off or its own restart (extension opzeroreplay "true"):
+// the Widget's version from before its deletion, finalizer on, delivered
+// after the deletion was reconciled and the Widget is gone. Its object
+// does not stand in: the reconcile reads the API server and sees the
+// Widget gone, answered 200, no write. Without the mark nothing in a fresh
+// instance could tell the copy is stale (it would act on a deleted
+// object: re-create its children). A replay of the Widget as it is still
+// reconciles it, its own read answering.
+func TestReplayNeverStandsIn(t *testing.T) {
+	ctx := context.Background()
+	r, h, send := finalizingHarness(t)
+	replayed := func(obj *unstructured.Unstructured) *event.Event {
+		ev := h.event(cloudevent.Resource, cloudevent.Update, obj, "widgets")
+		ev.SetExtension(cloudevent.ReplayExtension, "true")
+		return ev
+	}
+
+	w := newWidget(h.ns, "replayed")
+	w.SetFinalizers([]string{cleanup})
+	h.create(w)
+	send("the creation", h.event(cloudevent.Resource, cloudevent.Add, w, "widgets"))
+	before := newWidget("", "")
+	if err := h.env.Client.Get(ctx, client.ObjectKeyFromObject(w), before); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.env.Client.Delete(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	deleting := newWidget("", "")
+	if err := h.env.Client.Get(ctx, client.ObjectKeyFromObject(w), deleting); err != nil {
+		t.Fatal(err)
+	}
+	send("the deletion's update", h.event(cloudevent.Resource, cloudevent.Update, deleting, "widgets"))
+	if err := h.env.Client.Get(ctx, client.ObjectKeyFromObject(w), newWidget("", "")); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Widget after its finalizer was removed: %v, want not found", err)
+	}
+
+	h.engine = mustEngine(t, h, serverless.Options{}) // scaled to zero, started again
+	n := len(first(r.seen()))
+	send("the replayed update from before the deletion", replayed(before))
+	saw, errs := r.seen()
+	if len(saw) != n+1 || saw[n] != "gone" {
+		t.Errorf("the replayed update's reconciles saw %v, want one that saw the Widget gone: its stale object stood in (all: %v)", saw[n:], saw)
+	}
+	if len(errs) > 0 {
+		t.Errorf("failed writes: %v", errs)
+	}
+
+	// A replay of a live Widget's current version is reconciled.
+	again := newWidget(h.ns, "replayed")
+	h.create(again)
+	h.engine = mustEngine(t, h, serverless.Options{})
+	send("a replay of the new Widget", replayed(again))
+	saw, errs = r.seen()
+	if got := saw[len(saw)-1]; got != again.GetResourceVersion() {
+		t.Errorf("the replay of the new Widget: its reconcile saw %s, want %s", got, again.GetResourceVersion())
+	}
+	if len(errs) > 0 {
+		t.Errorf("failed writes: %v", errs)
+	}
+}
+
+func first[A, B any](a A, _ B) A { return a }

@@ -96,13 +96,16 @@ func (e *Engine) routeObject(ctx context.Context, ev *cloudevent.ObjectEvent) (*
 		switch {
 		case ev.Action == cloudevent.Delete:
 			e.cache.Gone(gvk, k)
-		case ev.Mode == cloudevent.Resource:
+		case ev.Mode == cloudevent.Resource && !ev.Replay:
 			e.cache.Event(gvk, k, ev.Meta.ResourceVersion, ev.Object)
 		default:
 			e.cache.Event(gvk, k, "", nil)
 		}
 	}
 	rt := &routed{why: fmt.Sprintf("%s %s %s", ev.Kind, ev.Action, key(ev.Namespace, ev.Name)), object: true}
+	if ev.Replay {
+		rt.why += " (replayed)"
+	}
 	matched := false
 	if gvk == e.op.Primary.GVK {
 		matched = true
@@ -137,8 +140,13 @@ func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 	if ev.Action == cloudevent.Delete {
 		e.versions.Gone(k.NamespacedName) // no stand-in from before it from now on
 	}
+	// A replay (a change the sender may have sent before) can carry an
+	// object older than what was already reconciled, by this instance or
+	// one before it, even from before the object's deletion: it does not
+	// enter the order of versions or the skip rule's memory, and it does
+	// not stand in for the reconcile's read (the API server answers).
 	if ev.Mode == cloudevent.Resource {
-		if ev.Action != cloudevent.Delete {
+		if ev.Action != cloudevent.Delete && !ev.Replay {
 			e.versions.Event(k.NamespacedName, ev.Meta.ResourceVersion)
 		}
 		m := ev.Meta
@@ -146,7 +154,7 @@ func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 			rt.why = "ignored: labels do not match the selector " + sel.String()
 			return nil
 		}
-		if e.skip(k, ev) {
+		if !ev.Replay && e.skip(k, ev) {
 			e.stats.Skipped.Add(1)
 			e.obs.Skipped()
 			rt.why = fmt.Sprintf("skipped: generation %d already observed", m.Generation)
@@ -161,7 +169,7 @@ func (e *Engine) routePrimary(ev *cloudevent.ObjectEvent, rt *routed) error {
 		rt.why = "filtered"
 		return nil
 	}
-	if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete {
+	if ev.Mode == cloudevent.Resource && ev.Action != cloudevent.Delete && !ev.Replay {
 		if rt.objects == nil {
 			rt.objects = map[reconcile.Request]*cloudevent.ObjectEvent{}
 		}
