@@ -136,8 +136,9 @@ type soak struct {
 	buf   *syncBuffer
 	ns    string
 	seed  uint64
-	spans string // TESTOP_SPANS
-	wakes string // TESTOP_WAKES
+	spans string              // TESTOP_SPANS
+	ops   map[string][]string // per object: the stream's writes and their results (printed on failure)
+	wakes string              // TESTOP_WAKES
 
 	mu       sync.Mutex
 	live     []string             // names the stream believes exist
@@ -303,6 +304,16 @@ func (s *soak) stream(rng *rand.Rand, stop <-chan struct{}) {
 	}
 }
 
+// note records the stream's write of name, printed if name ends badly.
+func (s *soak) note(name, op string, at time.Time, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ops == nil {
+		s.ops = map[string][]string{}
+	}
+	s.ops[name] = append(s.ops[name], fmt.Sprintf("%s-%s %s: %v", at.Format(time.StampMilli), time.Now().Format("15:04:05.000"), op, err))
+}
+
 func (s *soak) count(op string, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -324,7 +335,9 @@ func (s *soak) create(rng *rand.Rand) {
 	}
 	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}, Spec: v1.ConfigWatcherSpec{ConfigMap: "soak", PodSelector: sel}}
 	at := time.Now()
-	if s.count("create", s.c.Create(s.ctx, cw)) {
+	err := s.c.Create(s.ctx, cw)
+	s.note(name, "create", at, err)
+	if s.count("create", err) {
 		s.mu.Lock()
 		s.live = append(s.live, name)
 		s.wrote[name] = at
@@ -356,6 +369,7 @@ func (s *soak) update(rng *rand.Rand) {
 	patch := fmt.Sprintf(`{"spec":{"podSelector":{"v":"%d"}}}`, rng.IntN(1_000_000))
 	at := time.Now()
 	err := s.c.Patch(s.ctx, &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}}, client.RawPatch(types.MergePatchType, []byte(patch)))
+	s.note(name, "update", at, err)
 	if apierrors.IsNotFound(err) {
 		s.forget(name)
 		return
@@ -374,7 +388,9 @@ func (s *soak) delete(rng *rand.Rand) {
 	if name == "" {
 		return
 	}
+	at := time.Now()
 	err := s.c.Delete(s.ctx, &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}})
+	s.note(name, "delete", at, err)
 	if err == nil || apierrors.IsNotFound(err) {
 		s.forget(name)
 	}
@@ -841,8 +857,16 @@ func (s *soak) check() {
 		for _, p := range problems {
 			if child, ok := strings.CutSuffix(strings.SplitN(p, ":", 2)[0], "-child"); ok && strings.Contains(p, "owner is gone") {
 				child = strings.TrimPrefix(child, "ConfigMap ")
-				t.Logf("the operator's last deliveries that reconciled %s/%s (a late one after its deletion re-creates the child):\n  %s",
-					s.ns, child, strings.Join(deliveriesOf(s.p.LogPath("service-"+s.ns+"-testop"), s.ns+"/"+child, 12), "\n  "))
+				s.mu.Lock()
+				ops := s.ops[child]
+				s.mu.Unlock()
+				var spans []string
+				for _, r := range runs[s.ns+"/"+child] {
+					spans = append(spans, fmt.Sprintf("pid %d %s-%s", r.PID, r.Start.Format(time.StampMilli), r.End.Format("15:04:05.000")))
+				}
+				t.Logf("%s/%s: the stream's writes (sent-answered):\n  %s\nits reconciles:\n  %s\nthe operator's log lines naming it:\n  %s",
+					s.ns, child, strings.Join(ops, "\n  "), strings.Join(spans, "\n  "),
+					strings.Join(linesNaming(s.p.LogPath("service-"+s.ns+"-testop"), s.ns, child, 30), "\n  "))
 			}
 		}
 	}

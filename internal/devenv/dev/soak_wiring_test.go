@@ -124,13 +124,13 @@ func hubWatchLines(path string) []string {
 	return out
 }
 
-// deliveriesOf is the last n delivery lines of the operator's log at path
-// that reconciled key.
-func deliveriesOf(path, key string, n int) []string {
+// linesNaming is the last n lines of the operator's log at path that name
+// the object ns/name (its key, or its name).
+func linesNaming(path, ns, name string, n int) []string {
 	b, _ := os.ReadFile(path)
 	var out []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, `"msg":"delivery"`) && strings.Contains(l, `"keys":"`+key+`"`) {
+		if strings.Contains(l, ns+"/"+name+`"`) || strings.Contains(l, `"`+name+`"`) || strings.Contains(l, ns+"/"+name+" ") {
 			out = append(out, l)
 		}
 	}
