@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/hub/bucket"
+	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
 // This file is what makes the hub run as several replicas: each serves
@@ -381,7 +382,7 @@ func (h *Hub) routeWakeup(ctx context.Context, operator, _, sink string) (string
 		}
 	}
 	if to == nil {
-		return "", "", fmt.Errorf("no Ready Subscription of operator %q with sink %s takes wakeups", operator, sink)
+		return "", "", fmt.Errorf("no Ready Subscription of operator %q with sink %s takes wakeups: %w", operator, sink, wakesource.ErrNoRoute)
 	}
 	tok, err := h.token(ctx, to.audience)
 	return to.sink, tok, err

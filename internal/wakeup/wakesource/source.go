@@ -3,6 +3,7 @@ package wakesource
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -31,7 +32,10 @@ type SourceOptions struct {
 	// Route, if set, decides where a record goes and with which token,
 	// instead of the record's spec.sink and Token: the hub sends each
 	// record to the sink of its operator's Subscription. An error is a
-	// failed delivery (backed off).
+	// failed delivery (backed off), except one wrapping ErrNoRoute: nowhere
+	// to send it yet (the Subscription not Ready again after a restart),
+	// tried again every NoRouteRetry without backing off, so that the
+	// record goes out as soon as its route is back.
 	Route func(ctx context.Context, operator, namespace, sink string) (url, token string, err error)
 	// Concurrency bounds the events being sent at once (16); up to four
 	// times as many delivered records may be waiting for their DELETE.
@@ -64,6 +68,13 @@ type SourceOptions struct {
 	// pass over the API server's watch cache.
 	PagedStart bool
 }
+
+// ErrNoRoute is what a Route wraps when a record has nowhere to go yet.
+var ErrNoRoute = errors.New("no route for the wakeup yet")
+
+// NoRouteRetry is how often a record whose Route said ErrNoRoute is tried
+// again (a map lookup in the hub, no request).
+const NoRouteRetry = 500 * time.Millisecond
 
 // DefaultWindow is how many records a Source holds at most (besides
 // strays, records without a valid DueBucketLabel): ~3 MiB of entries, a
@@ -101,7 +112,8 @@ type entry struct {
 	operator     string
 	reason       string
 	failures     int
-	index        int // in the heap; -1 when not queued (being delivered)
+	unrouted     bool // the last try found no route (ErrNoRoute): logged once
+	index        int  // in the heap; -1 when not queued (being delivered)
 	labeled      bool
 	bucket       int64  // its DueBucketLabel, if labeled
 	scan         uint64 // the last list that showed it
@@ -221,12 +233,24 @@ func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{})
 		}
 		err = fmt.Errorf("delivered, but deleting the record failed: %w", derr)
 	}
-	s.opts.Log.Error(err, "wakeup delivery failed; backing off", "wakeup", e.ns+"/"+e.name, "sink", e.sink)
+	noRoute := errors.Is(err, ErrNoRoute)
+	if !noRoute || !e.unrouted {
+		if noRoute {
+			s.opts.Log.Info("no route for a due wakeup yet; trying again as soon as there is one", "wakeup", e.ns+"/"+e.name, "reason", err.Error(), "every", NoRouteRetry)
+		} else {
+			s.opts.Log.Error(err, "wakeup delivery failed; backing off", "wakeup", e.ns+"/"+e.name, "sink", e.sink)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur, ok := s.entries[e.ns+"/"+e.name]; ok && cur.rv == e.rv && cur.index < 0 {
-		cur.failures++
-		cur.due = s.opts.Clock.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
+		cur.unrouted = noRoute
+		if noRoute {
+			cur.due = s.opts.Clock.Now().Add(NoRouteRetry) // not a failure of the sink: no backoff
+		} else {
+			cur.failures++
+			cur.due = s.opts.Clock.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
+		}
 		heap.Push(&s.due, cur)
 		s.poke()
 	}
