@@ -157,7 +157,18 @@ type soak struct {
 	// hub-replica left no replica serving (until every bucket was held)
 	hub2        *hubReplica
 	replicaDown [][2]time.Time
+	// planeDown: each kube-apiserver or etcd outage, until planeRecovery
+	// after the restart
+	planeDown [][2]time.Time
 }
+
+// planeRecovery is how long after the control plane is back the Wakeups
+// that fell due while it was down may still wait: the wakeup source reads
+// its records again once its watch failed, and the hub's replicas that
+// could not renew their bucket Leases for the renew deadline (7 s) gave
+// them up and win them back (at once, or once unrenewed for the lease
+// duration, 10 s, tried every 2 s). A success meanwhile cancels them.
+const planeRecovery = 20 * time.Second
 
 func newSoak(t *testing.T, seed uint64, w soakWiring) *soak {
 	ctx := context.Background()
@@ -413,6 +424,9 @@ func (s *soak) inject(kind string, rng *rand.Rand) {
 		if err := s.plane.Restart(s.ctx, kind, true); err != nil {
 			t.Fatal(err)
 		}
+		s.mu.Lock()
+		s.planeDown = append(s.planeDown, [2]time.Time{time.Now().Add(-outage), time.Now().Add(planeRecovery)})
+		s.mu.Unlock()
 		note = fmt.Sprintf("SIGKILL, restarted %s later", outage.Round(time.Millisecond))
 	case "adapter":
 		var adapters []string
@@ -655,7 +669,9 @@ func (w soakWake) superseded(down [][2]time.Time) bool {
 
 // sourceDown is when nothing delivered Wakeups (the wakeup source, the
 // hub): from each kill by the test to dev's restart of it (still down:
-// until now).
+// until now); the hub-replica faults until every bucket was held again;
+// the control plane's outages until planeRecovery after its restart (no
+// Wakeup can be read, routed or reconciled while it is down).
 func (s *soak) sourceDown() [][2]time.Time {
 	s.mu.Lock()
 	kills := slices.Clone(s.srcKills)
@@ -679,6 +695,7 @@ func (s *soak) sourceDown() [][2]time.Time {
 	}
 	s.mu.Lock()
 	down = append(down, s.replicaDown...)
+	down = append(down, s.planeDown...)
 	s.mu.Unlock()
 	return down
 }

@@ -34,8 +34,9 @@ type SourceOptions struct {
 	// record to the sink of its operator's Subscription. An error is a
 	// failed delivery (backed off), except one wrapping ErrNoRoute: nowhere
 	// to send it yet (the Subscription not Ready again after a restart),
-	// tried again every NoRouteRetry without backing off, so that the
-	// record goes out as soon as its route is back.
+	// tried again after NoRouteRetry doubling up to NoRouteRetryMax, not
+	// the Backoff, so that the record goes out within seconds of its route
+	// coming back, however long it was gone.
 	Route func(ctx context.Context, operator, namespace, sink string) (url, token string, err error)
 	// Concurrency bounds the events being sent at once (16); up to four
 	// times as many delivered records may be waiting for their DELETE.
@@ -72,9 +73,14 @@ type SourceOptions struct {
 // ErrNoRoute is what a Route wraps when a record has nowhere to go yet.
 var ErrNoRoute = errors.New("no route for the wakeup yet")
 
-// NoRouteRetry is how often a record whose Route said ErrNoRoute is tried
-// again (a map lookup in the hub, no request).
-const NoRouteRetry = 500 * time.Millisecond
+// NoRouteRetry and NoRouteRetryMax: a record whose Route said ErrNoRoute is
+// tried again after NoRouteRetry, doubling up to NoRouteRetryMax (each try
+// is a lookup in the hub's memory, no request; a record whose route stays
+// gone costs one every few seconds).
+const (
+	NoRouteRetry    = 500 * time.Millisecond
+	NoRouteRetryMax = 4 * time.Second
+)
 
 // DefaultWindow is how many records a Source holds at most (besides
 // strays, records without a valid DueBucketLabel): ~3 MiB of entries, a
@@ -112,8 +118,8 @@ type entry struct {
 	operator     string
 	reason       string
 	failures     int
-	unrouted     bool // the last try found no route (ErrNoRoute): logged once
-	index        int  // in the heap; -1 when not queued (being delivered)
+	unrouted     int // tries in a row that found no route (ErrNoRoute): logged at the first
+	index        int // in the heap; -1 when not queued (being delivered)
 	labeled      bool
 	bucket       int64  // its DueBucketLabel, if labeled
 	scan         uint64 // the last list that showed it
@@ -234,9 +240,9 @@ func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{})
 		err = fmt.Errorf("delivered, but deleting the record failed: %w", derr)
 	}
 	noRoute := errors.Is(err, ErrNoRoute)
-	if !noRoute || !e.unrouted {
+	if !noRoute || e.unrouted == 0 {
 		if noRoute {
-			s.opts.Log.Info("no route for a due wakeup yet; trying again as soon as there is one", "wakeup", e.ns+"/"+e.name, "reason", err.Error(), "every", NoRouteRetry)
+			s.opts.Log.Info("no route for a due wakeup yet; trying again until there is one", "wakeup", e.ns+"/"+e.name, "reason", err.Error(), "atMost", NoRouteRetryMax)
 		} else {
 			s.opts.Log.Error(err, "wakeup delivery failed; backing off", "wakeup", e.ns+"/"+e.name, "sink", e.sink)
 		}
@@ -244,10 +250,11 @@ func (s *Source) deliver(ctx context.Context, e *entry, sending <-chan struct{})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cur, ok := s.entries[e.ns+"/"+e.name]; ok && cur.rv == e.rv && cur.index < 0 {
-		cur.unrouted = noRoute
-		if noRoute {
-			cur.due = s.opts.Clock.Now().Add(NoRouteRetry) // not a failure of the sink: no backoff
+		if noRoute { // not a failure of the sink: no backoff
+			cur.due = s.opts.Clock.Now().Add(min(NoRouteRetry<<min(cur.unrouted, 8), NoRouteRetryMax))
+			cur.unrouted++
 		} else {
+			cur.unrouted = 0
 			cur.failures++
 			cur.due = s.opts.Clock.Now().Add(s.opts.Backoff.Delay(cur.failures - 1))
 		}
