@@ -218,11 +218,18 @@ func (g *gen) service() Object {
 		maps.Copy(ann, idleAnnotations(g.o.Idle))
 	}
 	args := []any{"--mode=serverless", "--audience=" + g.o.Audience, "--allowed-senders=" + strings.Join(g.senders(), ",")}
-	// --event-cache is not written (opt-in, passed after --): with it, the
-	// hub wiring's fault soak (TestFaultSoak/hub, seed
-	// 1795862129247359527) left a child whose owner was deleted with its
-	// finalizer, twice; without it the same seed passes. Its soundness
-	// under the hub's replays after a hand-off is to be fixed first.
+	if g.o.hub() {
+		// The hub tells what its filters held back (an object that became
+		// referenced) and when it may have missed something (its epoch),
+		// and the engine serves from the cache only while one instance
+		// runs alone: reads of owned and watched objects from what events
+		// delivered (serverless package documentation). A binary
+		// without the flag (an adopted project's own flag set) runs
+		// without it.
+		if g.hasFlag("event-cache") {
+			args = append(args, "--event-cache")
+		}
+	}
 	if g.o.durable() {
 		args = append(args, "--wakeup-sink="+g.serviceURL())
 	}
