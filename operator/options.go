@@ -98,6 +98,14 @@ type Options struct {
 	// LeaseKeepIdle keeps a key's Lease between its reconciles until the key
 	// has had none for that long (1 s; negative: release after each).
 	LeaseKeepIdle time.Duration
+	// PerKeyLeases turns off running alone: with max-scale > 1, an
+	// instance that finds no other instance reconciling holds every key
+	// with one operator-wide Lease (the sole Lease; one create, renewals
+	// and one delete per warm period) instead of a Lease per key (two
+	// writes per key), and steps down to per-key Leases when another
+	// instance needs to reconcile. With PerKeyLeases, every key takes
+	// its own Lease.
+	PerKeyLeases bool
 	// InstanceID is the Leases' holder identity ($POD_NAME, else the host
 	// name, which is the pod name in Kubernetes, plus "-<pid>" if not PID 1).
 	InstanceID string
@@ -235,6 +243,7 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE); above 1, per-key Leases serialize reconciles across instances")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
 	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile (default 1s; a negative duration such as -1ns releases after each reconcile)")
+	fs.BoolVar(&o.PerKeyLeases, "per-key-leases", o.PerKeyLeases, "serverless, max-scale > 1: take a Lease per key always; by default an instance that finds no other reconciling holds every key with one operator-wide Lease (one create, renewals and one delete while it is busy, instead of two writes per key) and steps down to per-key Leases when another instance needs to reconcile")
 	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "serverless, max-scale > 1: URL where the other instances reach this one, recorded on the Leases it holds so that they forward it the events of its keys instead of marking the Lease; env OPZERO_ADVERTISE_ADDRESS (default in a pod without TLS http://<pod IP>:<port>; none: off)")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")

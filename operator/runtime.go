@@ -227,7 +227,7 @@ func (r *Runtime) Register(op *builder.Controller) error {
 			}
 			l, err := lease.New(r.client, lease.Options{Operator: op.Name, Identity: r.opts.InstanceID,
 				Duration: r.opts.LeaseDuration, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE")),
-				Address: r.advertiseAddress()})
+				Address: r.advertiseAddress(), Sole: !r.opts.PerKeyLeases})
 			if err != nil {
 				return err
 			}

@@ -42,7 +42,7 @@ const tpObjects = 2000
 // every variant. $OPZERO_BENCH_TP_VARIANTS (comma-separated) runs a subset
 // (controller-runtime and raw are always run: the ratios need them).
 var tpVariants = []string{"controller-runtime", "opzero", "opzero-4src", "opzero-async",
-	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-hub", "opzero-hub-admitted", "raw"}
+	"opzero-admitted", "opzero-admitted-nocache", "opzero-admitted-4src", "opzero-hub", "opzero-hub-admitted", "opzero-hub-default", "opzero-hub-before", "raw"}
 
 // tpVariant describes how a serverless variant is run.
 type tpVariant struct {
@@ -54,7 +54,22 @@ type tpVariant struct {
 	// Resource mode, ConfigMaps in Reference mode referenced by
 	// spec.configMap) instead of Knative's adapters.
 	hub bool
+	// hubConcurrency, if set, is the Subscription's spec.delivery.concurrency.
+	hubConcurrency int
+	env            []string // environment beyond KUBECONFIG, PORT and POD_NAMESPACE
+	// durable: --wakeup-sink (the operator's own address) and the
+	// Subscription's wakeups, as the manifests write them with durable
+	// time on (the default).
+	durable bool
 }
+
+// tpDefault is what `opzero manifests` writes for the ConfigWatcher
+// (internal/manifests/testdata/golden/serverless: the Knative Service's
+// args and env, the Subscription), but for authentication
+// (--insecure-no-auth: the bench's hub sends no token) and the wakeup
+// sink's address (the operator's own port); TestThroughputDefaultIsTheGolden
+// keeps them in step.
+var tpDefault = tpVariant{args: []string{"--event-cache"}, env: []string{"OPZERO_MAX_SCALE=3"}, durable: true, hub: true}
 
 var tpServerless = map[string]tpVariant{
 	"opzero":                  {selectors: []string{""}},
@@ -65,6 +80,10 @@ var tpServerless = map[string]tpVariant{
 	"opzero-admitted-4src":    {args: []string{"--answer=admitted", "--event-cache"}, selectors: []string{"shard=0", "shard=1", "shard=2", "shard=3"}, cmSource: true},
 	"opzero-hub":              {hub: true},
 	"opzero-hub-admitted":     {args: []string{"--answer=admitted", "--event-cache"}, hub: true},
+	"opzero-hub-default":      tpDefault,
+	// the manifests' wiring before issue 37's part 4 (c2b183f): no event
+	// cache, a Lease per key (max-scale 3)
+	"opzero-hub-before": {args: []string{"--per-key-leases"}, env: []string{"OPZERO_MAX_SCALE=3"}, durable: true, hub: true},
 }
 
 func tpSelected() []string {
@@ -149,6 +168,8 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 			"opzero-admitted":         "opzero serverless --answer=admitted --event-cache, the generated wiring (one ApiServerSource per kind: ConfigWatchers, ConfigMaps)",
 			"opzero-hub":              "opzero serverless, answer after the reconcile, fed by the opzero hub (`--source=hub`: one Subscription, the hub sending up to 16 objects at once)",
 			"opzero-hub-admitted":     "opzero serverless --answer=admitted --event-cache, fed by the opzero hub",
+			"opzero-hub-default":      "**the default wiring** (`opzero manifests`: the hub, answer after the reconcile, --event-cache, max-scale 3: one instance runs alone under the sole Lease, durable time)",
+			"opzero-hub-before":       "the default wiring before issue 37 part 4 (c2b183f: no event cache, a Lease per key at max-scale 3, durable time)",
 			"opzero-admitted-nocache": "the same without --event-cache (the ConfigMap GET goes to the API server)",
 			"opzero-admitted-4src":    "opzero serverless --answer=admitted --event-cache, 4 ConfigWatcher sources by label + the ConfigMap source",
 			"raw":                     "raw limit (bare client, create + status write, concurrency 16)"}[v]
@@ -416,11 +437,12 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 		return nil, err
 	}
 	args := append([]string{"--mode=serverless", "--insecure-no-auth", fmt.Sprintf("--metrics-addr=127.0.0.1:%d", mport)}, tv.args...)
-	if variant == "opzero-async" {
+	if variant == "opzero-async" || tv.durable {
 		args = append(args, fmt.Sprintf("--wakeup-sink=http://127.0.0.1:%d", port))
 	}
 	cmd := exec.Command(filepath.Join(e.dir, "opzero"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig, fmt.Sprintf("PORT=%d", port), "POD_NAMESPACE="+ns)
+	cmd.Env = append(cmd.Env, tv.env...)
 	cmd.Env = append(cmd.Env, profileEnv(variant+"-throughput")...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -439,7 +461,7 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 		sources = append(sources, source{"", knative.Resource{Version: "v1", Resource: "configmaps"}})
 	}
 	if tv.hub {
-		hub, err := e.startHub(ctx, ns, port)
+		hub, err := e.startHub(ctx, ns, port, tv.hubConcurrency, tv.durable)
 		if err != nil {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			<-gone
@@ -495,27 +517,11 @@ func (e *env) startServerless(ctx context.Context, ns, variant string) (*tpOpera
 	return op, nil
 }
 
-// tpHub is a running opzero hub.
-type tpHub struct {
-	pid  int
-	stop func()
-}
-
-// startHub starts the opzero hub (admin credentials: the bench plane runs
-// no kube-controller-manager to aggregate its role) and a Subscription in
-// ns as `opzero manifests --source=hub` writes it, with the operator at
-// port as its sink; it returns once the Subscription is Ready.
-func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error) {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tp-op"}}
-	if err := e.c.Create(ctx, sa); err != nil {
-		return nil, err
-	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tp-op-" + ns},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "tp-op"}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"}}
-	if err := e.c.Create(ctx, crb); err != nil {
-		return nil, err
-	}
+// tpSubscription is the Subscription in ns as `opzero manifests` writes it
+// for the ConfigWatcher (TestThroughputDefaultIsTheGolden), to the operator
+// at port, of service account tp-op; concurrency (if set) is its
+// spec.delivery.concurrency, wakeups its spec.wakeups.
+func tpSubscription(ns string, port, concurrency int, wakeups bool) *unstructured.Unstructured {
 	sub := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "opzero.dev/v1alpha1", "kind": "Subscription",
 		"metadata": map[string]any{"namespace": ns, "name": "configwatcher"},
@@ -529,6 +535,37 @@ func (e *env) startHub(ctx context.Context, ns string, port int) (*tpHub, error)
 			},
 		},
 	}}
+	if concurrency > 0 {
+		sub.Object["spec"].(map[string]any)["delivery"] = map[string]any{"concurrency": int64(concurrency)}
+	}
+	if wakeups {
+		sub.Object["spec"].(map[string]any)["wakeups"] = true
+	}
+	return sub
+}
+
+// tpHub is a running opzero hub.
+type tpHub struct {
+	pid  int
+	stop func()
+}
+
+// startHub starts the opzero hub (admin credentials: the bench plane runs
+// no kube-controller-manager to aggregate its role) and a Subscription in
+// ns as `opzero manifests --source=hub` writes it, with the operator at
+// port as its sink; it returns once the Subscription is Ready.
+func (e *env) startHub(ctx context.Context, ns string, port, concurrency int, wakeups bool) (*tpHub, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tp-op"}}
+	if err := e.c.Create(ctx, sa); err != nil {
+		return nil, err
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tp-op-" + ns},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "tp-op"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"}}
+	if err := e.c.Create(ctx, crb); err != nil {
+		return nil, err
+	}
+	sub := tpSubscription(ns, port, concurrency, wakeups)
 	if err := e.c.Create(ctx, sub); err != nil {
 		return nil, fmt.Errorf("creating the Subscription (is config/crd installed?): %w", err)
 	}

@@ -21,6 +21,9 @@ import (
 // service account may read what it subscribes to; it writes the
 // conditions (and an Event for each that changed).
 func (h *Hub) check(ctx context.Context, s *sub) {
+	s.mu.Lock()
+	s.unwired = true // the conditions set below wait for the wiring (Hub.rewire)
+	s.mu.Unlock()
 	spec := s.spec()
 	atts, sweeps, err := h.plan(ctx, s, spec)
 	var sink string

@@ -23,9 +23,21 @@ import (
 // delivery is one event waiting to be sent.
 type delivery struct {
 	build  func() (*event.Event, error)
-	mark   *mark  // nil for sweeps
-	rv     string // of the change ("" for sweeps)
-	replay bool   // the bucket's previous holder may have sent it (attachment.replay)
+	mark   *mark   // nil for sweeps
+	holds  []*mark // also done once it is settled (refIndex's updates)
+	rv     string  // of the change ("" for sweeps)
+	replay bool    // the bucket's previous holder may have sent it (attachment.replay)
+}
+
+// settled: sent, dead-lettered, dropped or superseded; the progress may
+// move past it.
+func (dl *delivery) settled() {
+	if dl.mark != nil {
+		dl.mark.done()
+	}
+	for _, m := range dl.holds {
+		m.done()
+	}
 }
 
 // keyState is one object's (or sweep's) sends: one at a time, in order.
@@ -147,6 +159,31 @@ func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 	d.put(string(mode)+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, mark: mk, rv: c.m.GetResourceVersion(), replay: a.replay(c.m.GetResourceVersion())})
 }
 
+// ReasonExtension, on an event the hub sends that is not of a change
+// (ApiServerSource has no such events), says why it is sent:
+// ReasonReferenced, an update of an object that became referenced
+// (referencedBy) after changes that were not sent.
+const (
+	ReasonExtension  = "opzeroreason"
+	ReasonReferenced = "referenced"
+)
+
+// enqueueRef queues for a (a referencedBy attachment) a Reference-mode
+// update of the object ns/name, which just became referenced, tied to
+// holds (refIndex, Hub.tell). It is keyed as the object's own changes in
+// that mode: in order with them, and replaced by a newer one waiting.
+func (d *dispatcher) enqueueRef(a *attachment, ns, name string, holds []*mark) {
+	gvk, plural, host := a.gvk, a.key.gvr.Resource, d.s.h.host
+	build := func() (*event.Event, error) {
+		ev, err := objectEvent(host, v1alpha1.ModeReference, "update", gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, nil)
+		if err == nil {
+			ev.SetExtension(ReasonExtension, ReasonReferenced)
+		}
+		return ev, err
+	}
+	d.put(v1alpha1.ModeReference+" "+gvk.GroupKind().String()+" "+ns+"/"+name, &delivery{build: build, holds: holds})
+}
+
 // put queues dl under key, replacing a change still waiting there.
 func (d *dispatcher) put(key string, dl *delivery) {
 	d.mu.Lock()
@@ -159,9 +196,9 @@ func (d *dispatcher) put(key string, dl *delivery) {
 		k = &keyState{}
 		d.keys[key] = k
 	}
-	if k.next != nil && k.next.mark != nil {
+	if k.next != nil && (k.next.mark != nil || len(k.next.holds) > 0) {
 		d.s.h.stats.coalesced.Inc()
-		k.next.mark.done() // the newer change carries the object's state
+		k.next.settled() // the newer change carries the object's state
 	}
 	k.next = dl
 	if !k.busy && !k.queued {
@@ -202,8 +239,8 @@ func (d *dispatcher) work() {
 			delete(d.keys, key)
 		}
 		d.mu.Unlock()
-		if sent && dl.mark != nil {
-			dl.mark.done()
+		if sent {
+			dl.settled()
 		}
 	}
 }

@@ -82,6 +82,7 @@ type Hub struct {
 	host  string
 	opts  Options
 	stats *Stats
+	epoch *epoch // EpochHeader's value
 
 	el      elector // the buckets this replica holds
 	changed chan struct{}
@@ -119,6 +120,8 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 		t.MaxIdleConnsPerHost = deliveryIdleConns
 		o.HTTP = &http.Client{Transport: t, Timeout: 30 * time.Second}
 	}
+	ep := newEpoch()
+	o.HTTP = withEpoch(o.HTTP, ep)
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
@@ -141,7 +144,7 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o,
+	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, epoch: ep,
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
 		all: map[types.NamespacedName]*v1alpha1.Subscription{}, served: map[int]bool{}, dropped: map[int]bool{},
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
@@ -383,6 +386,7 @@ func (h *Hub) wire(ctx context.Context) {
 	defer h.mu.Unlock()
 	want := map[watchKey][]*attachment{}
 	wantIdx := map[indexKey]bool{}
+	users := map[indexKey][]*attachment{}
 	for _, s := range h.subs {
 		if !s.ready() {
 			continue
@@ -391,6 +395,7 @@ func (h *Hub) wire(ctx context.Context) {
 			want[a.key] = append(want[a.key], a)
 			if a.ref != nil {
 				wantIdx[a.ref.key] = true
+				users[a.ref.key] = append(users[a.ref.key], a)
 			}
 		}
 	}
@@ -430,6 +435,10 @@ func (h *Hub) wire(ctx context.Context) {
 			h.watches[k] = h.startWatch(ctx, k, atts)
 		}
 	}
+	for k, ix := range h.indexes {
+		u := users[k]
+		ix.users.Store(&u)
+	}
 	for _, ix := range started {
 		ix.tap = h.watches[tapOf(ix.key)]
 		ix.start(ctx)
@@ -439,6 +448,11 @@ func (h *Hub) wire(ctx context.Context) {
 		if ix.tap == nil {
 			own++
 		}
+	}
+	for _, s := range h.subs {
+		s.mu.Lock()
+		s.unwired = false
+		s.mu.Unlock()
 	}
 	h.stats.indexWatches.Set(float64(own))
 	h.stats.watches.Set(float64(len(h.watches)))

@@ -52,6 +52,10 @@ type refIndex struct {
 	listRV  string     // tapped: changes up to it are in the last list
 	pending []referrer // tapped: changes that arrived during a list
 	listing bool
+
+	// users are the attachments filtered by this index (set by wire): a
+	// name that becomes referenced is told to them (refAdded).
+	users atomic.Pointer[[]*attachment]
 }
 
 // referrer is one change of a referrer as the index keeps it: the
@@ -121,37 +125,88 @@ func (ix *refIndex) has(ctx context.Context, ref string) bool {
 	return ix.count[ref] > 0
 }
 
-func (ix *refIndex) set(c referrer) {
+func (ix *refIndex) set(c referrer) (added string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.setLocked(c)
+	return ix.setLocked(c)
 }
 
-func (ix *refIndex) setLocked(c referrer) {
-	if old, ok := ix.by[c.key]; ok {
+// setLocked applies c; added is the name c made referenced (none named
+// it before), if any.
+func (ix *refIndex) setLocked(c referrer) (added string) {
+	old, had := ix.by[c.key]
+	if had && old == c.ref {
+		return ""
+	}
+	if had {
 		if ix.count[old]--; ix.count[old] <= 0 {
 			delete(ix.count, old)
 		}
 		delete(ix.by, c.key)
 	}
 	if c.ref == "" {
-		return
+		return ""
 	}
 	ix.by[c.key] = c.ref
-	ix.count[c.ref]++
+	if ix.count[c.ref]++; ix.count[c.ref] == 1 {
+		return c.ref
+	}
+	return ""
 }
 
 // tapped is a change the shared watch saw: applied if newer than the last
-// list, held while a list is under way.
-func (ix *refIndex) tapped(c referrer) {
+// list, held while a list is under way. added: as setLocked (not for a
+// change held: a list starts the index over, and the operators are told
+// to drop what they cache: epoch.go).
+func (ix *refIndex) tapped(c referrer) (added string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.listing {
 		ix.pending = append(ix.pending, c)
-		return
+		return ""
 	}
 	if newer(c.rv, ix.listRV) {
-		ix.setLocked(c)
+		return ix.setLocked(c)
+	}
+	return ""
+}
+
+// refAdded is a name an index's change made referenced, and the
+// attachments to tell (refIndex.usersOf).
+type refAdded struct {
+	ref   string // namespace/name
+	users []*attachment
+}
+
+// usersOf are the attachments filtered by the index whose namespace holds
+// ref (namespace/name).
+func (ix *refIndex) usersOf(ref string) []*attachment {
+	users := ix.users.Load()
+	if users == nil {
+		return nil
+	}
+	ns, _, _ := strings.Cut(ref, "/")
+	var out []*attachment
+	for _, a := range *users {
+		if a.key.ns == "" || a.key.ns == ns {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// tell sends each of r.users a Reference-mode update of the object that
+// became referenced, each tied to holds (done once it is settled). Its
+// changes while nobody referenced it were not sent (the referencedBy
+// filter), so an operator may hold an older copy of it (the event cache,
+// or a read while it was referenced before): the update has it dropped,
+// and its referrers reconciled, with what the API server has now. Its
+// changes from this one on are all sent.
+func (h *Hub) tell(r refAdded, holds []*mark) {
+	ns, name, _ := strings.Cut(r.ref, "/")
+	for _, a := range r.users {
+		h.stats.referenced.Inc()
+		a.sub.disp.enqueueRef(a, ns, name, holds)
 	}
 }
 
@@ -179,6 +234,7 @@ func (ix *refIndex) runTapped(ctx context.Context) {
 	for ctx.Err() == nil {
 		ix.mu.Lock()
 		ix.listing, ix.pending = true, nil
+		ix.h.epoch.bump() // names referenced meanwhile are not told (EpochHeader)
 		ix.mu.Unlock()
 		by, count, rv, err := ix.list(ctx)
 		ix.mu.Lock()
@@ -214,6 +270,7 @@ func (ix *refIndex) run(ctx context.Context) {
 	log := ix.h.opts.Log.WithValues("index", ix.key.gvr.GroupResource().String()+" "+ix.key.field)
 	r := ix.h.dyn.Resource(ix.key.gvr).Namespace(ix.key.ns)
 	for ctx.Err() == nil {
+		ix.h.epoch.bump() // names referenced meanwhile are not told (EpochHeader)
 		by, count, rv, err := ix.list(ctx)
 		if err == nil {
 			ix.mu.Lock()
@@ -276,7 +333,9 @@ func (ix *refIndex) follow(ctx context.Context, wi watch.Interface) error {
 				return apierrors.FromObject(ev.Object)
 			case watch.Added, watch.Modified, watch.Deleted:
 				if c, ok := ix.referrerOf(ev.Object, ev.Type == watch.Deleted); ok {
-					ix.set(c)
+					if added := ix.set(c); added != "" {
+						ix.h.tell(refAdded{added, ix.usersOf(added)}, nil) // its own watch: no progress to hold
+					}
 				}
 			}
 		}

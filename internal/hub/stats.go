@@ -9,10 +9,10 @@ import (
 
 // Stats are the hub's counters.
 type Stats struct {
-	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed prometheus.Counter
-	watches, indexWatches, subscriptions, bucketsHeld                                             prometheus.Gauge
-	otherVersions                                                                                 prometheus.GaugeFunc
-	bucketChanges                                                                                 atomic.Int64 // buckets won or lost
+	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
+	watches, indexWatches, subscriptions, bucketsHeld                                                         prometheus.Gauge
+	otherVersions                                                                                             prometheus.GaugeFunc
+	bucketChanges                                                                                             atomic.Int64 // buckets won or lost
 }
 
 func newStats(el elector) *Stats {
@@ -30,6 +30,7 @@ func newStats(el elector) *Stats {
 		filtered:      c("events_filtered_total", "Changes not sent: the owner, referencedBy or skipObserved filter dropped them"),
 		coalesced:     c("events_coalesced_total", "Changes replaced by a newer change of the same object before they were sent"),
 		relists:       c("relists_total", "Watches that lost their resource version and listed what changed"),
+		referenced:    c("events_referenced_total", "Reference-mode updates of objects that became referenced (referencedBy): their changes while unreferenced were not sent"),
 		sweeps:        c("sweeps_total", "Sweep ticks sent"),
 		wakeups:       c("wakeups_total", "Wakeups delivered"),
 		watches:       g("watches", "Shared watches open"),
@@ -47,7 +48,7 @@ func newStats(el elector) *Stats {
 
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups,
+	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.referenced,
 		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions}
 }
 
@@ -73,6 +74,10 @@ func (s *Stats) IndexWatches() float64 {
 	_ = s.indexWatches.Write(&m)
 	return m.GetGauge().GetValue()
 }
+
+// Referenced is how many updates of objects that became referenced were
+// queued (refIndex, Hub.tell).
+func (s *Stats) Referenced() float64 { return read(s.referenced) }
 
 // Filtered is how many changes the filters dropped.
 func (s *Stats) Filtered() float64 { return read(s.filtered) }

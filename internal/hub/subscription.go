@@ -30,8 +30,12 @@ type sub struct {
 	// yet: the Subscription's resourceVersion when this spec was read, so
 	// that every change after the Subscription was written is delivered,
 	// however long the hub takes to start the watch.
-	base    string
-	dirty   bool   // progress or conditions not yet written
+	base  string
+	dirty bool // progress or conditions not yet written
+	// unwired: checked since the hub last wired: the conditions just set
+	// wait for the watches and indexes they call for (Hub.rewire), so
+	// that Ready is never shown before them.
+	unwired bool
 	written []byte // the status last written
 	// takeover is the resourceVersion at which the Subscription was read
 	// when its bucket was won ("" for one created since): changes up to it
@@ -196,7 +200,7 @@ func (h *Hub) flush(ctx context.Context) {
 	var dirty []*sub
 	for _, s := range h.subs {
 		s.mu.Lock()
-		if s.dirty {
+		if s.dirty && !s.unwired {
 			dirty = append(dirty, s)
 		}
 		s.mu.Unlock()

@@ -200,19 +200,23 @@ func (w *sharedWatch) resyncTaps() {
 	}
 }
 
-// feedTaps gives a change to the indexes fed by this watch.
-func (w *sharedWatch) feedTaps(obj runtime.Object, deleted bool) {
+// feedTaps gives a change to the indexes fed by this watch; it returns the
+// names the change made referenced.
+func (w *sharedWatch) feedTaps(obj runtime.Object, deleted bool) []refAdded {
 	w.mu.Lock()
 	taps := w.taps
 	w.mu.Unlock()
-	if len(taps) == 0 {
-		return
-	}
+	var out []refAdded
 	for _, ix := range taps {
 		if c, ok := ix.referrerOf(obj, deleted); ok {
-			ix.tapped(c)
+			if added := ix.tapped(c); added != "" {
+				if users := ix.usersOf(added); len(users) > 0 {
+					out = append(out, refAdded{added, users})
+				}
+			}
 		}
 	}
+	return out
 }
 
 // startWatch starts a watch for its first subscribers, from their oldest
@@ -380,8 +384,8 @@ func (w *sharedWatch) stream(ctx context.Context, rv string) (string, error) {
 					continue
 				}
 				rv = o.GetResourceVersion()
-				w.feedTaps(ev.Object, ev.Type == watch.Deleted) // first: a referrer's change before what it references
-				w.dispatch(ctx, action(ev.Type), ev.Object, o)
+				added := w.feedTaps(ev.Object, ev.Type == watch.Deleted) // first: a referrer's change before what it references
+				w.dispatch(ctx, action(ev.Type), ev.Object, o, added)
 			}
 			w.setRV(rv)
 		}
@@ -405,21 +409,46 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return nil, fmt.Errorf("%T has no metadata", o)
 }
 
-// dispatch hands one change to every subscriber that wants it.
-func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Object, m metav1.Object) {
+// dispatch hands one change to every subscriber that wants it. added are
+// the names it made referenced (feedTaps): their updates are sent too
+// (refIndex.tell), and the progress of this watch's subscribers does not
+// move past the change until those are settled, so that a hub that dies
+// before sending them sends the change again (and its successor has the
+// operators drop what they cache: epoch.go).
+func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Object, m metav1.Object, added []refAdded) {
 	rv := m.GetResourceVersion()
 	c := &change{act: act, obj: obj, m: m}
+	told := 0
+	for _, r := range added {
+		told += len(r.users)
+	}
+	var holds []*mark
 	for _, a := range w.subscribers() {
 		if a.sent(rv) {
 			continue
 		}
-		if !a.wants(ctx, m) || a.skips(act, obj, m) {
+		want := a.wants(ctx, m) && !a.skips(act, obj, m)
+		if !want {
 			a.sub.h.stats.filtered.Inc()
-			a.pass(rv)
-			continue
+			if told == 0 {
+				a.pass(rv)
+				continue
+			}
 		}
-		mk := a.add(rv, 1)
-		a.sub.disp.enqueue(a, c, mk)
+		n := told
+		if want {
+			n++
+		}
+		mk := a.add(rv, n)
+		if told > 0 {
+			holds = append(holds, mk)
+		}
+		if want {
+			a.sub.disp.enqueue(a, c, mk)
+		}
+	}
+	for _, r := range added {
+		w.h.tell(r, holds)
 	}
 }
 
@@ -476,6 +505,7 @@ const skipMemo = 4096
 // updates, and asks each subscriber's operator for a sweep (deletions in
 // the gap cannot be seen). It returns the list's resource version.
 func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) {
+	w.h.epoch.bump() // the gap may hide what the indexes would have told (EpochHeader)
 	subs := w.subscribers()
 	type item struct {
 		obj runtime.Object

@@ -100,9 +100,19 @@ type HeldElsewhere struct {
 	Address string
 	// Forward: not marked; the event is the caller's to forward.
 	Forward bool
+	// Sole: the holder holds the operator's sole Lease (every key; Key is
+	// then the key asked for, or "*" from AcquireSole). Nothing was
+	// marked: the holder was asked to step down (sole.go), and the caller
+	// must not reconcile; it forwards the event (Forward) or has it
+	// delivered again.
+	Sole bool
 }
 
 func (e *HeldElsewhere) Error() string {
+	if e.Sole {
+		return fmt.Sprintf("%s: %s holds the operator's sole lease (until %s); asked to step down",
+			e.Key, e.Holder, e.Expires.Format(time.RFC3339Nano))
+	}
 	if e.Forward {
 		return fmt.Sprintf("%s is being reconciled by %s at %s (lease until %s); not marked, to be forwarded",
 			e.Key, e.Holder, e.Address, e.Expires.Format(time.RFC3339Nano))
@@ -130,6 +140,10 @@ type Options struct {
 	// takes over (AddressAnnotation), so that they forward it the events of
 	// its keys (AcquireOrLocate) instead of marking the Lease.
 	Address string
+	// Sole: instances may run alone under the operator's sole Lease
+	// (AcquireSole); each per-key Lease taken is then checked against it
+	// (one read more per take), see sole.go.
+	Sole bool
 }
 
 // DefaultIdentity is $POD_NAME, else the host name (a pod's name in
@@ -232,7 +246,7 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 			l.advertise(le)
 			err := l.c.Create(ctx, le)
 			if err == nil {
-				return &Held{l: l, key: key, lease: le}, nil
+				return l.afterTake(ctx, &Held{l: l, key: key, lease: le}, "", forward)
 			}
 			if !apierrors.IsAlreadyExists(err) {
 				return nil, fmt.Errorf("taking the lease of %s: %w", key, err)
@@ -252,6 +266,7 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 			}
 			l.hold(le, now, true)
 			le.Spec.LeaseTransitions = &transitions
+			mark := le.Annotations[DirtyAnnotation]
 			delete(le.Annotations, DirtyAnnotation) // the reconcile that follows covers it
 			l.advertise(le)
 			if err := l.c.Update(ctx, le); err != nil {
@@ -260,7 +275,7 @@ func (l *Locker) acquire(ctx context.Context, key reconcile.Request, existing *c
 				}
 				return nil, fmt.Errorf("taking over the lease of %s: %w", key, err)
 			}
-			return &Held{l: l, key: key, lease: le}, nil
+			return l.afterTake(ctx, &Held{l: l, key: key, lease: le}, mark, forward)
 		}
 		elsewhere := heldElsewhere(key, le)
 		if a := elsewhere.Address; forward != nil && a != "" && a != l.opts.Address && forward(a) {

@@ -266,7 +266,7 @@ func TestKilledHolderIsTakenOver(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
-	args := []string{"--max-scale=2", "--lease-duration=" + duration.String()}
+	args := []string{"--max-scale=2", "--lease-duration=" + duration.String(), "--per-key-leases"} // the per-key protocol; running alone: alone_test.go
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
 	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
@@ -311,7 +311,7 @@ func TestHolderKilledMidForward(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
-	args := []string{"--max-scale=2", "--lease-duration=" + duration.String()}
+	args := []string{"--max-scale=2", "--lease-duration=" + duration.String(), "--per-key-leases"} // the per-key protocol; running alone: alone_test.go
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1", forwarding}, args...)
 	other := startInstance(t, ns, spans, []string{forwarding}, args...)
 	cw := newCW(t, ns, "x", "converge")
@@ -364,7 +364,7 @@ func TestSweepHealsAnAbandonedLease(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
 	spans := filepath.Join(t.TempDir(), "spans")
-	args := []string{"--max-scale=2", "--lease-duration=2s"}
+	args := []string{"--max-scale=2", "--lease-duration=2s", "--per-key-leases"} // the per-key protocol
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
 	other := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")
@@ -442,7 +442,7 @@ func TestHandOffSurvivesBothInstances(t *testing.T) {
 	lb := balancer.New()
 	front := httptest.NewServer(lb)
 	defer front.Close()
-	args := []string{"--max-scale=2", "--lease-duration=3s", "--wakeup-sink=" + front.URL, "--wakeup-namespace=" + ns}
+	args := []string{"--max-scale=2", "--lease-duration=3s", "--wakeup-sink=" + front.URL, "--wakeup-namespace=" + ns, "--per-key-leases"} // the per-key protocol
 	holder := startInstance(t, ns, spans, []string{"TESTOP_HANG=1"}, args...)
 	marker := startInstance(t, ns, spans, nil, args...)
 	cw := newCW(t, ns, "x", "converge")

@@ -22,7 +22,9 @@
 //     opzero.dev/aggregate-to-hub) into the hub's; and the hub itself in
 //     hub.yaml: Namespace opzero-system, ServiceAccount, ClusterRoles
 //     opzero-hub (aggregated) and opzero-hub-base, a Role for its own
-//     tokens, and the Deployment (Options.HubImage);
+//     tokens, and the Deployment (Options.HubImage); the Knative Service
+//     runs with --event-cache (the engine's event cache, which the hub's
+//     referenced updates and epoch keep sound);
 //   - classic: a Deployment with leader election instead;
 //   - when the operator takes external events (builder.WatchesEvents): its
 //     Broker (the operator's name, or Options.Broker) and one Trigger per

@@ -218,6 +218,18 @@ func (g *gen) service() Object {
 		maps.Copy(ann, idleAnnotations(g.o.Idle))
 	}
 	args := []any{"--mode=serverless", "--audience=" + g.o.Audience, "--allowed-senders=" + strings.Join(g.senders(), ",")}
+	if g.o.hub() {
+		// The hub tells what its filters held back (an object that became
+		// referenced) and when it may have missed something (its epoch),
+		// and the engine serves from the cache only while one instance
+		// runs alone: reads of owned and watched objects from what events
+		// delivered (serverless package documentation). A binary
+		// without the flag (an adopted project's own flag set) runs
+		// without it.
+		if g.hasFlag("event-cache") {
+			args = append(args, "--event-cache")
+		}
+	}
 	if g.o.durable() {
 		args = append(args, "--wakeup-sink="+g.serviceURL())
 	}

@@ -56,6 +56,11 @@ type Cache struct {
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*kindCache
 	n     int
+	// off: nothing is kept or served (Serve): another instance of the
+	// operator may be reconciling, and the events it gets are not seen here.
+	off bool
+	// epoch is the event sender's epoch as last seen (Epoch).
+	epoch string
 }
 
 type kindCache struct {
@@ -115,6 +120,9 @@ func (c *Cache) Event(gvk schema.GroupVersionKind, key types.NamespacedName, rv 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	kc.events++
+	if c.off {
+		return
+	}
 	if raw == nil || rv == "" {
 		kc.versions.Forget(key)
 		c.drop(kc, key)
@@ -195,7 +203,7 @@ func (c *Cache) Read(gvk schema.GroupVersionKind, token uint64, obj client.Objec
 	key, rv := client.ObjectKeyFromObject(obj), obj.GetResourceVersion()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if kc.events != token || rv == "" || !kc.versions.Current(key, rv) {
+	if c.off || kc.events != token || rv == "" || !kc.versions.Current(key, rv) {
 		return
 	}
 	c.put(kc, key, cached{raw: raw, rv: rv, at: c.now(), read: true})
@@ -211,7 +219,7 @@ func (c *Cache) Get(gvk schema.GroupVersionKind, key types.NamespacedName) []byt
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := kc.objs[key]
-	if !ok || c.now().Sub(o.at) >= c.MaxAge || !kc.versions.Current(key, o.rv) {
+	if c.off || !ok || c.now().Sub(o.at) >= c.MaxAge || !kc.versions.Current(key, o.rv) {
 		return nil
 	}
 	return o.raw
@@ -224,6 +232,44 @@ func (c *Cache) Forget() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forget()
+}
+
+// Serve turns the cache on or off, dropping what it holds either way: off
+// while another instance of the operator may reconcile (the events it gets
+// never reach this instance, so what is held here can be older than what
+// it saw), on from the moment this instance knows it is the only one
+// (every event from then on comes here; what was held before may predate
+// one that did not).
+func (c *Cache) Serve(on bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = !on
+	c.forget()
+}
+
+// Epoch records the epoch of the sender of an event (the opzero hub's
+// EpochHeader) before the event is decoded: when it differs from the one
+// last seen, the sender may not have told of every change since (it
+// started again, or listed what its watch missed), and everything is
+// dropped.
+func (c *Cache) Epoch(epoch string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if epoch == c.epoch {
+		return
+	}
+	c.epoch = epoch
+	c.forget()
+}
+
+func (c *Cache) forget() {
 	for _, kc := range c.kinds {
 		kc.versions, kc.objs = NewVersions(), map[types.NamespacedName]cached{}
 		kc.events++

@@ -88,6 +88,9 @@ func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	case "external":
 		time.Sleep(50 * time.Millisecond)
 		cw.Status.ObservedGeneration = cw.Generation
+	case "slow":
+		time.Sleep(2 * time.Second)
+		cw.Status.ObservedGeneration = cw.Generation
 	}
 	cw.Status.Restarts++
 	n := cw.Status.Restarts

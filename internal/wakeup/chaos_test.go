@@ -57,8 +57,10 @@ func TestChaosAnswerAdmitted(t *testing.T) {
 }
 
 // TestChaosFleet is TestChaos with 3 instances of the operator (max-scale
-// 3: per-key Leases, kept while warm) that advertise their addresses, so
-// that each forwards an event to the instance holding its key's Lease. The
+// 3: the sole Lease while one runs alone, which steps down when another
+// gets an event; per-key Leases, kept while warm, once several reconcile)
+// that advertise their addresses, so that each forwards an event to the
+// instance holding its key's Lease (or the sole Lease). The
 // sender balances round robin over the live instances; a random one is
 // SIGKILLed every ~2 s and restarted on its port. Each object's spec also
 // changes twice, shortly after its create, so that its events reach other

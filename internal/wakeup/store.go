@@ -34,6 +34,95 @@ type Store struct {
 
 	mu    sync.Mutex
 	clear map[reconcile.Request]bool // keys known to have no retry record; nil when Shared
+	alone aloneView                  // Shared, while this instance runs alone (SetAlone)
+	seed  sync.Mutex                 // one list of the records at a time (aloneClear)
+}
+
+// aloneView is what a Shared Store knows while its instance runs alone
+// (SetAlone): no other instance reconciles the operator's keys, so the
+// only records it does not write itself are those listed when it began
+// (listed once, at the first Succeeded) and the Accepted records another
+// instance writes to look again at the holder's Lease (lookAgain: such a
+// record that a success here leaves in place fires once, one more
+// reconcile, and the wakeup source deletes it).
+type aloneView struct {
+	on     bool
+	gen    uint64                     // counts SetAlone calls
+	listed uint64                     // gen whose records were listed (has is complete)
+	failed uint64                     // gen whose list failed or had too many records
+	has    map[reconcile.Request]bool // keys that may have a record (on)
+}
+
+// aloneListMax bounds the list of records when running alone begins:
+// with more, each success looks (a GET) as when shared.
+const aloneListMax = 500
+
+// SetAlone tells a Shared Store whether its instance runs alone (holds
+// the operator's sole Lease): while it does, Succeeded looks for a record
+// only of keys that may have one. It does no I/O.
+func (s *Store) SetAlone(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.clear != nil {
+		return // not shared: it knows already
+	}
+	s.alone.gen++
+	s.alone.on, s.alone.has = on, nil
+	if on {
+		s.alone.has = map[reconcile.Request]bool{}
+	}
+}
+
+// aloneClear reports whether key is known to have no record because this
+// instance runs alone; the first call of a period lists the records.
+func (s *Store) aloneClear(ctx context.Context, key reconcile.Request) bool {
+	s.mu.Lock()
+	a := s.alone
+	s.mu.Unlock()
+	if !a.on || a.failed == a.gen {
+		return false
+	}
+	if a.listed != a.gen {
+		s.seed.Lock()
+		defer s.seed.Unlock()
+		s.mu.Lock()
+		a = s.alone
+		s.mu.Unlock()
+		if a.listed != a.gen && a.failed != a.gen {
+			keys, err := s.listTargets(ctx)
+			s.mu.Lock()
+			if s.alone.on && s.alone.gen == a.gen {
+				if err != nil {
+					s.alone.failed = a.gen
+				} else {
+					for _, k := range keys {
+						s.alone.has[k] = true
+					}
+					s.alone.listed = a.gen
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.alone.on && s.alone.gen == a.gen && s.alone.listed == a.gen && !s.alone.has[key]
+}
+
+// listTargets lists the keys with a record, up to aloneListMax.
+func (s *Store) listTargets(ctx context.Context) ([]reconcile.Request, error) {
+	list := &v1alpha1.WakeupList{}
+	if err := s.c.List(ctx, list, client.MatchingLabels{OperatorLabel: s.operator}, client.Limit(aloneListMax)); err != nil {
+		return nil, fmt.Errorf("listing wakeups: %w", err)
+	}
+	if list.Continue != "" {
+		return nil, fmt.Errorf("more than %d wakeups", aloneListMax)
+	}
+	keys := make([]reconcile.Request, 0, len(list.Items))
+	for _, w := range list.Items {
+		keys = append(keys, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Spec.Target.Namespace, Name: w.Spec.Target.Name}})
+	}
+	return keys, nil
 }
 
 // StoreOptions configures a Store.
@@ -135,7 +224,7 @@ func (s *Store) Failed(ctx context.Context, key reconcile.Request) (time.Duratio
 // success cancels a pending retry. A RequeueAfter record stays. Keys known to have no retry
 // record cost no API call.
 func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
-	if s.isClear(key) {
+	if s.isClear(key) || s.aloneClear(ctx, key) {
 		return nil
 	}
 	w := &v1alpha1.Wakeup{}
@@ -158,7 +247,10 @@ func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
 		return nil
 	}
 	err = s.c.Delete(ctx, w, client.Preconditions{ResourceVersion: &w.ResourceVersion})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	switch {
+	case apierrors.IsConflict(err):
+		return nil // written again meanwhile: a record stays
+	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("cancelling the retry of %s: %w", key, err)
 	}
 	s.setClear(key, true)
@@ -213,8 +305,15 @@ func (s *Store) isClear(key reconcile.Request) bool {
 func (s *Store) setClear(key reconcile.Request, clear bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.clear == nil {
-		return // shared
+	if s.clear == nil { // shared
+		if s.alone.has != nil {
+			if clear {
+				delete(s.alone.has, key)
+			} else {
+				s.alone.has[key] = true
+			}
+		}
+		return
 	}
 	if !clear {
 		delete(s.clear, key)

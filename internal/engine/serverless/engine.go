@@ -103,6 +103,14 @@ type Options struct {
 	Logger logr.Logger
 }
 
+// aloneAware is a Durable that looks for records less while this
+// instance runs alone (wakeup.Store.SetAlone: no other instance writes
+// retries then). SetAlone must not block: it is called under the sole
+// Lease's lock.
+type aloneAware interface {
+	SetAlone(alone bool)
+}
+
 // Durable is durable time: the store of Wakeup records (package wakeup's
 // Store) that the wakeup source delivers back to the operator.
 type Durable interface {
@@ -150,6 +158,9 @@ type Engine struct {
 	// fwd sends events to the instance holding their key's Lease
 	// (forward.go); nil without a Locker.
 	fwd *forwarder
+	// sole is the operator's sole Lease (sole.go): with a Locker whose
+	// instances may run alone (lease.Options.Sole); else nil.
+	sole *sole
 	// versions is the newest resourceVersion known per primary object, so
 	// that an event's object never stands in when it is older.
 	versions *standin.Versions
@@ -182,6 +193,9 @@ type arrival struct {
 	seq     int
 	// forward: its request can forward itself to the key's holder (forward.go).
 	forward bool
+	// keyLease: take the key's own Lease even while running alone (a
+	// sweep found it expired: taking it over deletes it).
+	keyLease bool
 }
 
 // Stats counts what the engine did, for tests and the dev status line.
@@ -253,6 +267,16 @@ func New(op *builder.Controller, c client.Client, opts Options) (*Engine, error)
 		}
 		e.cache = standin.NewCache(kinds...)
 		e.cache.KeepReads(reads...)
+	}
+	if opts.Locker != nil && opts.Locker.Sole() {
+		d, _ := opts.Durable.(aloneAware)
+		e.sole = newSole(opts.Locker, opts.Logger, func(alone bool) {
+			e.cache.Serve(alone)
+			if d != nil {
+				d.SetAlone(alone)
+			}
+		})
+		e.cache.Serve(false) // until this instance runs alone
 	}
 	if opts.Durable != nil {
 		e.retry = durableRetry{opts.Durable}

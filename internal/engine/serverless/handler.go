@@ -16,6 +16,11 @@ import (
 // ResultHeader carries the reason of a 2xx answer (whose body stays empty).
 const ResultHeader = "Opzero-Result"
 
+// HubEpochHeader is the opzero hub's epoch (hub.EpochHeader): when it
+// changes, the hub may not have told of every change (it started, or
+// listed again), and the event cache drops what it holds.
+const HubEpochHeader = "Opzero-Hub-Epoch"
+
 // ServeHTTP handles one delivery: admit and decode it, route it to its keys,
 // have each key reconciled (run, then settle) and answer from the verdicts.
 func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +48,9 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("too many events in flight (%d); retry", e.opts.MaxInFlight), http.StatusTooManyRequests)
 		return
+	}
+	if ep := r.Header.Get(HubEpochHeader); ep != "" {
+		e.cache.Epoch(ep)
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes)
 	body, err := e.keepBody(r)

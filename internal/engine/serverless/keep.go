@@ -131,6 +131,13 @@ func (kp *keeper) close() map[reconcile.Request]int {
 	return out
 }
 
+// has reports whether key's Lease is kept.
+func (kp *keeper) has(key reconcile.Request) bool {
+	kp.mu.Lock()
+	defer kp.mu.Unlock()
+	return kp.m[key] != nil
+}
+
 // until is when key's kept Lease runs out unless renewed, if it is kept.
 func (kp *keeper) until(key reconcile.Request) (time.Time, bool) {
 	kp.mu.Lock()

@@ -35,6 +35,9 @@ type routed struct {
 	// forward: its request can forward itself to the holder of the key's
 	// Lease (forward.go).
 	forward bool
+	// keyLease: keys whose own Lease their run takes even while running
+	// alone (a sweep found it expired).
+	keyLease map[reconcile.Request]bool
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -47,7 +50,7 @@ func (rt *routed) add(k reconcile.Request) {
 }
 
 func (rt *routed) arrival(k reconcile.Request) *arrival {
-	a := &arrival{reason: rt.why, forward: rt.forward}
+	a := &arrival{reason: rt.why, forward: rt.forward, keyLease: rt.keyLease[k]}
 	if rt.delivery != nil {
 		a.obs = rt.delivery.Queued()
 	}
@@ -328,7 +331,16 @@ func (e *Engine) routePing(ctx context.Context, p *cloudevent.Ping) (*routed, er
 		}
 	}
 	if e.opts.Locker != nil {
-		if stale, err = rt.addAll(ctx, "expired leases", e.opts.Locker.Stale); err != nil {
+		if stale, err = rt.addAll(ctx, "expired leases", func(ctx context.Context) ([]reconcile.Request, error) {
+			ks, err := e.opts.Locker.Stale(ctx)
+			for _, k := range ks {
+				if rt.keyLease == nil {
+					rt.keyLease = map[reconcile.Request]bool{}
+				}
+				rt.keyLease[k] = true
+			}
+			return ks, err
+		}); err != nil {
 			return nil, err
 		}
 	}

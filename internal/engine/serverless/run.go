@@ -66,6 +66,20 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 	if e.opts.Locker == nil {
 		return e.runOnce(ctx, key, arrivals)
 	}
+	if e.sole != nil && !keyLeaseNeeded(arrivals) && !e.keeper.has(key) {
+		r, rctx, err := e.sole.enter(ctx)
+		var he *lease.HeldElsewhere
+		switch {
+		case r != nil:
+			defer r.exit()
+			return e.reconcileInSlot(rctx, key, arrivals)
+		case errors.As(err, &he):
+			return e.soleVerdict(ctx, key, arrivals, he)
+		case !errors.Is(err, errNotAlone):
+			e.log.Error(err, "taking the operator's sole lease", "key", key.String())
+			return unavailableVerdict(key, fmt.Errorf("taking the operator's sole Lease: %w", err))
+		}
+	}
 	if seq, ok := onlyRelease(arrivals); ok {
 		k := e.keeper.take(key, seq)
 		if k == nil {
@@ -97,7 +111,7 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 		var elsewhere *lease.HeldElsewhere
 		switch {
 		case errors.As(err, &elsewhere):
-			return e.handOff(ctx, key, elsewhere)
+			return e.handOff(ctx, key, arrivals, elsewhere)
 		case err != nil:
 			e.log.Error(err, "taking the lease", "key", key.String())
 			return unavailableVerdict(key, fmt.Errorf("taking its Lease: %w", err))
@@ -159,6 +173,19 @@ func onlyRelease(arrivals []*arrival) (seq int, ok bool) {
 	return seq, len(arrivals) > 0
 }
 
+// keyLeaseNeeded: a run of arrivals takes its key's own Lease even while
+// this instance runs alone: a kept Lease's release, a look at a Lease's
+// expiry, a key a sweep found with an expired Lease (taking it over
+// deletes it once reconciled).
+func keyLeaseNeeded(arrivals []*arrival) bool {
+	for _, a := range arrivals {
+		if a != nil && (a.release || a.check || a.keyLease) {
+			return true
+		}
+	}
+	return false
+}
+
 func onlyChecks(arrivals []*arrival) bool {
 	for _, a := range arrivals {
 		if a == nil || !a.check {
@@ -171,11 +198,20 @@ func onlyChecks(arrivals []*arrival) bool {
 // handOff leaves key to the live holder of its Lease and arranges to look
 // again when the Lease expires: in-process, and durably with durable time
 // (this instance may scale to zero first).
-func (e *Engine) handOff(ctx context.Context, key reconcile.Request, he *lease.HeldElsewhere) *Verdict {
+func (e *Engine) handOff(ctx context.Context, key reconcile.Request, arrivals []*arrival, he *lease.HeldElsewhere) *Verdict {
 	if he.Forward { // not marked: each request of the run forwards itself (forward.go)
 		return forwardVerdict(key, he)
 	}
+	if he.Sole { // nothing marked: another instance runs alone (sole.go)
+		return e.soleVerdict(ctx, key, arrivals, he)
+	}
 	e.stats.HandOffs.Add(1)
+	return e.lookAgain(ctx, key, he)
+}
+
+// lookAgain arranges to look at the Lease he found again at its expiry,
+// in-process and durably with durable time, and says the key is handed off.
+func (e *Engine) lookAgain(ctx context.Context, key reconcile.Request, he *lease.HeldElsewhere) *Verdict {
 	e.obs.HandOff()
 	wait := max(time.Until(he.Expires)+handOffMargin, handOffMargin)
 	if e.opts.Durable != nil {

@@ -128,6 +128,9 @@ func (e *Engine) finish(ctx context.Context) error {
 	} else {
 		errQ = e.queue.Shutdown(ctx)
 	}
+	if e.sole != nil {
+		e.sole.close() // after the releases: they may need it no more
+	}
 	e.retry.stop()
 	e.checks.Stop()
 	e.readmit.Stop()
