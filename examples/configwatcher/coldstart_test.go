@@ -457,6 +457,61 @@ func TestColdStartPhases(t *testing.T) {
 				runs = append(runs, runColdStart(t, env, hold))
 			}
 			printColdStarts(t, hold, runs)
+			for i, r := range runs {
+				checkFirstEvent(t, i, hold, r)
+			}
 		})
 	}
 }
+
+// firstEventCalls are the API requests of the first event once the
+// operator has warmed (the event comes after Knative's probes): the
+// sender's TokenReview, the mapping's list, then the reconcile's own
+// (the ConfigWatcher, the pods' list, the delete, the Event, the status).
+// Not among them: discovery (warmed), the sole Lease's create and list
+// and the Wakeups' list (taken and made while warming), the ConfigMap
+// (the event delivered it: the event cache serves it while alone).
+var firstEventCalls = []string{
+	"POST /apis/authentication.k8s.io/v1/tokenreviews",
+	"GET /apis/k8spatterns.io/v1/namespaces/NS/configwatchers",
+	"GET /apis/k8spatterns.io/v1/namespaces/NS/configwatchers/watcher",
+	"GET /api/v1/namespaces/NS/pods",
+	"DELETE /api/v1/namespaces/NS/pods/web",
+	"POST /apis/events.k8s.io/v1/namespaces/NS/events",
+	"PUT /apis/k8spatterns.io/v1/namespaces/NS/configwatchers/watcher/status",
+}
+
+var nsInPath = regexp.MustCompile(`/namespaces/[^/]+`)
+
+// checkFirstEvent: with the event after the warm-up, its calls are
+// firstEventCalls exactly; in any case no group-version is discovered
+// twice and nothing discovers the whole API (/api, /apis).
+func checkFirstEvent(t *testing.T, run int, hold time.Duration, c *coldStart) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, k := range c.calls {
+		p, _, _ := strings.Cut(k.path, "?")
+		if p == "/api" || p == "/apis" {
+			t.Errorf("run %d: a discovery of the whole API: %s %s", run, k.method, k.path)
+		}
+		if k.method == http.MethodGet && discoveryPaths.MatchString(p) {
+			if seen[p]++; seen[p] > 1 {
+				t.Errorf("run %d: %s discovered twice", run, p)
+			}
+		}
+	}
+	if hold == 0 {
+		return
+	}
+	var got []string
+	for _, k := range c.eventCalls() {
+		p, _, _ := strings.Cut(k.path, "?")
+		got = append(got, k.method+" "+nsInPath.ReplaceAllString(p, "/namespaces/NS"))
+	}
+	if !slices.Equal(got, firstEventCalls) {
+		t.Errorf("run %d: the first event's API calls:\n  %s\nwant\n  %s", run, strings.Join(got, "\n  "), strings.Join(firstEventCalls, "\n  "))
+	}
+}
+
+// discoveryPaths is a group-version's discovery: /api/v1, /apis/<g>/<v>.
+var discoveryPaths = regexp.MustCompile(`^/api/v1$|^/apis/[^/]+/[^/]+$`)
