@@ -24,7 +24,9 @@ import (
 // waits for the runs that started alone to end (new runs wait meanwhile),
 // then deletes the sole Lease; for soleCool after that, and after finding
 // another instance's live per-key Lease, this instance uses per-key
-// Leases as before, without trying for the sole Lease.
+// Leases as before, without trying for the sole Lease. A cold-started
+// instance may take it before its first event (warm, Engine.Warm), only
+// if nobody holds it.
 //
 // The event cache (Options.EventCache) serves only while this instance
 // holds the sole Lease: another instance's events never reach this one.
