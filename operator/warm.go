@@ -24,6 +24,7 @@ import (
 // reconcile's first calls. The first group-version is discovered alone
 // (it opens the connection the others share), the others concurrently.
 // Failures are not kept: the call that needs a mapping looks again.
+// Then the engines warm (warmEngines).
 func (r *Runtime) warm(ctx context.Context) {
 	if r.mapper == nil {
 		return
@@ -48,6 +49,30 @@ func (r *Runtime) warm(ctx context.Context) {
 		names[i] = gv.String()
 	}
 	r.opts.Logger.Info("API discovery warm", "groupVersions", names, "took", time.Since(t0).String())
+	r.warmEngines(ctx)
+}
+
+// warmEngines lets each engine take, before its first event, what that
+// event would otherwise write and read first (serverless Engine.Warm: the
+// operator's sole Lease when nobody holds it, and the list of its
+// Wakeups), concurrently.
+func (r *Runtime) warmEngines(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, e := range r.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			alone, err := e.Warm(ctx)
+			switch {
+			case err != nil:
+				r.opts.Logger.Error(err, "taking the operator's sole lease before the first event; the first event tries again", "controller", e.Operator())
+			case alone:
+				r.opts.Logger.Info("running alone before the first event: the sole lease taken", "controller", e.Operator(), "took", time.Since(t0).String())
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // warmGroupVersions are the group-versions the first event's calls map,

@@ -93,6 +93,20 @@ type SoleHeld struct {
 // live instance holds it, after marking it wanted; ErrShared when another
 // instance holds a live per-key Lease.
 func (l *Locker) AcquireSole(ctx context.Context) (*SoleHeld, error) {
+	return l.acquireSole(ctx, true)
+}
+
+// TakeSoleIfFree is AcquireSole without asking: when another live
+// instance holds the sole Lease it returns *HeldElsewhere having written
+// nothing, so its holder goes on running alone. A cold-started instance
+// takes the sole Lease with it before its first event, while Knative
+// probes the pod (serverless Engine.Warm).
+func (l *Locker) TakeSoleIfFree(ctx context.Context) (*SoleHeld, error) {
+	return l.acquireSole(ctx, false)
+}
+
+// acquireSole takes the sole Lease; ask: mark it wanted if held elsewhere.
+func (l *Locker) acquireSole(ctx context.Context, ask bool) (*SoleHeld, error) {
 	ok := l.soleKey()
 	for range maxRounds {
 		now := l.opts.Clock.Now()
@@ -116,8 +130,8 @@ func (l *Locker) AcquireSole(ctx context.Context) (*SoleHeld, error) {
 			if !l.free(le, now) {
 				he := heldElsewhere(soleRequest, le)
 				he.Sole = true
-				if le.Annotations[WantedAnnotation] != "" {
-					return nil, he // asked already
+				if !ask || le.Annotations[WantedAnnotation] != "" {
+					return nil, he // not to ask, or asked already
 				}
 				if le.Annotations == nil {
 					le.Annotations = map[string]string{}

@@ -294,3 +294,34 @@ func ptr(s *string) string {
 	}
 	return *s
 }
+
+// TestTakeSoleIfFreeAsksNothing: TakeSoleIfFree takes a free sole Lease
+// as AcquireSole does, but finding it held by another live instance it
+// writes nothing (no wanted mark: the holder goes on running alone).
+func TestTakeSoleIfFreeAsksNothing(t *testing.T) {
+	ns := testenv.Get(t).Namespace(t)
+	a, _ := soleLocker(t, ns, "a", nil)
+	b, nb := soleLocker(t, ns, "b", nil)
+	ctx := context.Background()
+	s, err := a.TakeSoleIfFree(ctx)
+	if err != nil {
+		t.Fatalf("TakeSoleIfFree of a free sole Lease: %v", err)
+	}
+	var he *lease.HeldElsewhere
+	if _, err := b.TakeSoleIfFree(ctx); !errors.As(err, &he) || !he.Sole || he.Holder != "a" {
+		t.Fatalf("TakeSoleIfFree of a's sole Lease: %v, want HeldElsewhere by a", err)
+	}
+	if n := nb.Load(); n != 1 { // its create, refused
+		t.Fatalf("b wrote %d times, want 1 (the refused create)", n)
+	}
+	le, err := getSole(t, ns)
+	if err != nil || le.Annotations[lease.WantedAnnotation] != "" {
+		t.Fatalf("the sole Lease: %v %v, want it unmarked", le.Annotations, err)
+	}
+	if wanted, err := s.Renew(ctx); err != nil || wanted {
+		t.Fatalf("a's renewal: wanted %v, %v; want not wanted", wanted, err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 // (SetAlone): then it lists the records once and looks only at keys that
 // had one, or that it wrote since. A record another instance wrote before
 // is still cancelled by a success; after SetAlone(false) it looks again.
+// PrimeAlone makes the list of a period alone ahead of its first success.
 func TestSharedStoreAlone(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
@@ -88,4 +89,19 @@ func TestSharedStoreAlone(t *testing.T) {
 	step("a success after d's record is gone", 0, 0, func() error { return s.Succeeded(ctx, key("d")) })
 	s.SetAlone(false)
 	step("a success, shared again", 1, 0, func() error { return s.Succeeded(ctx, key("c")) })
+
+	// PrimeAlone (a cold start, before its first event) lists what the
+	// first success alone would: that success then looks at nothing.
+	step("primed while shared", 0, 0, func() error { s.PrimeAlone(ctx); return nil })
+	if _, _, err := other.Failed(ctx, key("e")); err != nil { // before this one runs alone again
+		t.Fatal(err)
+	}
+	s.SetAlone(true)
+	step("primed alone", 0, 1, func() error { s.PrimeAlone(ctx); return nil })
+	step("primed again", 0, 0, func() error { s.PrimeAlone(ctx); return nil })
+	step("the first success after priming", 0, 0, func() error { return s.Succeeded(ctx, key("b")) })
+	step("a success of a key with a record listed by priming", 1, 0, func() error { return s.Succeeded(ctx, key("e")) })
+	if exists(key("e")) {
+		t.Fatal("the success left e's retry in place")
+	}
 }

@@ -74,13 +74,33 @@ func (s *Store) SetAlone(on bool) {
 }
 
 // aloneClear reports whether key is known to have no record because this
-// instance runs alone; the first call of a period lists the records.
+// instance runs alone; the first call of a period lists the records,
+// unless PrimeAlone did.
 func (s *Store) aloneClear(ctx context.Context, key reconcile.Request) bool {
+	a, ok := s.seedAlone(ctx)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.alone.on && s.alone.gen == a.gen && s.alone.listed == a.gen && !s.alone.has[key]
+}
+
+// PrimeAlone lists the records now, while this instance runs alone and has
+// not listed them for this period yet, so that the period's first
+// Succeeded makes no list of its own: a cold-started instance calls it
+// once it holds the sole Lease, before its first event (serverless
+// Engine.Warm). It does nothing otherwise, or when not Shared.
+func (s *Store) PrimeAlone(ctx context.Context) { s.seedAlone(ctx) }
+
+// seedAlone lists the records once per period of running alone (one list
+// at a time); ok: running alone, and the list of this period did not fail.
+func (s *Store) seedAlone(ctx context.Context) (aloneView, bool) {
 	s.mu.Lock()
 	a := s.alone
 	s.mu.Unlock()
 	if !a.on || a.failed == a.gen {
-		return false
+		return a, false
 	}
 	if a.listed != a.gen {
 		s.seed.Lock()
@@ -104,9 +124,7 @@ func (s *Store) aloneClear(ctx context.Context, key reconcile.Request) bool {
 			s.mu.Unlock()
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.alone.on && s.alone.gen == a.gen && s.alone.listed == a.gen && !s.alone.has[key]
+	return a, true
 }
 
 // listTargets lists the keys with a record, up to aloneListMax.

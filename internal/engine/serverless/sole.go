@@ -24,7 +24,9 @@ import (
 // waits for the runs that started alone to end (new runs wait meanwhile),
 // then deletes the sole Lease; for soleCool after that, and after finding
 // another instance's live per-key Lease, this instance uses per-key
-// Leases as before, without trying for the sole Lease.
+// Leases as before, without trying for the sole Lease. A cold-started
+// instance may take it before its first event (warm, Engine.Warm), only
+// if nobody holds it.
 //
 // The event cache (Options.EventCache) serves only while this instance
 // holds the sole Lease: another instance's events never reach this one.
@@ -114,33 +116,78 @@ func (s *sole) enter(ctx context.Context) (*soleRun, context.Context, error) {
 		busy := make(chan struct{})
 		s.busy = busy
 		s.mu.Unlock()
-		held, err := s.l.AcquireSole(ctx)
-		s.mu.Lock()
-		s.busy = nil
-		close(busy)
-		now = s.l.Clock().Now()
-		var he *lease.HeldElsewhere
-		switch {
-		case err == nil && s.closed:
-			s.mu.Unlock()
-			s.give(held)
-			return nil, nil, errNotAlone
-		case err == nil:
-			s.held, s.he, s.lastEnd = held, nil, now
-			s.Acquired++
-			s.serve(true)
-			s.stopLoop = s.keep(held)
-			s.log.V(1).Info("running alone: the operator's sole lease taken, no per-key leases")
-		case errors.As(err, &he):
-			s.he, s.heUntil = he, minTime(he.Expires, now.Add(soleAsk))
-		case errors.Is(err, lease.ErrShared):
-			s.cool = now.Add(soleCool)
-		default:
-			s.mu.Unlock()
+		if err := s.take(ctx, busy, true); err != nil {
 			return nil, nil, err
 		}
-		s.mu.Unlock()
 	}
+}
+
+// take tries for the sole Lease while busy (set by the caller, s.mu not
+// held) and closes it. ask: mark it wanted if another instance holds it
+// (the holder steps down; runs are told *HeldElsewhere until soleAsk);
+// without, a sole Lease held elsewhere leaves no trace. The outcome is in
+// s.held, s.he and s.cool; the error is errNotAlone once closed, or the
+// API server's.
+func (s *sole) take(ctx context.Context, busy chan struct{}, ask bool) error {
+	var held *lease.SoleHeld
+	var err error
+	if ask {
+		held, err = s.l.AcquireSole(ctx)
+	} else {
+		held, err = s.l.TakeSoleIfFree(ctx)
+	}
+	s.mu.Lock()
+	s.busy = nil
+	close(busy)
+	now := s.l.Clock().Now()
+	var he *lease.HeldElsewhere
+	switch {
+	case err == nil && s.closed:
+		s.mu.Unlock()
+		s.give(held)
+		return errNotAlone
+	case err == nil:
+		s.held, s.he, s.lastEnd = held, nil, now
+		s.Acquired++
+		s.serve(true)
+		s.stopLoop = s.keep(held)
+		s.log.V(1).Info("running alone: the operator's sole lease taken, no per-key leases", "beforeAnEvent", !ask)
+	case errors.As(err, &he):
+		if ask {
+			s.he, s.heUntil = he, minTime(he.Expires, now.Add(soleAsk))
+		}
+	case errors.Is(err, lease.ErrShared):
+		s.cool = now.Add(soleCool)
+	default:
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// warm takes the sole Lease before any event if nobody holds it, without
+// asking a holder to step down (lease.TakeSoleIfFree), unless this
+// instance holds it, is taking it, or would not try now (cooling down,
+// stepping down, closed, or it found it held elsewhere lately). Taken,
+// it is kept as after a run (released once idle for soleIdle): the first
+// event's runs then reconcile alone at once. It reports whether this
+// instance runs alone.
+func (s *sole) warm(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	now := s.l.Clock().Now()
+	if s.held != nil || s.busy != nil || s.stepping != nil || s.closed || now.Before(s.cool) || (s.he != nil && now.Before(s.heUntil)) {
+		alone := s.held != nil
+		s.mu.Unlock()
+		return alone, nil
+	}
+	busy := make(chan struct{})
+	s.busy = busy
+	s.mu.Unlock()
+	if err := s.take(ctx, busy, false); err != nil && !errors.Is(err, errNotAlone) {
+		return false, err
+	}
+	return s.alone(), nil
 }
 
 func firstChan(chs ...chan struct{}) chan struct{} {

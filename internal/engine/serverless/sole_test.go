@@ -130,3 +130,42 @@ func TestEventCacheWhileAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmTakesTheSoleLease: Warm, before any event, takes the sole Lease
+// when nobody holds it: the first event then writes no Lease of its own.
+// Another instance's Warm, finding it held, writes nothing (it does not
+// ask the holder to step down) and does not run alone.
+func TestWarmTakesTheSoleLease(t *testing.T) {
+	p := newProbe()
+	h := newHarness(t, p, nil, serverless.Options{})
+	l, w := newSoleLocker(t, h, "a", 30*time.Second)
+	h.engine = mustEngine(t, h, serverless.Options{Locker: l})
+	ctx := context.Background()
+	if alone, err := h.engine.Warm(ctx); err != nil || !alone {
+		t.Fatalf("Warm: alone %v, %v; want alone", alone, err)
+	}
+	if n := w.n.Load(); n != 1 {
+		t.Fatalf("Warm: %d Lease writes, want 1 (the sole Lease's create)", n)
+	}
+	if a := h.post(cloudevent.NewPing("/apis/v1/namespaces/"+h.ns+"/pingsources/p", []byte(`{"namespace":"`+h.ns+`","name":"w"}`)), false); a.code != http.StatusOK {
+		t.Fatalf("the first event: %d %s", a.code, a.body)
+	}
+	if n := w.n.Load(); n != 1 {
+		t.Fatalf("the first event after Warm wrote %d Leases, want none", n-1)
+	}
+
+	lb, wb := newSoleLocker(t, h, "b", 30*time.Second)
+	b := mustEngine(t, h, serverless.Options{Locker: lb})
+	if alone, err := b.Warm(ctx); err != nil || alone {
+		t.Fatalf("another instance's Warm: alone %v, %v; want not alone", alone, err)
+	}
+	if n := wb.n.Load(); n != 1 {
+		t.Fatalf("another instance's Warm: %d Lease writes, want 1 (the refused create)", n)
+	}
+	for _, le := range h.leases() {
+		if le.Annotations[lease.WantedAnnotation] != "" {
+			t.Fatalf("another instance's Warm marked %s wanted", le.Name)
+		}
+	}
+	testkit.Eventually(t, 30*time.Second, "the sole Lease released once idle", func(context.Context) (bool, error) { return len(h.leases()) == 0, nil })
+}
