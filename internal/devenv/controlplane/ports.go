@@ -6,16 +6,6 @@ import (
 	"strconv"
 )
 
-// freePort asks the kernel for a free TCP port on the loopback interface.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // checkPortFree reports an error that names the component and says what to
 // do when port is already taken on the loopback interface.
 func checkPortFree(component string, port int) error {
@@ -27,17 +17,32 @@ func checkPortFree(component string, port int) error {
 	return l.Close()
 }
 
-// pickPorts fills every zero port in p with a free one.
+// pickPorts fills every zero port in p with a free one, all different: each
+// port's listener stays open until every port is chosen, since the kernel may
+// hand a port it just released out again (it did: etcd's client port given to
+// kube-controller-manager too, which then failed with "address already in use").
 func pickPorts(ports ...*int) error {
+	taken := map[int]bool{}
 	for _, p := range ports {
-		if *p != 0 {
-			continue
+		taken[*p] = *p != 0
+	}
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
 		}
-		v, err := freePort()
-		if err != nil {
-			return err
+	}()
+	for _, p := range ports {
+		for *p == 0 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("finding a free port: %w", err)
+			}
+			held = append(held, l)
+			if v := l.Addr().(*net.TCPAddr).Port; !taken[v] {
+				taken[v], *p = true, v
+			}
 		}
-		*p = v
 	}
 	return nil
 }
