@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/manifests"
@@ -111,7 +112,16 @@ func TestKnativeOperators(t *testing.T) {
 	if os.Getenv(operatorsEnv) == "" {
 		t.Skipf("set %s=1 (make e2e-knative) to run the examples on a real cluster with Knative; it needs root", operatorsEnv)
 	}
-	e := &e2e{c: knativeCluster(t), run: strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)}
+	e := &e2e{run: strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)}
+	// The test's clients are not rate limited: with client-go's default (5
+	// requests/s, burst 10), the 20 ms polls of waitZero emptied the bucket,
+	// so a cold start's ConfigMap edit (timed from before the call) waited
+	// up to 200 ms for a token and its status was seen up to 200 ms late,
+	// against a trivial service timed by a plain HTTP request.
+	c := *knativeCluster(t)
+	c.Config = rest.CopyConfig(c.Config)
+	c.Config.QPS, c.Config.Burst = 1000, 2000
+	e.c = &c
 	var err error
 	if e.cs, err = kubernetes.NewForConfig(e.c.Config); err != nil {
 		t.Fatal(err)
