@@ -20,8 +20,9 @@
 // # Guarantees
 //
 //   - Serverless: the client reads from the API server (no cache, no
-//     informers); Kubernetes Events are written synchronously, before the
-//     reconcile returns, hence before the HTTP answer.
+//     informers); Kubernetes Events are written while the reconcile goes
+//     on (its next call does not wait for them) and before the HTTP answer:
+//     every answer, and the drain, waits for the Event writes under way.
 //   - Classic: the manager's cached client, informers and workqueue, leader
 //     election on by default.
 //   - Both: the same builder.Controller, the same generation-aware skipping

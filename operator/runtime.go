@@ -40,6 +40,9 @@ type Runtime struct {
 	// mapper is the serverless client's RESTMapper, warmed once listening
 	// (warm.go); nil in classic mode.
 	mapper *gvMapper
+	// events are the serverless recorders' Event writes (events.go); nil
+	// in classic mode.
+	events *eventWrites
 	ops    []*builder.Controller
 	// engines are the serverless engines, one per registered operator.
 	engines []*serverless.Engine
@@ -128,6 +131,7 @@ func New(opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		r.client, r.mapper = standin.NewClient(c), mapper
+		r.events = &eventWrites{log: opts.Logger}
 	case Classic:
 		// The cache's watches use cfg as is; the client's calls are bounded
 		// (Options.APITimeout).
@@ -167,21 +171,31 @@ func (r *Runtime) GetConfig() *rest.Config { return r.cfg }
 // serverless mode, the manager's in classic mode.
 func (r *Runtime) GetClient() client.Client { return r.client }
 
-// GetEventRecorder returns an events.k8s.io recorder; serverless writes each
-// Event before returning.
+// GetEventRecorder returns an events.k8s.io recorder. Serverless writes
+// each Event while the reconcile goes on, and answers its event only once
+// the Events recorded before are written (events.go).
 func (r *Runtime) GetEventRecorder(name string) reconcileutil.Recorder {
 	if r.mgr != nil {
 		return r.mgr.GetEventRecorder(name)
 	}
-	return reconcileutil.NewEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+	return reconcileutil.NewEventRecorder(r.eventClient(), r.opts.Scheme, name).WithLogger(r.opts.Logger)
 }
 
-// GetEventRecorderFor returns a core/v1 Event recorder (the older API).
+// GetEventRecorderFor returns a core/v1 Event recorder (the older API),
+// written as GetEventRecorder's.
 func (r *Runtime) GetEventRecorderFor(name string) record.EventRecorder {
 	if r.mgr != nil {
 		return r.mgr.GetEventRecorderFor(name) //nolint:staticcheck // offered for reconcilers that use it
 	}
-	return reconcileutil.NewLegacyEventRecorder(r.client, r.opts.Scheme, name).WithLogger(r.opts.Logger)
+	return reconcileutil.NewLegacyEventRecorder(r.eventClient(), r.opts.Scheme, name).WithLogger(r.opts.Logger)
+}
+
+// eventClient is the client the serverless recorders write Events with.
+func (r *Runtime) eventClient() client.Client {
+	if r.events == nil {
+		return r.client
+	}
+	return r.events.client(r.client)
 }
 
 // Register adds an operator description (builder.Complete calls it).
@@ -297,11 +311,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 	// Once the first event is answered and the instance idle, give back
 	// what start-up left resident (internal/trim). Outermost, the arrival
 	// is stamped: a delivery's log line counts its authentication.
+	// Innermost, an answer waits for the Event writes under way.
 	if wrap := so.Wrap; wrap != nil {
-		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(wrap(h))) }
+		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(wrap(r.events.wrap(h)))) }
 	} else {
-		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(h)) }
+		so.Wrap = func(h http.Handler) http.Handler { return arrived(trim.Handler(r.events.wrap(h))) }
 	}
+	defer r.events.flush() // what the drain's reconciles recorded
 	if len(r.engines) == 1 {
 		return r.engines[0].Serve(ctx, so)
 	}

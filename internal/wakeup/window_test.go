@@ -125,6 +125,24 @@ func TestSourceWindow(t *testing.T) {
 		}
 		deleted[name] = true
 	}
+	// The clock goes on only once the Source's watch has brought it these
+	// writes (a record's last, then the sentinel's): records due a minute
+	// ahead are 60 steps, under a second, away, and on a loaded machine
+	// the watch may take longer than that; the Source is to deliver in due
+	// order what it knows of in time.
+	sentinel := &v1alpha1.Wakeup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sentinel",
+		Labels: map[string]string{wakeup.OperatorLabel: "win", wakeup.DueBucketLabel: wakeup.DueBucket(t0.Add(time.Hour))}}, // beyond the window: never held
+		Spec: v1alpha1.WakeupSpec{Operator: "win", Sink: sink.URL, Due: metav1.NewMicroTime(t0.Add(time.Hour)), Reason: v1alpha1.ReasonRequeueAfter,
+			Target: v1alpha1.Target{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher", Namespace: ns, Name: "sentinel"}}}
+	if err := env.Client.Create(ctx, sentinel); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the source's watch brought the writes", func(context.Context) (bool, error) {
+		return src.Seen(sentinel.ResourceVersion), nil
+	})
+	if err := env.Client.Delete(ctx, sentinel); err != nil {
+		t.Fatal(err)
+	}
 	step(t0.Add(11 * time.Minute))
 	want := len(rec.due) - len(deleted)
 	testkit.Eventually(t, time.Minute, "every record delivered", func(context.Context) (bool, error) {

@@ -55,7 +55,8 @@ func (m managed) Setup(op *builder.Controller, c client.Client) error {
 // GetEventRecorder is the manager's events.k8s.io recorder where its
 // controller-runtime has one (v0.23 and later: a method whose result type
 // older versions cannot name, so it is found by name); with an older one,
-// opzero's, which writes each Event before returning, as in serverless.
+// opzero's, which writes each Event before returning (in serverless mode:
+// before the event's answer).
 func (m managed) GetEventRecorder(name string) reconcileutil.Recorder {
 	if get := reflect.ValueOf(m.Manager).MethodByName("GetEventRecorder"); get.IsValid() && get.Type().NumIn() == 1 && get.Type().NumOut() == 1 {
 		if r, ok := get.Call([]reflect.Value{reflect.ValueOf(name)})[0].Interface().(reconcileutil.Recorder); ok {

@@ -24,7 +24,7 @@ type opRuntime struct{ *operator.Runtime }
 func (m *adopted) GetScheme() *runtime.Scheme { return m.Runtime.GetScheme() }
 
 // GetEventRecorderFor is the Runtime's core/v1 recorder, which writes each
-// Event before returning.
+// Event before the event's answer.
 func (m *adopted) GetEventRecorderFor(name string) record.EventRecorder {
 	return m.Runtime.GetEventRecorderFor(name)
 }

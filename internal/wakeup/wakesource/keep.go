@@ -142,6 +142,9 @@ func (s *Source) follow(ctx context.Context, rv string) (string, bool, error) {
 			if gen != 0 {
 				if ev.Type == watch.Bookmark && wk.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
 					rv = wk.ResourceVersion
+					s.mu.Lock()
+					s.seen = rv
+					s.mu.Unlock()
 					s.dropUnseen(gen, func(*entry) bool { return true })
 					s.endScan()
 					gen = 0

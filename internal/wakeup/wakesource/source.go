@@ -16,6 +16,7 @@ import (
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/backoff"
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/resourceversion"
 )
 
 // SourceOptions configures a Source.
@@ -105,6 +106,7 @@ type Source struct {
 	gated   bool // a list is being read: deliver only entries due before below
 	below   time.Time
 	kick    chan struct{}
+	seen    string // the resource version the watch has brought the window to
 
 	health watchHealth
 }
@@ -123,6 +125,19 @@ type entry struct {
 	labeled      bool
 	bucket       int64  // its DueBucketLabel, if labeled
 	scan         uint64 // the last list that showed it
+}
+
+// Seen says whether the Source's watch has brought it every change of its
+// records up to resourceVersion rv (a write's): false before its first
+// sync and for a version it cannot compare.
+func (s *Source) Seen(rv string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == "" {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(s.seen, rv)
+	return err == nil && c >= 0
 }
 
 // Pending is how many records the Source holds: every pending record while

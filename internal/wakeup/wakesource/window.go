@@ -163,6 +163,7 @@ func (s *Source) stale(w *v1alpha1.Wakeup) bool {
 // watched notes that the watch has reached resource version rv: lists
 // older than it can no longer make an event stale. Callers hold s.mu.
 func (s *Source) watchedTo(rv string) {
+	s.seen = rv
 	for b, lrv := range s.listed {
 		if c, err := resourceversion.CompareResourceVersion(rv, lrv); err != nil || c > 0 {
 			delete(s.listed, b)
