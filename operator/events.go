@@ -12,20 +12,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// eventFlushTimeout bounds how long an answer or the shutdown waits for
-// the Event writes under way (reconcileutil's own timeout per Event).
-const eventFlushTimeout = 5 * time.Second
+// eventWriteTimeout bounds each Event write, as reconcileutil's recorder
+// bounds its own.
+const eventWriteTimeout = 5 * time.Second
 
 // eventWrites makes the serverless recorders' Event writes asynchronous:
 // a reconcile that records an Event goes on to its next call (its status
-// write, on a cold start one API round trip sooner) while the Event is
-// written, and every answer waits for the Event writes under way before
-// it is written (wrap), as the drain does (flush): an Event recorded
-// before the answer is written before the sender learns it was handled,
-// and before Knative can stop the instance.
+// write: on a cold start one API round trip sooner) while the Event is
+// written, and every answer waits until each Event write under way when
+// it is about to be written has ended (wrap), as the drain does (flush).
+// So an Event recorded before the answer has been written, or its write
+// has failed and been logged, exactly as with a synchronous write, before
+// the sender learns the event was handled and before Knative may stop the
+// instance. The wait has no bound of its own: each write has one
+// (eventWriteTimeout), and writes begun after the wait started are not
+// waited for, so a busy instance never keeps an answer back for long.
 type eventWrites struct {
-	log     logr.Logger
-	pending sync.WaitGroup
+	log logr.Logger
+
+	mu      sync.Mutex
+	writing map[chan struct{}]struct{} // one per write under way, closed when it ends
 }
 
 // client returns c whose Creates of Events (both APIs) return at once and
@@ -43,10 +49,21 @@ func (a *asyncEvents) Create(ctx context.Context, obj client.Object, opts ...cli
 	default:
 		return a.Client.Create(ctx, obj, opts...)
 	}
-	a.w.pending.Add(1)
+	done := make(chan struct{})
+	a.w.mu.Lock()
+	if a.w.writing == nil {
+		a.w.writing = map[chan struct{}]struct{}{}
+	}
+	a.w.writing[done] = struct{}{}
+	a.w.mu.Unlock()
 	go func() {
-		defer a.w.pending.Done()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventFlushTimeout)
+		defer func() {
+			a.w.mu.Lock()
+			delete(a.w.writing, done)
+			a.w.mu.Unlock()
+			close(done)
+		}()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventWriteTimeout)
 		defer cancel()
 		if err := a.Client.Create(ctx, obj, opts...); err != nil {
 			a.w.log.Error(err, "writing a Kubernetes Event", "event", obj.GetName())
@@ -55,17 +72,17 @@ func (a *asyncEvents) Create(ctx context.Context, obj client.Object, opts ...cli
 	return nil
 }
 
-// flush waits until the Event writes under way are done, at most
-// eventFlushTimeout.
+// flush waits until every Event write under way when it is called has
+// ended.
 func (w *eventWrites) flush() {
-	done := make(chan struct{})
-	go func() {
-		w.pending.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(eventFlushTimeout):
+	w.mu.Lock()
+	waiting := make([]chan struct{}, 0, len(w.writing))
+	for done := range w.writing {
+		waiting = append(waiting, done)
+	}
+	w.mu.Unlock()
+	for _, done := range waiting {
+		<-done
 	}
 }
 
