@@ -467,14 +467,15 @@ func TestColdStartPhases(t *testing.T) {
 // firstEventCalls are the API requests of the first event once the
 // operator has warmed (the event comes after Knative's probes): the
 // sender's TokenReview, the mapping's list, then the reconcile's own
-// (the ConfigWatcher, the pods' list, the delete, the Event, the status).
+// (the pods' list, the delete, then the Event and the status at once: the
+// Event is written while the reconcile goes on, and before the answer).
 // Not among them: discovery (warmed), the sole Lease's create and list
 // and the Wakeups' list (taken and made while warming), the ConfigMap
-// (the event delivered it: the event cache serves it while alone).
+// (the event delivered it: the event cache serves it while alone), the
+// ConfigWatcher (the mapping's list returned it: it stands in for the Get).
 var firstEventCalls = []string{
 	"POST /apis/authentication.k8s.io/v1/tokenreviews",
 	"GET /apis/k8spatterns.io/v1/namespaces/NS/configwatchers",
-	"GET /apis/k8spatterns.io/v1/namespaces/NS/configwatchers/watcher",
 	"GET /api/v1/namespaces/NS/pods",
 	"DELETE /api/v1/namespaces/NS/pods/web",
 	"POST /apis/events.k8s.io/v1/namespaces/NS/events",
@@ -508,8 +509,14 @@ func checkFirstEvent(t *testing.T, run int, hold time.Duration, c *coldStart) {
 		p, _, _ := strings.Cut(k.path, "?")
 		got = append(got, k.method+" "+nsInPath.ReplaceAllString(p, "/namespaces/NS"))
 	}
-	if !slices.Equal(got, firstEventCalls) {
-		t.Errorf("run %d: the first event's API calls:\n  %s\nwant\n  %s", run, strings.Join(got, "\n  "), strings.Join(firstEventCalls, "\n  "))
+	// The last two (the Event and the status) are written at once.
+	want := slices.Clone(firstEventCalls)
+	if n := len(want); len(got) == n {
+		slices.Sort(got[n-2:])
+		slices.Sort(want[n-2:])
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("run %d: the first event's API calls:\n  %s\nwant\n  %s", run, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 

@@ -73,6 +73,16 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	return nil
 }
 
+// List lists, and records what it returns for the map function that made
+// it with a Listed's context (Listed.With).
+func (c Client) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	err := c.Client.List(ctx, list, opts...)
+	if err == nil {
+		recordList(ctx, c.Client, list)
+	}
+	return err
+}
+
 // Create creates obj and records its version.
 func (c Client) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	return c.observe(ctx, obj, c.Client.Create(ctx, obj, opts...))

@@ -113,15 +113,34 @@ func (p *probe) spansOf(req reconcile.Request) []span {
 	return append([]span(nil), p.spans[req]...)
 }
 
-// countingTransport counts every request the engine's client makes.
+// countingTransport counts every request the engine's client makes, and
+// keeps each one's method and path.
 type countingTransport struct {
 	next  http.RoundTripper
 	calls atomic.Int64
+	mu    sync.Mutex
+	made  []string // "GET /apis/..."
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.calls.Add(1)
+	c.mu.Lock()
+	c.made = append(c.made, r.Method+" "+r.URL.Path)
+	c.mu.Unlock()
 	return c.next.RoundTrip(r)
+}
+
+// since returns the requests made after the first n.
+func (c *countingTransport) since(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.made[n:]...)
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.made)
 }
 
 type harness struct {

@@ -27,6 +27,8 @@ type routed struct {
 	keys    []reconcile.Request
 	why     string
 	objects map[reconcile.Request]*cloudevent.ObjectEvent // stand-ins for primary keys
+	// listed: stand-ins for mapped keys, as the map function listed them.
+	listed map[reconcile.Request]listedObject
 	// delivery is the request's telemetry (observe.go), nil for none.
 	delivery *telemetry.Delivery
 	// object: routed from an object event (ApiServerSource), which
@@ -38,6 +40,12 @@ type routed struct {
 	// keyLease: keys whose own Lease their run takes even while running
 	// alone (a sweep found it expired).
 	keyLease map[reconcile.Request]bool
+}
+
+// listedObject is a primary as a map function's List returned it.
+type listedObject struct {
+	raw     []byte
+	version string
 }
 
 func (rt *routed) add(k reconcile.Request) {
@@ -56,6 +64,8 @@ func (rt *routed) arrival(k reconcile.Request) *arrival {
 	}
 	if ev := rt.objects[k]; ev != nil {
 		a.object, a.version = ev.Object, ev.Meta.ResourceVersion
+	} else if lo, ok := rt.listed[k]; ok {
+		a.object, a.version = lo.raw, lo.version
 	}
 	return a
 }
@@ -238,12 +248,24 @@ func (e *Engine) routeWatched(ctx context.Context, ev *cloudevent.ObjectEvent, w
 	if !e.pass(ev, obj) {
 		return nil
 	}
-	keys, err := w.Map(ctx, e.c, obj)
+	// What the map function lists of the primary kind stands in for each
+	// mapped key's first Get (standin.Listed).
+	listed := standin.NewListed(e.op.Primary.GVK)
+	keys, err := w.Map(listed.With(ctx), listed.Reader(e.c), obj)
 	if err != nil {
 		return transient{fmt.Errorf("mapping %s %s to %s: %w", ev.Kind, key(ev.Namespace, ev.Name), e.op.Primary.GVK.Kind, err)}
 	}
 	for _, k := range keys {
 		rt.add(k)
+		if _, ok := rt.objects[k]; ok {
+			continue
+		}
+		if raw, rv := listed.Take(k.NamespacedName); raw != nil {
+			if rt.listed == nil {
+				rt.listed = map[reconcile.Request]listedObject{}
+			}
+			rt.listed[k] = listedObject{raw, rv}
+		}
 	}
 	return nil
 }
