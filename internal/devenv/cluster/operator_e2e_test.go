@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -264,6 +265,19 @@ func (e *e2e) namespace(t *testing.T, base string) string {
 		}
 		if os.Getenv("OPZERO_E2E_KEEP") == "" {
 			_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+			// Until it is gone: a namespace's removal makes Eventing roll out
+			// every cluster-wide ApiServerSource's adapter again (its
+			// Deployment lists the namespaces), and the new adapter does not
+			// deliver what changed while it started; left to finish on its
+			// own, it did so during the next subtest's cold starts and lost
+			// one's ConfigMap edit.
+			err := testkit.Poll(context.Background(), 5*time.Minute, func(ctx context.Context) (bool, error) {
+				_, err := e.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), err
+			})
+			if err != nil {
+				t.Logf("namespace %s still there after its deletion: %v", ns, err)
+			}
 		}
 	})
 	return ns
