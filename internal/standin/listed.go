@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -69,10 +70,13 @@ func recordList(ctx context.Context, c client.Client, list client.ObjectList) {
 	}
 }
 
-// record keeps list's items if it is a list of the kind l records: by its
+// record keeps list's items if it is a list of the kind l records (by its
 // apiVersion and kind, else by its Go type in scheme; nothing when neither
-// tells.
+// tells) with whole objects (not a metadata-only list).
 func (l *Listed) record(list client.ObjectList, scheme *runtime.Scheme) {
+	if _, ok := list.(*metav1.PartialObjectMetadataList); ok {
+		return // metadata only: no object to stand in
+	}
 	gvk := list.GetObjectKind().GroupVersionKind()
 	if gvk.Kind == "" && scheme != nil {
 		gvk, _ = apiutil.GVKForObject(list, scheme)

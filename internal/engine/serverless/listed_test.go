@@ -25,7 +25,7 @@ import (
 // function lists through the reader the engine passes or through the
 // reconcilers' client, as a controller-runtime map function closing over
 // its reconciler's client does. A list of another kind with the same
-// names stands in for nothing, and an object this instance wrote since
+// names, or a metadata-only list, stands in for nothing, and an object this instance wrote since
 // the list is read from the API server; no write conflicts.
 func TestMappedKeyStandsInFromTheMapsList(t *testing.T) {
 	var viaClient client.Client
@@ -33,6 +33,16 @@ func TestMappedKeyStandsInFromTheMapsList(t *testing.T) {
 	mapFn := func(ctx context.Context, r client.Reader, obj client.Object) ([]reconcile.Request, error) {
 		var out []reconcile.Request
 		switch listKind {
+		case "metadata":
+			l := &metav1.PartialObjectMetadataList{}
+			l.SetGroupVersionKind(widgetGVK.GroupVersion().WithKind("WidgetList"))
+			if err := r.List(ctx, l, client.InNamespace(obj.GetNamespace())); err != nil {
+				return nil, err
+			}
+			for _, w := range l.Items {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
+			}
+			return out, nil
 		case "configmaps":
 			l := &corev1.ConfigMapList{}
 			if err := r.List(ctx, l, client.InNamespace(obj.GetNamespace())); err != nil {
@@ -94,6 +104,9 @@ func TestMappedKeyStandsInFromTheMapsList(t *testing.T) {
 	if calls := deliver("configmaps"); !slices.Contains(calls, "GET "+widgetPath) {
 		t.Errorf("a ConfigMap named as the Widget stood in for it: %q", calls)
 	}
+	if calls := deliver("metadata"); !slices.Contains(calls, "GET "+widgetPath) {
+		t.Errorf("a metadata-only list of Widgets stood in for the whole Widget: %q", calls)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, err := range r.errs {
@@ -101,7 +114,7 @@ func TestMappedKeyStandsInFromTheMapsList(t *testing.T) {
 			t.Errorf("a write conflicted: %v", err)
 		}
 	}
-	if len(r.written) != 4 {
-		t.Errorf("%d reconciles wrote, want 4 (%v)", len(r.written), r.errs)
+	if len(r.written) != 5 {
+		t.Errorf("%d reconciles wrote, want 5 (%v)", len(r.written), r.errs)
 	}
 }
