@@ -306,9 +306,11 @@ func (e *e2e) oidc(t *testing.T, w wiring, ns, svc string) {
 // is paired with the baseline in the same run: a trivial Knative Service
 // beside it with the same scale annotations, timed from a request at zero
 // pods to its first answer. The pods' steps are watched during each cold
-// start of both, the operator's with its own log's (listening, the event
-// received and answered); the last one's timeline and each step's median
-// are logged, the trivial service's beside them.
+// start of both, with the node's (the kubelet's and containerd's logs:
+// admitted, sandbox, each container started, seen running, readiness
+// passed) and the operator's own (listening, the event received and
+// answered); the last one's timeline and each step's median are logged,
+// the trivial service's beside them.
 func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 	tv := e.trivialBeside(t, ns, svc)
 	hubStats := []string{"opzero_hub_events_sent_total", "opzero_hub_retries_total"}
@@ -322,6 +324,7 @@ func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 		d, ts := tv.firstAnswer(t)
 		base, tsteps = append(base, d), append(tsteps, ts)
 		e.waitZero(t, ns, svc)
+		e.nodeSteps(ts)
 		ps := e.watchPodSteps(t, ns, svc)
 		t0 := time.Now()
 		rv := e.editConfigMap(t, ns, fmt.Sprintf("cold start %d", i))
@@ -331,6 +334,7 @@ func (e *e2e) coldStarts(t *testing.T, w wiring, ns, svc string, n int) {
 		ps.add("status written (seen)")
 		e.operatorSteps(t, ns, ps)
 		ps.stop()
+		e.nodeSteps(ps)
 		steps = append(steps, ps)
 		zero = append(zero, e.waitZero(t, ns, svc))
 	}
