@@ -89,7 +89,12 @@ func (w *eventWrites) flush() {
 // wrap makes h's answers wait for the Event writes under way.
 func (w *eventWrites) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&flushingWriter{ResponseWriter: rw, w: w}, r)
+		f := &flushingWriter{ResponseWriter: rw, w: w}
+		h.ServeHTTP(f, r)
+		if !f.flushed { // no header written: net/http answers 200 once h returns
+			f.flushed = true
+			w.flush()
+		}
 	})
 }
 

@@ -3,6 +3,8 @@ package operator
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -83,4 +85,32 @@ func TestEventWritesPassOtherCreates(t *testing.T) {
 	if err := w.client(h).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}}); err == nil {
 		t.Fatal("a ConfigMap's Create returned before its write, without its error")
 	}
+}
+
+// TestEventFlushBeforeAnImplicitAnswer: a handler that writes nothing is
+// answered 200 by net/http once it returns; that answer too waits for the
+// Event writes under way.
+func TestEventFlushBeforeAnImplicitAnswer(t *testing.T) {
+	w := &eventWrites{log: funcr.New(func(string, string) {}, funcr.Options{})}
+	h := &heldCreates{started: make(chan string, 1), release: map[string]chan error{"e": make(chan error, 1)}}
+	c := w.client(h)
+	srv := httptest.NewServer(w.wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		_ = c.Create(context.Background(), &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}})
+		<-h.started
+	})))
+	defer srv.Close()
+	answered := make(chan struct{})
+	go func() {
+		if resp, err := http.Get(srv.URL); err == nil {
+			resp.Body.Close()
+		}
+		close(answered)
+	}()
+	select {
+	case <-answered:
+		t.Fatal("answered while the Event's write was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.release["e"] <- nil
+	<-answered
 }
