@@ -186,6 +186,14 @@ func (ps *podSteps) at(step string, when time.Time) {
 	}
 }
 
+// has says whether step was seen.
+func (ps *podSteps) has(step string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	_, ok := ps.steps[step]
+	return ok
+}
+
 // add records a step seen now by the caller.
 func (ps *podSteps) add(step string) { ps.seen(step) }
 

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -342,6 +343,34 @@ func (e *e2e) waitZero(t *testing.T, ns, svc string) time.Duration {
 		return err == nil && len(pods) == 0, fmt.Errorf("%v: %d pods", err, len(pods))
 	})
 	return time.Since(t0)
+}
+
+// podUIDs is every pod of Knative Service svc, terminating ones too.
+func (e *e2e) podUIDs(t *testing.T, ns, svc string) map[types.UID]bool {
+	t.Helper()
+	l, err := e.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[types.UID]bool{}
+	for _, p := range l.Items {
+		out[p.UID] = true
+	}
+	return out
+}
+
+// newPod says whether svc has a pod now that was not in before: at "zero
+// pods" (none that is not terminating), a pod still draining (queue-proxy
+// serves until its drain ends, and the user container's preStop waits for
+// it) can take a request the activator or the ingress still routes to it,
+// and then what was timed was not a cold start.
+func (e *e2e) newPod(t *testing.T, ns, svc string, before map[types.UID]bool) bool {
+	for uid := range e.podUIDs(t, ns, svc) {
+		if !before[uid] {
+			return true
+		}
+	}
+	return false
 }
 
 // podNames returns the sorted names of ns's pods matching sel that are not
