@@ -21,10 +21,10 @@ import (
 // the API server moments before, under the same rule (Versions.Current;
 // a write that conflicts reconciles again from the API server).
 //
-// The map function's Lists reach it in two ways, both recorded: through
-// the Reader the engine passes (Reader), and through the reconcilers'
-// Client with the context the engine passes (With), as a controller-runtime
-// map function that closes over its reconciler's client makes them.
+// The Client records the Lists made with a context that carries it (With):
+// the engine passes such a context to the map function, which lists
+// through the Client it is given or, as a controller-runtime map function
+// closing over its reconciler's client does, through that one.
 type Listed struct {
 	gvk  schema.GroupVersionKind
 	mu   sync.Mutex
@@ -43,26 +43,6 @@ func (l *Listed) With(ctx context.Context) context.Context {
 	return context.WithValue(ctx, listedKey{}, l)
 }
 
-// Reader returns r whose Lists are recorded.
-func (l *Listed) Reader(r client.Reader) client.Reader { return listedReader{Reader: r, l: l} }
-
-type listedReader struct {
-	client.Reader
-	l *Listed
-}
-
-func (r listedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	err := r.Reader.List(ctx, list, opts...)
-	if err == nil {
-		var scheme *runtime.Scheme
-		if s, ok := r.Reader.(interface{ Scheme() *runtime.Scheme }); ok {
-			scheme = s.Scheme()
-		}
-		r.l.record(list, scheme)
-	}
-	return err
-}
-
 // recordList records list's items if ctx carries a Listed (Client.List).
 func recordList(ctx context.Context, c client.Client, list client.ObjectList) {
 	if l, _ := ctx.Value(listedKey{}).(*Listed); l != nil {
@@ -71,14 +51,14 @@ func recordList(ctx context.Context, c client.Client, list client.ObjectList) {
 }
 
 // record keeps list's items if it is a list of the kind l records (by its
-// apiVersion and kind, else by its Go type in scheme; nothing when neither
-// tells) with whole objects (not a metadata-only list).
+// apiVersion and kind, else by its Go type in scheme) with whole objects
+// (not a metadata-only list).
 func (l *Listed) record(list client.ObjectList, scheme *runtime.Scheme) {
 	if _, ok := list.(*metav1.PartialObjectMetadataList); ok {
 		return // metadata only: no object to stand in
 	}
 	gvk := list.GetObjectKind().GroupVersionKind()
-	if gvk.Kind == "" && scheme != nil {
+	if gvk.Kind == "" {
 		gvk, _ = apiutil.GVKForObject(list, scheme)
 	}
 	if gvk.GroupKind() != (schema.GroupKind{Group: l.gvk.Group, Kind: l.gvk.Kind + "List"}) {

@@ -249,18 +249,15 @@ func (e *Engine) routeWatched(ctx context.Context, ev *cloudevent.ObjectEvent, w
 		return nil
 	}
 	// What the map function lists of the primary kind stands in for each
-	// mapped key's first Get (standin.Listed).
+	// mapped key's first Get (standin.Listed; e.c is a standin.Client).
 	listed := standin.NewListed(e.op.Primary.GVK)
-	keys, err := w.Map(listed.With(ctx), listed.Reader(e.c), obj)
+	keys, err := w.Map(listed.With(ctx), e.c, obj)
 	if err != nil {
 		return transient{fmt.Errorf("mapping %s %s to %s: %w", ev.Kind, key(ev.Namespace, ev.Name), e.op.Primary.GVK.Kind, err)}
 	}
 	for _, k := range keys {
 		rt.add(k)
-		if _, ok := rt.objects[k]; ok {
-			continue
-		}
-		if raw, rv := listed.Take(k.NamespacedName); raw != nil {
+		if raw, rv := listed.Take(k.NamespacedName); raw != nil { // an event's object, if any, comes first (arrival)
 			if rt.listed == nil {
 				rt.listed = map[reconcile.Request]listedObject{}
 			}
