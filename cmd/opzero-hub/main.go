@@ -86,6 +86,7 @@ func main() {
 	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes), /readyz (the watch synced, every bucket tried) and /metrics on this address, e.g. :8081 (default: not served).")
 	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
+	early := fs.Bool("early-delivery", true, "When an event for a Knative Service waits for a pod to start, post it also to that pod's container directly as soon as it listens, before Knative finds the pod ready (about a second earlier on a cold start); the first answer counts. Needs get/list/watch of EndpointSlices. false: only through the Service's address.")
 	ha := haFlags{}
 	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
 	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
@@ -99,7 +100,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *sa, *healthAddr, *recheck, *flush, ha, webhooks)
+	err := run(ctx, *sa, *healthAddr, *recheck, *flush, *early, ha, webhooks)
 	profile.Stop() // a benchmark build (-tags opzero_pprof) writes its profiles
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -157,7 +158,7 @@ func (f haFlags) replicaID() string {
 	return name + "_" + hex.EncodeToString(b)
 }
 
-func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, ha haFlags, webhooks *admission.Flags) error {
+func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duration, early bool, ha haFlags, webhooks *admission.Flags) error {
 	var id types.NamespacedName
 	if sa != "" {
 		ns, name, ok := strings.Cut(sa, "/")
@@ -181,7 +182,7 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	}
 	replica, version := ha.replicaID(), hub.BuildVersion()
 	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log,
-		LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
+		NoEarlyDelivery: !early, LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,7 +318,7 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 			last = fmt.Errorf("the sink is not resolved")
 		} else {
 			s.noteAttempt(dl.rv)
-			wait, last = s.h.post(ctx, url, spec.Sink.Audience, ev)
+			wait, last = s.postSink(ctx, url, spec.Sink.Audience, ev)
 		}
 		if last == nil || handedOver(last) {
 			s.h.stats.sent.Inc()
@@ -361,7 +362,7 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 			if se, ok := last.(sendError); ok && se.code != 0 {
 				ev.SetExtension("knativeerrorcode", strconv.Itoa(se.code))
 			}
-			if _, err := s.h.post(ctx, url, p.dls.Audience, ev); err == nil {
+			if _, err := s.h.post(ctx, s.h.opts.HTTP, url, p.dls.Audience, ev); err == nil {
 				s.h.stats.deadLettered.Inc()
 				return true
 			}
@@ -443,9 +444,9 @@ func handedOver(err error) bool {
 	return ok && se.code == 500
 }
 
-// post sends ev in binary mode with a token for audience; it returns how
-// long a Retry-After asked to wait.
-func (h *Hub) post(ctx context.Context, url, audience string, ev *event.Event) (time.Duration, error) {
+// post sends ev in binary mode with a token for audience through c; it
+// returns how long a Retry-After asked to wait.
+func (h *Hub) post(ctx context.Context, c *http.Client, url, audience string, ev *event.Event) (time.Duration, error) {
 	req, err := cloudevent.NewRequest(ctx, url, ev, false)
 	if err != nil {
 		return 0, err
@@ -457,7 +458,7 @@ func (h *Hub) post(ctx context.Context, url, audience string, ev *event.Event) (
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := h.opts.HTTP.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, err
 	}

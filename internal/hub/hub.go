@@ -43,6 +43,10 @@ type Options struct {
 	Log  logr.Logger
 	// NoWakeups runs no wakeup source (tests of the event path).
 	NoWakeups bool
+	// NoEarlyDelivery posts events only to the sink's address: not also
+	// to a starting pod of a Knative Service sink while the route waits
+	// for it to be ready (early.go).
+	NoEarlyDelivery bool
 
 	// LeaseNamespace is where the bucket Leases are (the hub's
 	// namespace): replicas share the Subscriptions by bucket (package

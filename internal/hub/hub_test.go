@@ -61,7 +61,10 @@ type sink struct {
 	conns  atomic.Int32 // connections the hub opened to it
 }
 
-func newSink(t *testing.T) *sink {
+func newSink(t *testing.T) *sink { return newSinkOn(t, nil) }
+
+// newSinkOn is newSink listening on l (nil: on loopback).
+func newSinkOn(t *testing.T, l net.Listener) *sink {
 	s := &sink{}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		ev, err := cehttp.NewEventFromHTTPRequest(r)
@@ -89,6 +92,10 @@ func newSink(t *testing.T) *sink {
 		if st == http.StateNew {
 			s.conns.Add(1)
 		}
+	}
+	if l != nil {
+		s.Listener.Close()
+		s.Listener = l
 	}
 	s.Start()
 	t.Cleanup(s.Close)

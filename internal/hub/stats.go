@@ -9,10 +9,10 @@ import (
 
 // Stats are the hub's counters.
 type Stats struct {
-	sent, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
-	watches, indexWatches, subscriptions, bucketsHeld                                                         prometheus.Gauge
-	otherVersions                                                                                             prometheus.GaugeFunc
-	bucketChanges                                                                                             atomic.Int64 // buckets won or lost
+	sent, early, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
+	watches, indexWatches, subscriptions, bucketsHeld                                                                prometheus.Gauge
+	otherVersions                                                                                                    prometheus.GaugeFunc
+	bucketChanges                                                                                                    atomic.Int64 // buckets won or lost
 }
 
 func newStats(el elector) *Stats {
@@ -23,7 +23,9 @@ func newStats(el elector) *Stats {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "opzero_hub_" + name, Help: help})
 	}
 	return &Stats{
-		sent:          c("events_sent_total", "Events answered 2xx by their sink"),
+		sent: c("events_sent_total", "Events answered 2xx by their sink"),
+		early: c("events_early_total", "Events answered by a starting pod of their sink's Knative Service, posted to it directly while the route "+
+			"waited for the pod to be ready (they are among events_sent_total)"),
 		retries:       c("retries_total", "Sends retried after a failure"),
 		dropped:       c("events_dropped_total", "Events not delivered after their retries, with no dead-letter sink taking them"),
 		deadLettered:  c("events_dead_lettered_total", "Events sent to a dead-letter sink"),
@@ -48,13 +50,16 @@ func newStats(el elector) *Stats {
 
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.sent, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.referenced,
+	return []prometheus.Collector{s.sent, s.early, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.referenced,
 		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions}
 }
 
 // Replayed is how many events were sent of changes from before their
 // bucket was won: an upper bound of the duplicates around hand-offs.
 func (s *Stats) Replayed() float64 { return read(s.replayed) }
+
+// Early is how many events a starting pod answered directly (early.go).
+func (s *Stats) Early() float64 { return read(s.early) }
 
 // Sent is how many events were answered 2xx.
 func (s *Stats) Sent() float64 { return read(s.sent) }

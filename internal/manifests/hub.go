@@ -184,6 +184,7 @@ func HubObjects(image string) []Object {
 	base.add("events.k8s.io", "events", hubEventVerbs...)
 	base.add("authorization.k8s.io", "subjectaccessreviews", "create")
 	base.add("serving.knative.dev", "services", readVerbs...)
+	base.add("discovery.k8s.io", "endpointslices", readVerbs...) // early delivery to a starting pod (opzero-hub --early-delivery)
 	for _, res := range []string{"roles", "rolebindings", "clusterroles", "clusterrolebindings"} {
 		base.add("rbac.authorization.k8s.io", res, hubRBACVerbs...)
 	}

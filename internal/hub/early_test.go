@@ -1,0 +1,230 @@
+package hub_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/testenv"
+)
+
+// activator stands in for Knative's activator at zero pods: it holds each
+// request until released (then answers 200) or until the hub gives up on
+// it, and records which.
+type activator struct {
+	*httptest.Server
+	release chan struct{}
+
+	mu        sync.Mutex
+	ids       []string // events received
+	cancelled []string // of those, the ones the hub cancelled
+	answered  []string
+}
+
+func newActivator(t *testing.T) *activator {
+	a := &activator{release: make(chan struct{})}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		ev, err := cehttp.NewEventFromHTTPRequest(r)
+		if err != nil {
+			t.Errorf("the hub sent something that is not a CloudEvent: %v", err)
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		a.mu.Lock()
+		a.ids = append(a.ids, ev.ID())
+		a.mu.Unlock()
+		select {
+		case <-a.release:
+			a.mu.Lock()
+			a.answered = append(a.answered, ev.ID())
+			a.mu.Unlock()
+			rw.WriteHeader(http.StatusOK)
+		case <-r.Context().Done():
+			a.mu.Lock()
+			a.cancelled = append(a.cancelled, ev.ID())
+			a.mu.Unlock()
+		}
+	}))
+	t.Cleanup(func() {
+		select {
+		case <-a.release:
+		default:
+			close(a.release)
+		}
+		a.Close()
+	})
+	return a
+}
+
+func (a *activator) seen() (ids, cancelled, answered []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.ids...), append([]string(nil), a.cancelled...), append([]string(nil), a.answered...)
+}
+
+// podSink is a sink on an address an EndpointSlice may hold (not
+// loopback): this machine's first other IPv4 address.
+func podSink(t *testing.T) (*sink, string) {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	must(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			l, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0"))
+			must(t, err)
+			return newSinkOn(t, l), n.IP.String()
+		}
+	}
+	t.Skip("no IPv4 address but loopback here, which an EndpointSlice may not hold")
+	return nil, ""
+}
+
+// knativeSink makes the Knative Service name whose address is the
+// activator and whose container port is the pod sink's, and a
+// Subscription of ConfigMaps sent to it; it returns a function that
+// writes the Service's private EndpointSlice with one endpoint at
+// ip (ready or not).
+func knativeSink(t *testing.T, ns, name string, a *activator, pod *sink, ip string) (setEndpoint func(ready bool)) {
+	t.Helper()
+	env, ctx := testenv.Get(t), context.Background()
+	u, err := url.Parse(pod.URL)
+	must(t, err)
+	port, err := strconv.ParseInt(u.Port(), 10, 64)
+	must(t, err)
+	ksvc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service",
+		"metadata": map[string]any{"namespace": ns, "name": name},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
+			"image": "ko://example.com/op", "ports": []any{map[string]any{"containerPort": port}}}}}}}}}
+	must(t, env.Client.Create(ctx, ksvc))
+	must(t, unstructured.SetNestedField(ksvc.Object, a.URL, "status", "address", "url"))
+	must(t, env.Client.Status().Update(ctx, ksvc))
+	sub := subscription(ns, name, "", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}})
+	sub.Spec.Sink = v1alpha1.Destination{Ref: &v1alpha1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: name}}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, name, v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	slice := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata": map[string]any{"namespace": ns, "name": name + "-00001-private-abcde", "labels": map[string]any{
+			"serving.knative.dev/service": name, "networking.internal.knative.dev/serviceType": "Private"}},
+		"addressType": "IPv4",
+		"ports":       []any{map[string]any{"name": "http", "port": int64(8012), "protocol": "TCP"}}}}
+	return func(ready bool) {
+		t.Helper()
+		slice.Object["endpoints"] = []any{map[string]any{"addresses": []any{ip}, "conditions": map[string]any{"ready": ready}}}
+		if slice.GetResourceVersion() == "" {
+			must(t, env.Client.Create(ctx, slice))
+			return
+		}
+		must(t, env.Client.Update(ctx, slice))
+	}
+}
+
+// TestEarlyDelivery: an event for a Knative Service whose route holds it
+// (the activator waiting for a pod) is posted also to the pod that
+// starts, which answers it: the send is settled once, by that answer, and
+// the held request is cancelled. Not when a pod is ready (the route
+// serves), not when the starting pod answers anything but 2xx or 500 (the
+// route's answer decides), not with NoEarlyDelivery.
+func TestEarlyDelivery(t *testing.T) {
+	added := func(name string) func(event.Event) bool { return about("dev.knative.apiserver.ref.add", name) }
+
+	t.Run("starting pod answers", func(t *testing.T) {
+		env, ctx, ns := withReader(t)
+		a := newActivator(t)
+		pod, ip := podSink(t)
+		h, _ := startHub(t, hub.Options{NoWakeups: true})
+		setEndpoint := knativeSink(t, ns, "op", a, pod, ip)
+		must(t, env.Client.Create(ctx, configMap(ns, "before-pod", nil)))
+		// The route holds it; the pod has no address yet: nothing else.
+		time.Sleep(500 * time.Millisecond)
+		if n := len(pod.all()); n != 0 {
+			t.Fatalf("the pod got %d events before it had an address", n)
+		}
+		setEndpoint(false) // the pod's sandbox is up, it is not ready
+		ev := pod.find(t, "the event at the starting pod", added("before-pod"))
+		testkit.Eventually(t, 30*time.Second, "the route's request cancelled", func(context.Context) (bool, error) {
+			_, cancelled, _ := a.seen()
+			return len(cancelled) == 1, nil
+		})
+		ids, cancelled, answered := a.seen()
+		if len(ids) != 1 || ids[0] != ev.ID() || cancelled[0] != ev.ID() || len(answered) != 0 {
+			t.Errorf("the route got %v (cancelled %v, answered %v), want the pod's event %s, cancelled", ids, cancelled, answered, ev.ID())
+		}
+		if got := h.Stats().Early(); got != 1 {
+			t.Errorf("early deliveries %v, want 1", got)
+		}
+		// Once the pod is ready, the route serves: nothing goes to the pod
+		// directly any more.
+		setEndpoint(true)
+		time.Sleep(300 * time.Millisecond) // the hub's watch sees the slice
+		must(t, env.Client.Create(ctx, configMap(ns, "pod-ready", nil)))
+		time.Sleep(time.Second)
+		if n := pod.count(added("pod-ready")); n != 0 {
+			t.Errorf("posted %d times to a ready pod directly", n)
+		}
+		close(a.release)
+		testkit.Eventually(t, 30*time.Second, "pod-ready answered through the route", func(context.Context) (bool, error) {
+			_, _, answered := a.seen()
+			return len(answered) == 1, nil
+		})
+		if got := h.Stats().Early(); got != 1 {
+			t.Errorf("early deliveries %v, want still 1", got)
+		}
+	})
+
+	t.Run("starting pod refuses", func(t *testing.T) {
+		env, ctx, ns := withReader(t)
+		a := newActivator(t)
+		pod, ip := podSink(t)
+		pod.answer = func(event.Event, int) (int, http.Header) { return http.StatusServiceUnavailable, nil }
+		h, _ := startHub(t, hub.Options{NoWakeups: true})
+		setEndpoint := knativeSink(t, ns, "op", a, pod, ip)
+		setEndpoint(false)
+		must(t, env.Client.Create(ctx, configMap(ns, "refused", nil)))
+		pod.find(t, "the event at the starting pod", added("refused"))
+		time.Sleep(500 * time.Millisecond)
+		if n := pod.count(added("refused")); n != 1 {
+			t.Errorf("the pod was sent the event %d times after its 503, want once (then the route decides)", n)
+		}
+		close(a.release)
+		testkit.Eventually(t, 30*time.Second, "the event answered through the route", func(context.Context) (bool, error) {
+			_, _, answered := a.seen()
+			return len(answered) == 1, nil
+		})
+		if got, sent := h.Stats().Early(), h.Stats().Sent(); got != 0 || sent != 1 {
+			t.Errorf("early %v, sent %v; want 0 and 1", got, sent)
+		}
+	})
+
+	t.Run("off", func(t *testing.T) {
+		env, ctx, ns := withReader(t)
+		a := newActivator(t)
+		pod, ip := podSink(t)
+		h, _ := startHub(t, hub.Options{NoWakeups: true, NoEarlyDelivery: true})
+		setEndpoint := knativeSink(t, ns, "op", a, pod, ip)
+		setEndpoint(false)
+		must(t, env.Client.Create(ctx, configMap(ns, "only-route", nil)))
+		time.Sleep(time.Second)
+		close(a.release)
+		testkit.Eventually(t, 30*time.Second, "the event answered through the route", func(context.Context) (bool, error) {
+			_, _, answered := a.seen()
+			return len(answered) == 1, nil
+		})
+		if n, early := len(pod.all()), h.Stats().Early(); n != 0 || early != 0 {
+			t.Errorf("with NoEarlyDelivery the pod got %d events (early %v)", n, early)
+		}
+	})
+}
