@@ -86,7 +86,7 @@ func main() {
 	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes), /readyz (the watch synced, every bucket tried) and /metrics on this address, e.g. :8081 (default: not served).")
 	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
-	early := fs.Bool("early-delivery", true, "When an event for a Knative Service waits for a pod to start, post it also to that pod's container directly as soon as it listens, before Knative finds the pod ready (about a second earlier on a cold start); the first answer counts. Needs get/list/watch of EndpointSlices. false: only through the Service's address.")
+	early := fs.Bool("early-delivery", true, "When an event or admission call for a Knative Service waits for a pod to start, send it also to that pod's container directly as soon as it listens, before Knative finds the pod ready (about a second earlier on a cold start); the first answer counts. Needs get/list/watch of EndpointSlices. false: only through the Service's address.")
 	ha := haFlags{}
 	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
 	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
@@ -186,7 +186,7 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	if err != nil {
 		return err
 	}
-	adm, err := startAdmission(ctx, cfg, webhooks, id, log)
+	adm, err := startAdmission(ctx, cfg, webhooks, id, !early, log)
 	if err != nil {
 		return err
 	}
@@ -216,12 +216,12 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 
 // startAdmission serves the operators' admission webhooks
 // (internal/hub/admission) when --webhook-addr (or opzero dev's port) is set.
-func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, log logr.Logger) (*admission.Server, error) {
+func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, noEarly bool, log logr.Logger) (*admission.Server, error) {
 	o, on, err := f.Options()
 	if err != nil || !on {
 		return nil, err
 	}
-	o.Identity, o.Log = id, log
+	o.Identity, o.Log, o.NoEarly = id, log, noEarly
 	s, err := admission.New(cfg, o)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package hub_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -76,21 +75,10 @@ func (a *activator) seen() (ids, cancelled, answered []string) {
 	return append([]string(nil), a.ids...), append([]string(nil), a.cancelled...), append([]string(nil), a.answered...)
 }
 
-// podSink is a sink on an address an EndpointSlice may hold (not
-// loopback): this machine's first other IPv4 address.
+// podSink is a sink on an address an EndpointSlice may hold.
 func podSink(t *testing.T) (*sink, string) {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	must(t, err)
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			l, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0"))
-			must(t, err)
-			return newSinkOn(t, l), n.IP.String()
-		}
-	}
-	t.Skip("no IPv4 address but loopback here, which an EndpointSlice may not hold")
-	return nil, ""
+	l, ip := testkit.HostListener(t)
+	return newSinkOn(t, l), ip
 }
 
 // knativeSink makes the Knative Service name whose address is the

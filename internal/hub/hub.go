@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/hub/starting"
 	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
@@ -45,7 +46,7 @@ type Options struct {
 	NoWakeups bool
 	// NoEarlyDelivery posts events only to the sink's address: not also
 	// to a starting pod of a Knative Service sink while the route waits
-	// for it to be ready (early.go).
+	// for it to be ready (package starting).
 	NoEarlyDelivery bool
 
 	// LeaseNamespace is where the bucket Leases are (the hub's
@@ -109,6 +110,9 @@ type Hub struct {
 
 	recheck chan struct{}
 	health  health
+	// starting follows the starting pods of Knative Service sinks (early
+	// delivery); nil with NoEarlyDelivery.
+	starting *starting.Services
 }
 
 // New returns a Hub that talks to the API server of cfg.
@@ -154,6 +158,9 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
 	h.el = h.newElector()
 	h.stats = newStats(h.el)
+	if !o.NoEarlyDelivery {
+		h.starting = starting.NewServices(dyn, o.Log)
+	}
 	return h, nil
 }
 

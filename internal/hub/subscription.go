@@ -48,7 +48,6 @@ type sub struct {
 
 	disp    *dispatcher
 	sweeps  *sweeper
-	early   *starting // the sink's starting pods (early.go), once a send waited
 	stopped bool
 }
 

@@ -22,7 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true}))
+	os.Exit(testenv.Main(m, testenv.Options{NoControllerManager: true, KnativeCRDs: true}))
 }
 
 // TestSelfManagedCertificate: on a real API server, a hub without a

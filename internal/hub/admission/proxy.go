@@ -17,6 +17,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opzero/opzero/internal/hub/starting"
 )
 
 // maxReview bounds an AdmissionReview read from the API server or an
@@ -46,12 +48,15 @@ type proxy struct {
 	http     *http.Client
 	inFlight int // per operator
 	log      logr.Logger
+	// starting follows the operators' starting pods: a call that waits
+	// for a cold start goes to the pod too once it listens (nil: never).
+	starting *starting.Services
 
 	mu    sync.Mutex
 	slots map[types.NamespacedName]chan struct{}
 
 	// counters (Stats)
-	forwarded, refused, failed atomic.Int64
+	forwarded, refused, failed, early atomic.Int64
 }
 
 // slot takes one of op's in-flight slots, or says there is none free.
@@ -160,12 +165,49 @@ func decodeReview(body []byte) (*admissionv1.AdmissionRequest, error) {
 }
 
 // forward sends the review to the operator's webhook path with the hub's
-// token for its audience, and returns its answer.
+// token for its audience, and returns its answer. When the answer takes
+// longer than starting.After, the review goes also to a starting pod of
+// the operator's Knative Service (package starting) once it listens; its
+// answer counts if it is a 200 (an AdmissionReview), else the route's.
 func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byte, error) {
 	base, err := p.resolve.URL(ctx, rt.operator)
 	if err != nil {
 		return 0, nil, fmt.Errorf("resolving operator %s's Knative Service: %w", rt.operator, err)
 	}
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	a, early := starting.Race(ctx, p.starting.Get(rt.operator.Namespace, rt.operator.Name),
+		func(ctx context.Context) answer {
+			code, b, err := p.call(ctx, p.http, base, rt, body)
+			if err != nil && ctx.Err() == nil {
+				p.resolve.Forget(rt.operator)
+			}
+			if code == http.StatusNotFound {
+				p.resolve.Forget(rt.operator)
+			}
+			return answer{code, b, err}
+		},
+		func(ctx context.Context, pod string) (answer, starting.Outcome) {
+			code, b, err := p.call(ctx, starting.Client, pod, rt, body)
+			switch {
+			case err == nil && code == http.StatusOK:
+				return answer{code, b, nil}, starting.Settled
+			case err == nil:
+				return answer{}, starting.GiveUp
+			}
+			return answer{}, starting.Again
+		})
+	if early {
+		p.early.Add(1)
+	}
+	return a.code, a.body, a.err
+}
+
+// call posts the review to base+rt.path through c.
+func (p *proxy) call(ctx context.Context, c *http.Client, base string, rt *route, body []byte) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+rt.path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -180,11 +222,8 @@ func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byt
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 	}
-	resp, err := p.http.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
-		if ctx.Err() == nil {
-			p.resolve.Forget(rt.operator)
-		}
 		return 0, nil, fmt.Errorf("calling operator %s: %w", rt.operator, err)
 	}
 	defer resp.Body.Close()
@@ -194,9 +233,6 @@ func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byt
 	}
 	if len(answer) > maxReview {
 		return 0, nil, fmt.Errorf("operator %s answered more than %d bytes", rt.operator, maxReview)
-	}
-	if resp.StatusCode == http.StatusNotFound {
-		p.resolve.Forget(rt.operator)
 	}
 	return resp.StatusCode, answer, nil
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/opzero/opzero/internal/hub/starting"
 	"github.com/opzero/opzero/internal/wakeup/wakesource"
 )
 
@@ -50,6 +51,10 @@ type Options struct {
 	// HTTP forwards the calls (each bounded by its webhook's timeout).
 	HTTP *http.Client
 	Log  logr.Logger
+	// NoEarly forwards a call only to the operator's address: not also to
+	// a starting pod of its Knative Service while Knative waits for the
+	// pod to be ready (package starting).
+	NoEarly bool
 }
 
 // Server is the hub's admission endpoint: see the package documentation.
@@ -102,6 +107,9 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	s.routes.Store(&empty)
 	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, synced: s.synced, resolve: newServiceResolver(dyn), tokens: s.token,
 		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{}}
+	if !o.NoEarly {
+		s.proxy.starting = starting.NewServices(dyn, o.Log.WithName("admission"))
+	}
 	return s, nil
 }
 
@@ -266,5 +274,6 @@ func (s *Server) Collectors() []prometheus.Collector {
 		counter("forwarded_total", "AdmissionReviews forwarded to an operator and answered.", &s.proxy.forwarded),
 		counter("refused_total", "Calls refused before reaching an operator: unknown path, not an AdmissionReview, or a resource the webhook does not declare.", &s.proxy.refused),
 		counter("failed_total", "Calls that reached no answer: the operator failed, timed out or had too many in flight.", &s.proxy.failed),
+		counter("early_total", "Of the calls forwarded, those a starting pod of the operator answered directly, before Knative found it ready.", &s.proxy.early),
 	}
 }

@@ -1,0 +1,340 @@
+// Package starting lets the hub reach a Knative Service's pod while it
+// starts, before Knative finds it ready.
+//
+// A request to a Knative Service at zero pods waits in the activator until
+// the pod it started is Ready: the kubelet's relist and readiness probe of
+// queue-proxy, the pod's status, the endpoints, the activator's own probe.
+// On the real node that is 0.7-1 s after the operator's process already
+// listens, idle. Race sends a request through the Service's address and,
+// when no answer came within After, the same request to the user
+// container of a pod of that Service that is starting (an endpoint of its
+// private Service, neither ready nor terminating) as soon as that
+// container accepts the connection; the first answer that settles it
+// counts and the other request is cancelled. Nothing is posted directly
+// once a pod of the Service is ready: the route serves it.
+//
+// What it costs is an EndpointSlice watch in the Service's namespace (its
+// private slices only) while a request waits; the hub's service account
+// reads EndpointSlices for it.
+package starting
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+)
+
+// After is how long a request waits for its answer through the route
+// before Race looks for a starting pod: a warm operator answers well
+// within it, a cold start takes a second or more.
+const After = 100 * time.Millisecond
+
+// Retry is how often a starting pod's container is dialed again while
+// nothing listens in it yet.
+const Retry = 20 * time.Millisecond
+
+var (
+	endpointSlices = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	services       = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "services"}
+)
+
+// Client posts to pods directly: a short dial timeout (an address that
+// does not answer is tried again), no connection kept (one pod's start),
+// no overall timeout (the request's context bounds it).
+var Client = &http.Client{Transport: &http.Transport{
+	DialContext:       (&net.Dialer{Timeout: 300 * time.Millisecond}).DialContext,
+	DisableKeepAlives: true,
+}}
+
+// IsKnativeService says whether apiVersion and kind name a Knative Service.
+func IsKnativeService(apiVersion, kind string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && kind == "Service" && gv.Group == services.Group
+}
+
+// Outcome is what a direct attempt says.
+type Outcome int
+
+const (
+	// Settled: the pod's answer is the request's answer.
+	Settled Outcome = iota
+	// Again: nothing listens there yet (refused, or the dial timed out).
+	Again
+	// GiveUp: the pod answered something else; the route's answer decides.
+	GiveUp
+)
+
+// Race calls route at once and, if it has not returned within After,
+// direct with the base URL (http://ip:port) of a starting pod of svc too,
+// again every Retry while direct says Again, until one settles: it
+// returns route's answer, or direct's when that is Settled first (early
+// true). The other call's context is cancelled. With svc nil it is route.
+func Race[T any](ctx context.Context, svc *Service, route func(context.Context) T, direct func(ctx context.Context, base string) (T, Outcome)) (answer T, early bool) {
+	if svc == nil {
+		return route(ctx), false
+	}
+	routeCtx, cancelRoute := context.WithCancel(ctx)
+	defer cancelRoute()
+	routed := make(chan T, 1)
+	go func() { routed <- route(routeCtx) }()
+	t := time.NewTimer(After)
+	select {
+	case a := <-routed:
+		t.Stop()
+		return a, false
+	case <-t.C:
+	}
+	svc.acquire()
+	defer svc.release()
+	directCtx, cancelDirect := context.WithCancel(ctx)
+	defer cancelDirect()
+	type got struct {
+		answer T
+		ok     bool
+	}
+	directly := make(chan got, 1)
+	go func() {
+		for {
+			base := svc.target(directCtx)
+			if base == "" {
+				directly <- got{}
+				return
+			}
+			a, o := direct(directCtx, base)
+			switch {
+			case o == Settled:
+				directly <- got{a, true}
+				return
+			case o == GiveUp || directCtx.Err() != nil:
+				directly <- got{}
+				return
+			}
+			select {
+			case <-directCtx.Done():
+				directly <- got{}
+				return
+			case <-time.After(Retry):
+			}
+		}
+	}()
+	for {
+		select {
+		case a := <-routed:
+			return a, false
+		case g := <-directly:
+			if g.ok {
+				return g.answer, true
+			}
+			directly = nil // the route's answer decides
+		}
+	}
+}
+
+// Services are the Knative Services followed, one each.
+type Services struct {
+	dyn dynamic.Interface
+	log logr.Logger
+
+	mu sync.Mutex
+	m  map[types.NamespacedName]*Service
+}
+
+// NewServices follows Knative Services' pods through dyn; log says (at V(1))
+// when it cannot.
+func NewServices(dyn dynamic.Interface, log logr.Logger) *Services {
+	return &Services{dyn: dyn, log: log, m: map[types.NamespacedName]*Service{}}
+}
+
+// Get is the Knative Service ns/name (nil receiver: nil, no racing).
+func (s *Services) Get(ns, name string) *Service {
+	if s == nil {
+		return nil
+	}
+	k := types.NamespacedName{Namespace: ns, Name: name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.m[k]
+	if v == nil {
+		v = &Service{dyn: s.dyn, log: s.log, key: k, changed: make(chan struct{})}
+		s.m[k] = v
+	}
+	return v
+}
+
+// Service follows one Knative Service's pods while requests wait.
+type Service struct {
+	dyn dynamic.Interface
+	log logr.Logger
+	key types.NamespacedName
+
+	mu      sync.Mutex
+	users   int
+	cancel  context.CancelFunc
+	targets []string // base URLs of the starting pods' user containers
+	ready   bool     // a pod of the Service is ready: the route serves
+	failed  bool     // following failed: nothing to post to directly
+	changed chan struct{}
+}
+
+// target waits for a starting pod and returns its user container's base
+// URL; "" once a pod is ready, following failed, or ctx ended.
+func (s *Service) target(ctx context.Context) string {
+	for {
+		s.mu.Lock()
+		if s.ready || s.failed {
+			s.mu.Unlock()
+			return ""
+		}
+		if len(s.targets) > 0 {
+			u := s.targets[0]
+			s.mu.Unlock()
+			return u
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-ch:
+		}
+	}
+}
+
+// acquire starts following the pods for a waiting request; release stops
+// when no request waits any more.
+func (s *Service) acquire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users++; s.users == 1 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel = cancel
+		s.targets, s.ready, s.failed = nil, false, false
+		go s.follow(ctx)
+	}
+}
+
+func (s *Service) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users--; s.users == 0 {
+		s.cancel()
+	}
+}
+
+// follow lists and watches the Service's private EndpointSlices until
+// ctx ends.
+func (s *Service) follow(ctx context.Context) {
+	port, err := s.userPort(ctx)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	res := s.dyn.Resource(endpointSlices).Namespace(s.key.Namespace)
+	sel := metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + s.key.Name + ",networking.internal.knative.dev/serviceType=Private"}
+	for ctx.Err() == nil {
+		l, err := res.List(ctx, sel)
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		slices := map[string]*unstructured.Unstructured{}
+		for i := range l.Items {
+			slices[l.Items[i].GetName()] = &l.Items[i]
+		}
+		s.publish(slices, port)
+		wo := sel
+		wo.ResourceVersion = l.GetResourceVersion()
+		w, err := res.Watch(ctx, wo)
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		for e := range w.ResultChan() {
+			u, ok := e.Object.(*unstructured.Unstructured)
+			if !ok {
+				break // an error: list again
+			}
+			switch e.Type {
+			case watch.Added, watch.Modified:
+				slices[u.GetName()] = u
+			case watch.Deleted:
+				delete(slices, u.GetName())
+			}
+			s.publish(slices, port)
+		}
+		w.Stop()
+	}
+}
+
+// userPort is the Service's container port (Knative's default 8080).
+func (s *Service) userPort(ctx context.Context) (int64, error) {
+	u, err := s.dyn.Resource(services).Namespace(s.key.Namespace).Get(ctx, s.key.Name, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		cm, _ := c.(map[string]any)
+		ps, _, _ := unstructured.NestedSlice(cm, "ports")
+		for _, p := range ps {
+			pm, _ := p.(map[string]any)
+			if n, ok, _ := unstructured.NestedInt64(pm, "containerPort"); ok && n > 0 {
+				return n, nil
+			}
+		}
+	}
+	return 8080, nil
+}
+
+// publish sets the targets from slices: the addresses of endpoints
+// neither ready nor terminating, unless one is ready.
+func (s *Service) publish(slices map[string]*unstructured.Unstructured, port int64) {
+	var targets []string
+	ready := false
+	for _, sl := range slices {
+		eps, _, _ := unstructured.NestedSlice(sl.Object, "endpoints")
+		for _, ep := range eps {
+			m, _ := ep.(map[string]any)
+			r, _, _ := unstructured.NestedBool(m, "conditions", "ready")
+			term, _, _ := unstructured.NestedBool(m, "conditions", "terminating")
+			addrs, _, _ := unstructured.NestedStringSlice(m, "addresses")
+			switch {
+			case term || len(addrs) == 0:
+			case r:
+				ready = true
+			default:
+				targets = append(targets, "http://"+net.JoinHostPort(addrs[0], strconv.FormatInt(port, 10)))
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.targets, s.ready = targets, ready
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// fail ends direct requests until no request waits any more: they go
+// through the route alone.
+func (s *Service) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	s.log.V(1).Info("not following the Knative Service's starting pods; requests go through its address alone", "service", s.key.String(), "err", err.Error())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failed = true
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
