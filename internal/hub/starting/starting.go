@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -179,11 +180,12 @@ type Service struct {
 	key types.NamespacedName
 
 	mu      sync.Mutex
-	users   int
-	cancel  context.CancelFunc
-	targets []string // base URLs of the starting pods' user containers
-	ready   bool     // a pod of the Service is ready: the route serves
-	failed  bool     // following failed: nothing to post to directly
+	users   int                // requests waiting
+	uses    int                // requests that waited, ever
+	cancel  context.CancelFunc // stops following (nil: not followed)
+	targets []string           // base URLs of the starting pods' user containers
+	ready   bool               // a pod of the Service is ready: the route serves
+	failed  bool               // following failed: nothing to post to directly
 	changed chan struct{}
 }
 
@@ -211,12 +213,19 @@ func (s *Service) target(ctx context.Context) string {
 	}
 }
 
-// acquire starts following the pods for a waiting request; release stops
-// when no request waits any more.
+// Linger is how long the pods are still followed after the last request
+// that waited: an operator whose reconciles often take longer than After
+// costs one watch, not a list and a watch per slow request.
+const Linger = 30 * time.Second
+
+// acquire starts following the pods for a waiting request (unless they
+// still are); release lets them be followed for Linger after the last.
 func (s *Service) acquire() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.users++; s.users == 1 {
+	s.users++
+	s.uses++
+	if s.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel = cancel
 		s.targets, s.ready, s.failed = nil, false, false
@@ -227,15 +236,31 @@ func (s *Service) acquire() {
 func (s *Service) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.users--; s.users == 0 {
-		s.cancel()
+	if s.users--; s.users > 0 {
+		return
 	}
+	uses := s.uses
+	time.AfterFunc(Linger, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.users == 0 && s.uses == uses && s.cancel != nil {
+			s.cancel()
+			s.cancel = nil
+		}
+	})
 }
 
 // follow lists and watches the Service's private EndpointSlices until
-// ctx ends.
+// ctx ends. It gives up (fail) when it may not, or the Service is not
+// there; other errors are tried again every second.
 func (s *Service) follow(ctx context.Context) {
-	port, err := s.userPort(ctx)
+	var port int64
+	var err error
+	for {
+		if port, err = s.userPort(ctx); err == nil || !s.again(ctx, err) {
+			break
+		}
+	}
 	if err != nil {
 		s.fail(ctx, err)
 		return
@@ -245,6 +270,9 @@ func (s *Service) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		l, err := res.List(ctx, sel)
 		if err != nil {
+			if s.again(ctx, err) {
+				continue
+			}
 			s.fail(ctx, err)
 			return
 		}
@@ -257,6 +285,9 @@ func (s *Service) follow(ctx context.Context) {
 		wo.ResourceVersion = l.GetResourceVersion()
 		w, err := res.Watch(ctx, wo)
 		if err != nil {
+			if s.again(ctx, err) {
+				continue
+			}
 			s.fail(ctx, err)
 			return
 		}
@@ -274,6 +305,21 @@ func (s *Service) follow(ctx context.Context) {
 			s.publish(slices, port)
 		}
 		w.Stop()
+	}
+}
+
+// again waits a second and says whether to try again after err: not when
+// the hub may not read (Forbidden), the Service is gone (NotFound), or ctx
+// ended.
+func (s *Service) again(ctx context.Context, err error) bool {
+	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || ctx.Err() != nil {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Second):
+		return true
 	}
 }
 
@@ -325,8 +371,9 @@ func (s *Service) publish(slices map[string]*unstructured.Unstructured, port int
 	s.changed = make(chan struct{})
 }
 
-// fail ends direct requests until no request waits any more: they go
-// through the route alone.
+// fail ends direct requests until the Service has not been followed for
+// Linger (then the next request that waits tries again): they go through
+// the route alone.
 func (s *Service) fail(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
