@@ -25,11 +25,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/hub"
 	"github.com/opzero/opzero/internal/hub/admission"
+	"github.com/opzero/opzero/internal/hub/starting"
 	"github.com/opzero/opzero/internal/profile"
 	"github.com/opzero/opzero/internal/trim"
 )
@@ -86,7 +88,7 @@ func main() {
 	healthAddr := fs.String("health-addr", "", "Serve /healthz (fails once the watch of Subscriptions has been down for 2 minutes), /readyz (the watch synced, every bucket tried) and /metrics on this address, e.g. :8081 (default: not served).")
 	recheck := fs.Duration("recheck", 5*time.Minute, "How often every Subscription's sink and RBAC are checked again, besides when it or an RBAC object changes (those not Ready: every 5s).")
 	flush := fs.Duration("flush", 2*time.Second, "How often delivery progress is written to the Subscriptions' status.")
-	early := fs.Bool("early-delivery", true, "When an event or admission call for a Knative Service waits for a pod to start, send it also to that pod's container directly as soon as it listens, before Knative finds the pod ready (about a second earlier on a cold start); the first answer counts. Needs get/list/watch of EndpointSlices. false: only through the Service's address.")
+	early := fs.Bool("early-delivery", true, "When an event or admission call for a Knative Service waits for a pod to start, send it also to that pod's container directly as soon as it listens, before Knative finds the pod ready (about a second earlier on a cold start); the first answer counts. The pods announce themselves on --health-addr ("+starting.AnnouncePath+"), else they are found in EndpointSlices. false: only through the Service's address.")
 	ha := haFlags{}
 	fs.StringVar(&ha.namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "Where the bucket Leases are (default $POD_NAMESPACE); empty: no Leases, this process serves every Subscription (run one replica only).")
 	fs.IntVar(&ha.buckets, "buckets", 4, "How many buckets the Subscriptions are hashed into; every replica must use the same number.")
@@ -181,12 +183,22 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		return fmt.Errorf("--buckets %d: want 1 or more (the same on every replica)", ha.buckets)
 	}
 	replica, version := ha.replicaID(), hub.BuildVersion()
+	// One follower of the operators' starting pods for the events and the
+	// admission calls, which takes the pods' announcements too.
+	var st *starting.Services
+	if early {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		st = starting.NewServices(dyn, log)
+	}
 	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log,
-		NoEarlyDelivery: !early, LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
+		NoEarlyDelivery: !early, Starting: st, LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
 	if err != nil {
 		return err
 	}
-	adm, err := startAdmission(ctx, cfg, webhooks, id, !early, log)
+	adm, err := startAdmission(ctx, cfg, webhooks, id, st, log)
 	if err != nil {
 		return err
 	}
@@ -204,6 +216,9 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 		mux.Handle("/healthz", h.HealthHandler())
 		mux.Handle("/readyz", h.ReadyHandler())
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if st != nil {
+			mux.Handle(starting.AnnouncePath, st.Handler())
+		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
@@ -216,12 +231,12 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 
 // startAdmission serves the operators' admission webhooks
 // (internal/hub/admission) when --webhook-addr (or opzero dev's port) is set.
-func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, noEarly bool, log logr.Logger) (*admission.Server, error) {
+func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, st *starting.Services, log logr.Logger) (*admission.Server, error) {
 	o, on, err := f.Options()
 	if err != nil || !on {
 		return nil, err
 	}
-	o.Identity, o.Log, o.NoEarly = id, log, noEarly
+	o.Identity, o.Log, o.NoEarly, o.Starting = id, log, st == nil, st
 	s, err := admission.New(cfg, o)
 	if err != nil {
 		return nil, err

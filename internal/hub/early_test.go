@@ -6,17 +6,24 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/hub"
+	"github.com/opzero/opzero/internal/hub/starting"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/testenv"
 )
@@ -95,7 +102,7 @@ func knativeSink(t *testing.T, ns, name string, a *activator, pod *sink, ip stri
 	must(t, err)
 	ksvc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service",
 		"metadata": map[string]any{"namespace": ns, "name": name},
-		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"serviceAccountName": "op", "containers": []any{map[string]any{
 			"image": "ko://example.com/op", "ports": []any{map[string]any{"containerPort": port}}}}}}}}}
 	must(t, env.Client.Create(ctx, ksvc))
 	must(t, unstructured.SetNestedField(ksvc.Object, a.URL, "status", "address", "url"))
@@ -170,6 +177,75 @@ func TestEarlyDelivery(t *testing.T) {
 		})
 		if got := h.Stats().Early(); got != 1 {
 			t.Errorf("early deliveries %v, want still 1", got)
+		}
+	})
+
+	t.Run("starting pod announces itself", func(t *testing.T) {
+		// The pod's address is in no EndpointSlice yet (the kubelet posts
+		// it at its next relist): the operator tells the hub.
+		env, ctx, ns := withReader(t)
+		must(t, env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"}}))
+		a := newActivator(t)
+		pod, ip := podSink(t)
+		dyn, err := dynamic.NewForConfig(env.Config)
+		must(t, err)
+		st := starting.NewServices(dyn, logr.Discard())
+		hubEndpoint := httptest.NewServer(st.Handler())
+		t.Cleanup(hubEndpoint.Close)
+		h, _ := startHub(t, hub.Options{NoWakeups: true, Starting: st})
+		knativeSink(t, ns, "op", a, pod, ip)
+		must(t, env.Client.Create(ctx, configMap(ns, "announced", nil)))
+		time.Sleep(300 * time.Millisecond) // the route holds it: the hub follows the Service
+
+		cs, err := kubernetes.NewForConfig(env.Config)
+		must(t, err)
+		token := func(sa, audience string) string {
+			tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
+			must(t, err)
+			return tr.Status.Token
+		}
+		podAddr := strings.TrimPrefix(pod.URL, "http://")
+		announce := func(tok, body string) int {
+			req, err := http.NewRequest(http.MethodPost, hubEndpoint.URL+starting.AnnouncePath, strings.NewReader(body))
+			must(t, err)
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		good := `{"service":"op","address":"` + podAddr + `"}`
+		for _, bad := range []struct {
+			what, tok, body string
+			want            int
+		}{
+			{"no token", "", good, http.StatusUnauthorized},
+			{"a token for another audience", token("op", "someone-else"), good, http.StatusUnauthorized},
+			{"another service account's token", token("other", starting.Audience), good, http.StatusForbidden},
+			{"a loopback address", token("op", starting.Audience), `{"service":"op","address":"127.0.0.1:8080"}`, http.StatusBadRequest},
+			{"no such Knative Service", token("op", starting.Audience), `{"service":"nope","address":"` + podAddr + `"}`, http.StatusForbidden},
+			{"not JSON", token("op", starting.Audience), `op ` + podAddr, http.StatusBadRequest},
+		} {
+			if got := announce(bad.tok, bad.body); got != bad.want {
+				t.Errorf("%s: answered %d, want %d", bad.what, got, bad.want)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n := len(pod.all()); n != 0 {
+			t.Fatalf("the pod got %d events after announcements that were refused", n)
+		}
+		if got := announce(token("op", starting.Audience), good); got != http.StatusNoContent {
+			t.Fatalf("the pod's own announcement: answered %d, want 204", got)
+		}
+		ev := pod.find(t, "the event at the pod that announced itself", added("announced"))
+		testkit.Eventually(t, 30*time.Second, "the route's request cancelled", func(context.Context) (bool, error) {
+			_, cancelled, _ := a.seen()
+			return len(cancelled) == 1 && cancelled[0] == ev.ID(), nil
+		})
+		if got := h.Stats().Early(); got != 1 {
+			t.Errorf("early deliveries %v, want 1", got)
 		}
 	})
 

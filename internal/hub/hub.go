@@ -48,6 +48,11 @@ type Options struct {
 	// to a starting pod of a Knative Service sink while the route waits
 	// for it to be ready (package starting).
 	NoEarlyDelivery bool
+	// Starting follows the sinks' starting pods for early delivery and
+	// takes their announcements (package starting); nil: the hub makes
+	// its own (unless NoEarlyDelivery). Share one with the admission
+	// endpoint so that both use the pods' announcements.
+	Starting *starting.Services
 
 	// LeaseNamespace is where the bucket Leases are (the hub's
 	// namespace): replicas share the Subscriptions by bucket (package
@@ -159,7 +164,10 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	h.el = h.newElector()
 	h.stats = newStats(h.el)
 	if !o.NoEarlyDelivery {
-		h.starting = starting.NewServices(dyn, o.Log)
+		h.starting = o.Starting
+		if h.starting == nil {
+			h.starting = starting.NewServices(dyn, o.Log)
+		}
 	}
 	return h, nil
 }

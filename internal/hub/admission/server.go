@@ -55,6 +55,9 @@ type Options struct {
 	// a starting pod of its Knative Service while Knative waits for the
 	// pod to be ready (package starting).
 	NoEarly bool
+	// Starting follows the operators' starting pods (nil: the server makes
+	// its own unless NoEarly); the hub's, to share the pods' announcements.
+	Starting *starting.Services
 }
 
 // Server is the hub's admission endpoint: see the package documentation.
@@ -108,7 +111,10 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, synced: s.synced, resolve: newServiceResolver(dyn), tokens: s.token,
 		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{}}
 	if !o.NoEarly {
-		s.proxy.starting = starting.NewServices(dyn, o.Log.WithName("admission"))
+		s.proxy.starting = o.Starting
+		if s.proxy.starting == nil {
+			s.proxy.starting = starting.NewServices(dyn, o.Log.WithName("admission"))
+		}
 	}
 	return s, nil
 }

@@ -22,6 +22,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -106,8 +107,8 @@ func Race[T any](ctx context.Context, svc *Service, route func(context.Context) 
 	}
 	directly := make(chan got, 1)
 	go func() {
-		for {
-			base := svc.target(directCtx)
+		for n := 0; ; n++ {
+			base := svc.target(directCtx, n)
 			if base == "" {
 				directly <- got{}
 				return
@@ -180,37 +181,81 @@ type Service struct {
 	key types.NamespacedName
 
 	mu      sync.Mutex
-	users   int                // requests waiting
-	uses    int                // requests that waited, ever
-	cancel  context.CancelFunc // stops following (nil: not followed)
-	targets []string           // base URLs of the starting pods' user containers
-	ready   bool               // a pod of the Service is ready: the route serves
-	failed  bool               // following failed: nothing to post to directly
+	users   int                  // requests waiting
+	uses    int                  // requests that waited, ever
+	cancel  context.CancelFunc   // stops following (nil: not followed)
+	listed  []string             // base URLs of the starting pods' user containers (EndpointSlices)
+	gone    map[string]bool      // base URLs of terminating endpoints
+	told    map[string]time.Time // base URLs pods announced (Announce), when
+	ready   bool                 // a pod of the Service is ready: the route serves
+	failed  bool                 // following failed: nothing to post to directly
 	changed chan struct{}
 }
 
 // target waits for a starting pod and returns its user container's base
-// URL; "" once a pod is ready, following failed, or ctx ended.
-func (s *Service) target(ctx context.Context) string {
+// URL, the n-th of those known (in turn); "" once a pod is ready,
+// following failed, or ctx ended.
+func (s *Service) target(ctx context.Context, n int) string {
 	for {
 		s.mu.Lock()
 		if s.ready || s.failed {
 			s.mu.Unlock()
 			return ""
 		}
-		if len(s.targets) > 0 {
-			u := s.targets[0]
+		if ts := s.candidates(time.Now()); len(ts) > 0 {
 			s.mu.Unlock()
-			return u
+			return ts[n%len(ts)]
 		}
 		ch := s.changed
 		s.mu.Unlock()
+		t := time.NewTimer(AnnouncedFor)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ""
 		case <-ch:
+		case <-t.C: // an announcement may have expired
+		}
+		t.Stop()
+	}
+}
+
+// candidates are the pods to try, the announced ones first (newest first:
+// they listen already), then those the EndpointSlices list; s.mu held.
+func (s *Service) candidates(now time.Time) []string {
+	var ts []string
+	for u, at := range s.told {
+		if now.Sub(at) > AnnouncedFor || s.gone[u] {
+			delete(s.told, u)
+			continue
+		}
+		ts = append(ts, u)
+	}
+	slices.SortFunc(ts, func(a, b string) int { return s.told[b].Compare(s.told[a]) })
+	for _, u := range s.listed {
+		if !slices.Contains(ts, u) {
+			ts = append(ts, u)
 		}
 	}
+	return ts
+}
+
+// AnnouncedFor is how long a pod's announcement (Announce) is used: the
+// time between its process listening and Knative finding it ready is
+// about a second; a pod gone since must not be tried for long (its
+// address may be given to another pod).
+const AnnouncedFor = 10 * time.Second
+
+// announce records that a pod of the Service listens at base.
+func (s *Service) announce(base string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.told == nil {
+		s.told = map[string]time.Time{}
+	}
+	s.told[base] = now
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Linger is how long the pods are still followed after the last request
@@ -228,7 +273,7 @@ func (s *Service) acquire() {
 	if s.cancel == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel = cancel
-		s.targets, s.ready, s.failed = nil, false, false
+		s.listed, s.gone, s.ready, s.failed = nil, nil, false, false
 		go s.follow(ctx)
 	}
 }
@@ -346,7 +391,8 @@ func (s *Service) userPort(ctx context.Context) (int64, error) {
 // publish sets the targets from slices: the addresses of endpoints
 // neither ready nor terminating, unless one is ready.
 func (s *Service) publish(slices map[string]*unstructured.Unstructured, port int64) {
-	var targets []string
+	var listed []string
+	gone := map[string]bool{}
 	ready := false
 	for _, sl := range slices {
 		eps, _, _ := unstructured.NestedSlice(sl.Object, "endpoints")
@@ -355,18 +401,23 @@ func (s *Service) publish(slices map[string]*unstructured.Unstructured, port int
 			r, _, _ := unstructured.NestedBool(m, "conditions", "ready")
 			term, _, _ := unstructured.NestedBool(m, "conditions", "terminating")
 			addrs, _, _ := unstructured.NestedStringSlice(m, "addresses")
+			if len(addrs) == 0 {
+				continue
+			}
+			u := "http://" + net.JoinHostPort(addrs[0], strconv.FormatInt(port, 10))
 			switch {
-			case term || len(addrs) == 0:
+			case term:
+				gone[u] = true
 			case r:
 				ready = true
 			default:
-				targets = append(targets, "http://"+net.JoinHostPort(addrs[0], strconv.FormatInt(port, 10)))
+				listed = append(listed, u)
 			}
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.targets, s.ready = targets, ready
+	s.listed, s.gone, s.ready = listed, gone, ready
 	close(s.changed)
 	s.changed = make(chan struct{})
 }

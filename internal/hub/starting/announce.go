@@ -1,0 +1,188 @@
+package starting
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Announcements. A pod's address reaches the API server (its status, then
+// the EndpointSlices) only when the kubelet next looks at the pod's
+// containers (its relist, every second), about when it also finds the pod
+// ready: too late to be of use. So the operator tells the hub itself, as
+// soon as it listens: it POSTs an Announcement to AnnouncePath of every
+// hub replica (a headless Service's addresses), authenticated by a token
+// of its service account for the audience Audience (a projected volume of
+// its Knative Service). The hub accepts it only from the service account
+// the Knative Service runs as, and tries the address for AnnouncedFor, as
+// long as no pod of that Service is ready.
+
+// AnnouncePath is where a hub replica takes Announcements.
+const AnnouncePath = "/v1/starting"
+
+// Audience is the audience of the tokens that announce.
+const Audience = "opzero-hub"
+
+// Announcement says that a pod of the Knative Service Service (in the
+// namespace of the service account announcing) listens at Address
+// (ip:port).
+type Announcement struct {
+	Service string `json:"service"`
+	Address string `json:"address"`
+}
+
+var tokenReviews = schema.GroupVersionResource{Group: "authentication.k8s.io", Version: "v1", Resource: "tokenreviews"}
+
+// Announce records that a pod of the Knative Service ns/name listens at
+// addr (ip:port), for AnnouncedFor.
+func (s *Services) Announce(ns, name, addr string) {
+	s.Get(ns, name).announce("http://"+addr, time.Now())
+}
+
+// Handler takes Announcements (POST AnnouncePath): 204 when recorded; 401
+// without a valid token for Audience; 403 when the token's service
+// account is not the one the Knative Service runs as; 400 for anything
+// that is not an Announcement of a pod address. Nothing is recorded
+// unless it answers 204.
+func (s *Services) Handler() http.Handler {
+	a := &announcer{s: s, reviewed: map[string]reviewed{}}
+	return http.HandlerFunc(a.serve)
+}
+
+type announcer struct {
+	s *Services
+
+	mu       sync.Mutex
+	reviewed map[string]reviewed // token -> who, for a minute
+}
+
+type reviewed struct {
+	ns, sa string
+	at     time.Time
+}
+
+func (a *announcer) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "announcements are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		http.Error(w, "missing Authorization: Bearer <a service account token for audience "+Audience+">", http.StatusUnauthorized)
+		return
+	}
+	var an Announcement
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err == nil {
+		err = json.Unmarshal(body, &an)
+	}
+	if err == nil {
+		err = an.check()
+	}
+	if err != nil {
+		http.Error(w, "not an announcement: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ns, sa, err := a.review(r.Context(), tok)
+	if err != nil {
+		http.Error(w, "token rejected: "+err.Error(), http.StatusUnauthorized)
+		return
+	}
+	runsAs, err := a.s.serviceAccount(r.Context(), ns, an.Service)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	if runsAs != sa {
+		http.Error(w, fmt.Sprintf("service account %s/%s may not announce pods of Knative Service %s/%s (it runs as %s)", ns, sa, ns, an.Service, runsAs), http.StatusForbidden)
+		return
+	}
+	a.s.Announce(ns, an.Service, an.Address)
+	a.s.log.V(1).Info("a starting pod announced itself", "service", ns+"/"+an.Service, "address", an.Address)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// check: a Knative Service's name and a pod's ip:port.
+func (an Announcement) check() error {
+	if errs := validation.IsDNS1035Label(an.Service); len(errs) > 0 {
+		return fmt.Errorf("service %q: %s", an.Service, strings.Join(errs, "; "))
+	}
+	host, port, err := net.SplitHostPort(an.Address)
+	if err != nil {
+		return fmt.Errorf("address %q: want ip:port", an.Address)
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsLoopback() || ip.IsUnspecified() || ip.IsMulticast() {
+		return fmt.Errorf("address %q: want a pod's IP", an.Address)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		n = -1
+	}
+	if errs := validation.IsValidPortNum(n); len(errs) > 0 {
+		return fmt.Errorf("address %q: %s", an.Address, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// review asks the API server who tok is (a TokenReview for Audience),
+// remembered for a minute: a service account's namespace and name.
+func (a *announcer) review(ctx context.Context, tok string) (ns, sa string, err error) {
+	a.mu.Lock()
+	if r, ok := a.reviewed[tok]; ok && time.Since(r.at) < time.Minute {
+		a.mu.Unlock()
+		return r.ns, r.sa, nil
+	}
+	a.mu.Unlock()
+	tr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+		"spec": map[string]any{"token": tok, "audiences": []any{Audience}}}}
+	got, err := a.s.dyn.Resource(tokenReviews).Create(ctx, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("reviewing the token: %w", err)
+	}
+	if ok, _, _ := unstructured.NestedBool(got.Object, "status", "authenticated"); !ok {
+		msg, _, _ := unstructured.NestedString(got.Object, "status", "error")
+		return "", "", fmt.Errorf("not authenticated: %s", msg)
+	}
+	user, _, _ := unstructured.NestedString(got.Object, "status", "user", "username")
+	rest, ok := strings.CutPrefix(user, "system:serviceaccount:")
+	ns, sa, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 {
+		return "", "", fmt.Errorf("%s is not a service account", user)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, r := range a.reviewed {
+		if time.Since(r.at) >= time.Minute {
+			delete(a.reviewed, k)
+		}
+	}
+	a.reviewed[tok] = reviewed{ns: ns, sa: sa, at: time.Now()}
+	return ns, sa, nil
+}
+
+// serviceAccount is the service account the Knative Service ns/name runs
+// as ("default" when it names none).
+func (s *Services) serviceAccount(ctx context.Context, ns, name string) (string, error) {
+	u, err := s.dyn.Resource(services).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the Knative Service %s/%s: %w", ns, name, err)
+	}
+	sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
+	if sa == "" {
+		sa = "default"
+	}
+	return sa, nil
+}
