@@ -286,7 +286,8 @@ func (r *Runtime) Start(ctx context.Context) error {
 		CertFile: r.opts.TLSCertFile, KeyFile: r.opts.TLSKeyFile,
 		Ready: func(a net.Addr) {
 			r.opts.Logger.Info("serverless operator listening", "addr", a.String(), "pid", os.Getpid(), "tls", r.opts.TLSCertFile != "")
-			go r.warm(ctx) // the first event's API connection and discovery, while Knative probes the pod
+			go r.announce(ctx) // the hub delivers to this pod before Knative finds it ready
+			go r.warm(ctx)     // the first event's API connection and discovery, while Knative probes the pod
 		}}
 	if r.opts.InsecureNoAuth {
 		r.opts.Logger.Info("WARNING: --insecure-no-auth: events are accepted without authentication; anyone who can reach this port can drive the operator")

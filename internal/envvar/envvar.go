@@ -30,6 +30,7 @@ var opzero = map[string]string{
 	"POD_NAMESPACE":    "opzero manifests sets it to the operator's namespace",
 	"OPZERO_MAX_SCALE": "opzero manifests sets it from builder.WithScale",
 	"OPZERO_DESCRIBE":  "it makes the operator describe itself and exit instead of serving",
+	"OPZERO_HUB_PEERS": "opzero manifests sets it to the hub replicas' address, where a starting instance announces itself",
 	// read by --mode=webhooks (operator/classic); opzero dev sets them
 	"OPZERO_WEBHOOK_PORT":     "opzero dev sets it to move a --mode=webhooks process's webhook server",
 	"OPZERO_WEBHOOK_CERT_DIR": "opzero dev sets it to the folder of the certificate it made for a --mode=webhooks process",

@@ -44,7 +44,7 @@ func TestEnvDeclaredAndFromFlags(t *testing.T) {
 	}
 	in.Operator.Env = []description.EnvVar{{Name: "REGION", Value: "eu"},
 		{Name: "API_KEY", Secret: &description.KeyRef{Name: "api", Key: "key"}}}
-	for mode, generated := range map[string]string{manifests.Serverless: "OPZERO_MAX_SCALE,POD_NAMESPACE", manifests.Classic: "POD_NAMESPACE"} {
+	for mode, generated := range map[string]string{manifests.Serverless: "OPZERO_MAX_SCALE,POD_NAMESPACE,OPZERO_HUB_PEERS", manifests.Classic: "POD_NAMESPACE"} {
 		o := manifests.Options{Mode: mode, Env: []description.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}, {Name: "REGION", Value: "eu"}}}
 		objs, err := manifests.Generate(in, o)
 		if err != nil {

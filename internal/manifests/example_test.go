@@ -79,6 +79,7 @@ func ExampleGenerate_hub() {
 	// hub.yaml       Deployment         opzero-hub
 	// hub.yaml       PodDisruptionBudget opzero-hub
 	// hub.yaml       Service            opzero-hub
+	// hub.yaml       Service            opzero-hub-peers
 	// rbac.yaml      ServiceAccount     op
 	// rbac.yaml      ClusterRole        opzero-hub:ops:op
 	// rbac.yaml      ClusterRole        opzero:ops:op

@@ -28,6 +28,10 @@ const DefaultHubImage = "ko://github.com/opzero/opzero/cmd/opzero-hub"
 const (
 	HubNamespace = "opzero-system"
 	HubName      = "opzero-hub"
+	// HubPeersName is the headless Service whose name resolves to every
+	// ready hub replica: a starting operator announces itself to each
+	// (opzero-hub's /v1/starting, package starting).
+	HubPeersName = "opzero-hub-peers"
 	// HubAggregateLabel marks the ClusterRoles aggregated into the hub's
 	// (its base rules, and each operator's subscribed kinds).
 	HubAggregateLabel = "opzero.dev/aggregate-to-hub"
@@ -185,6 +189,7 @@ func HubObjects(image string) []Object {
 	base.add("authorization.k8s.io", "subjectaccessreviews", "create")
 	base.add("serving.knative.dev", "services", readVerbs...)
 	base.add("discovery.k8s.io", "endpointslices", readVerbs...) // early delivery to a starting pod (opzero-hub --early-delivery)
+	base.add("authentication.k8s.io", "tokenreviews", "create")  // who announces a starting pod
 	for _, res := range []string{"roles", "rolebindings", "clusterroles", "clusterrolebindings"} {
 		base.add("rbac.authorization.k8s.io", res, hubRBACVerbs...)
 	}
@@ -209,7 +214,25 @@ func HubObjects(image string) []Object {
 		objs = append(objs, inFile(FileHub, o))
 	}
 	objs = append(objs, hubAdmissionObjects(l)...) // its admission endpoint (hubwebhooks.go)
-	return append(objs, hub(withAdmission(hubDeployment(image, l))), hub(hubDisruptionBudget(l)))
+	return append(objs, hub(withAdmission(hubDeployment(image, l))), hub(hubDisruptionBudget(l)), hub(hubPeers(l)))
+}
+
+// hubPeers is the headless Service whose DNS name resolves to every ready
+// hub replica's address (HubPeersName).
+func hubPeers(l map[string]any) map[string]any {
+	svc := object("v1", "Service", HubNamespace, HubPeersName, l)
+	svc["spec"] = map[string]any{
+		"clusterIP": "None",
+		"selector":  hubSelector(),
+		"ports":     []any{map[string]any{"name": "health", "port": int64(hubHealthPort), "targetPort": "health"}},
+	}
+	return svc
+}
+
+// hubPeersAddress is where an operator announces itself to the hub's
+// replicas (the operator's OPZERO_HUB_PEERS).
+func hubPeersAddress() string {
+	return fmt.Sprintf("%s.%s.svc:%d", HubPeersName, HubNamespace, hubHealthPort)
 }
 
 // hubSelector selects the hub's pods.

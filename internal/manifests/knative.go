@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/internal/hub/starting"
 	"github.com/opzero/opzero/internal/knativenames"
 )
 
@@ -205,6 +206,10 @@ func idleAnnotations(idle time.Duration) map[string]any {
 	return map[string]any{annRetention: (idle - defaultStableWindow).String()}
 }
 
+// hubTokenVolume holds the operator's token for the hub's audience, with
+// which a starting instance announces itself (package starting).
+const hubTokenVolume = "opzero-hub-token"
+
 // service is the operator as a Knative Service that scales to zero.
 func (g *gen) service() Object {
 	d := g.op.Deploy
@@ -244,6 +249,12 @@ func (g *gen) service() Object {
 		// kubernetes.podspec-fieldref feature is on
 		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
 	}
+	if g.o.hub() {
+		// A starting instance tells the hub's replicas where it listens,
+		// with its service account's token for the hub (the volume
+		// below): the hub delivers to it before Knative finds it ready.
+		env = append(env, map[string]any{"name": "OPZERO_HUB_PEERS", "value": hubPeersAddress()})
+	}
 	if _, set := envLiteral(g.env, enableWebhooksEnv); g.in.Webhooks != nil && !g.viaHub() && !set {
 		// the webhooks Deployment serves them (webhooks.go)
 		env = append(env, map[string]any{"name": enableWebhooksEnv, "value": "false"})
@@ -266,14 +277,20 @@ func (g *gen) service() Object {
 	container["livenessProbe"] = httpProbe("/healthz", nil, 3)
 	l := g.labels("operator")
 	svc := object("serving.knative.dev/v1", "Service", g.o.Namespace, g.name(), l)
+	pod := map[string]any{
+		"serviceAccountName":   g.name(),
+		"containerConcurrency": int64(d.Concurrency),
+		"timeoutSeconds":       int64(g.o.TimeoutSeconds),
+		"containers":           []any{container},
+	}
+	if g.o.hub() {
+		container["volumeMounts"] = []any{map[string]any{"name": hubTokenVolume, "mountPath": starting.TokenDir, "readOnly": true}}
+		pod["volumes"] = []any{map[string]any{"name": hubTokenVolume, "projected": map[string]any{"sources": []any{
+			map[string]any{"serviceAccountToken": map[string]any{"audience": starting.Audience, "expirationSeconds": int64(3600), "path": "token"}}}}}}
+	}
 	svc["spec"] = map[string]any{"template": map[string]any{
 		"metadata": map[string]any{"labels": l, "annotations": ann},
-		"spec": map[string]any{
-			"serviceAccountName":   g.name(),
-			"containerConcurrency": int64(d.Concurrency),
-			"timeoutSeconds":       int64(g.o.TimeoutSeconds),
-			"containers":           []any{container},
-		},
+		"spec":     pod,
 	}}
 	return Object{File: FileOperator, Obj: svc}
 }

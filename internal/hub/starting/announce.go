@@ -35,6 +35,13 @@ const AnnouncePath = "/v1/starting"
 // Audience is the audience of the tokens that announce.
 const Audience = "opzero-hub"
 
+// TokenFile is where an operator's Knative Service mounts its service
+// account's token for Audience (opzero manifests, the hub wiring).
+const TokenFile = TokenDir + "/token"
+
+// TokenDir is TokenFile's folder (the projected volume's mount).
+const TokenDir = "/var/run/secrets/opzero.dev/hub"
+
 // Announcement says that a pod of the Knative Service Service (in the
 // namespace of the service account announcing) listens at Address
 // (ip:port).
