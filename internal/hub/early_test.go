@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -193,7 +194,7 @@ func TestEarlyDelivery(t *testing.T) {
 		hubEndpoint := httptest.NewServer(st.Handler())
 		t.Cleanup(hubEndpoint.Close)
 		h, _ := startHub(t, hub.Options{NoWakeups: true, Starting: st})
-		knativeSink(t, ns, "op", a, pod, ip)
+		setEndpoint := knativeSink(t, ns, "op", a, pod, ip)
 		must(t, env.Client.Create(ctx, configMap(ns, "announced", nil)))
 		time.Sleep(300 * time.Millisecond) // the route holds it: the hub follows the Service
 
@@ -247,6 +248,23 @@ func TestEarlyDelivery(t *testing.T) {
 		if got := h.Stats().Early(); got != 1 {
 			t.Errorf("early deliveries %v, want 1", got)
 		}
+		// The pod is found ready, then taken out (scaled to zero: draining,
+		// its process still listening): the announcement is spent, and the
+		// next cold start's event waits for the route.
+		setEndpoint(true)
+		time.Sleep(300 * time.Millisecond) // the hub's watch sees it
+		setEndpoint(false)
+		must(t, env.Client.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op-00001-private-abcde"}}))
+		must(t, env.Client.Create(ctx, configMap(ns, "after-scale-down", nil)))
+		time.Sleep(time.Second)
+		if n := pod.count(added("after-scale-down")); n != 0 {
+			t.Errorf("posted %d times directly to a pod that had been ready (its announcement reused)", n)
+		}
+		close(a.release)
+		testkit.Eventually(t, 30*time.Second, "after-scale-down answered through the route", func(context.Context) (bool, error) {
+			_, _, answered := a.seen()
+			return len(answered) == 1, nil
+		})
 	})
 
 	t.Run("starting pod refuses", func(t *testing.T) {

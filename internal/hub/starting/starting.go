@@ -240,11 +240,12 @@ func (s *Service) candidates(now time.Time) []string {
 	return ts
 }
 
-// AnnouncedFor is how long a pod's announcement (Announce) is used: the
-// time between its process listening and Knative finding it ready is
-// about a second; a pod gone since must not be tried for long (its
-// address may be given to another pod).
-const AnnouncedFor = 10 * time.Second
+// AnnouncedFor is how long a pod's announcement (Announce) is used at
+// most, and only until a pod of the Service is seen ready: the time
+// between its process listening and Knative finding it ready is about a
+// second; a pod taken out since (draining, its process still listening)
+// or gone (its address given to another pod) must not be tried.
+const AnnouncedFor = 5 * time.Second
 
 // announce records that a pod of the Service listens at base.
 func (s *Service) announce(base string, now time.Time) {
@@ -418,6 +419,12 @@ func (s *Service) publish(slices map[string]*unstructured.Unstructured, port int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listed, s.gone, s.ready = listed, gone, ready
+	if ready {
+		// The announcements are spent: they were for the time before a pod
+		// was ready. One kept would send to that pod directly once it is
+		// taken out again (draining: its process still listens).
+		s.told = nil
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
