@@ -27,7 +27,7 @@ func (s *sub) postSink(ctx context.Context, url, audience string, ev *event.Even
 			return answer{w, err}
 		},
 		func(ctx context.Context, base string) (answer, starting.Outcome) {
-			w, err := s.h.post(ctx, starting.Client, base+"/", audience, ev)
+			w, err := s.h.post(ctx, s.h.direct, base+"/", audience, ev)
 			var se sendError
 			switch {
 			case err == nil || handedOver(err):

@@ -151,6 +151,12 @@ func TestEarlyDelivery(t *testing.T) {
 		}
 		setEndpoint(false) // the pod's sandbox is up, it is not ready
 		ev := pod.find(t, "the event at the starting pod", added("before-pod"))
+		pod.mu.Lock()
+		epoch := pod.epochs[0]
+		pod.mu.Unlock()
+		if epoch == "" {
+			t.Errorf("the direct request carries no %s (the operator's event cache needs it)", hub.EpochHeader)
+		}
 		testkit.Eventually(t, 30*time.Second, "the route's request cancelled", func(context.Context) (bool, error) {
 			_, cancelled, _ := a.seen()
 			return len(cancelled) == 1, nil

@@ -116,8 +116,10 @@ type Hub struct {
 	recheck chan struct{}
 	health  health
 	// starting follows the starting pods of Knative Service sinks (early
-	// delivery); nil with NoEarlyDelivery.
+	// delivery); nil with NoEarlyDelivery. direct posts to them (with the
+	// epoch, as opts.HTTP).
 	starting *starting.Services
+	direct   *http.Client
 }
 
 // New returns a Hub that talks to the API server of cfg.
@@ -168,6 +170,7 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 		if h.starting == nil {
 			h.starting = starting.NewServices(dyn, o.Log)
 		}
+		h.direct = withEpoch(starting.Client, ep)
 	}
 	return h, nil
 }
