@@ -38,15 +38,17 @@
 //     the dead-letter sink, else are dropped with a Warning Event. A 500 is
 //     final and not dead-lettered: an opzero operator answers it when its
 //     reconcile failed and it scheduled the retry itself.
-//   - early delivery: a send to a Knative Service that is not answered
-//     within 100 ms (the activator holds it while a pod starts) is also
-//     posted, same event and token, to the user container of a pod of
-//     that Service that is starting (an endpoint of its private Service,
-//     not ready), dialed every 20 ms until it listens; the first answer
-//     that settles the send counts and the other request is cancelled.
-//     The operator reconciles while Knative still probes its pod. Not
-//     when a pod of the Service is ready (the route serves it);
-//     --early-delivery=false turns it off (early.go).
+//   - early delivery (package starting): a send to a Knative Service that
+//     is not answered within 100 ms (the activator holds it while a pod
+//     starts) is also posted, same event, token and epoch, to the user
+//     container of a pod of that Service that is starting, dialed every
+//     20 ms until it listens; the first answer that settles the send
+//     counts and the other request is cancelled. The pods' addresses come
+//     from their own announcements (POST /v1/starting on --health-addr,
+//     with a token of the Service's service account for audience
+//     opzero-hub; used 5 s at most and only until a pod is ready) and from
+//     the Service's private EndpointSlices. Not when a pod of the Service
+//     is ready (the route serves it); --early-delivery=false turns it off.
 //   - sweeps are PingSource ticks on spec.sweeps' cron schedules; wakeups
 //     are the operator's Wakeup records (package wakeup's Source, one for
 //     every operator, bounded window), sent to the Subscription's sink.
