@@ -69,7 +69,7 @@ type tpVariant struct {
 // (--insecure-no-auth: the bench's hub sends no token) and the wakeup
 // sink's address (the operator's own port); TestThroughputDefaultIsTheGolden
 // keeps them in step.
-var tpDefault = tpVariant{args: []string{"--event-cache"}, env: []string{"OPZERO_MAX_SCALE=3"}, durable: true, hub: true}
+var tpDefault = tpVariant{args: []string{"--event-cache"}, env: []string{"OPZERO_MAX_SCALE=3", "OPZERO_HUB_PEERS=opzero-hub-peers.opzero-system.svc:8081"}, durable: true, hub: true}
 
 var tpServerless = map[string]tpVariant{
 	"opzero":                  {selectors: []string{""}},
