@@ -2,6 +2,7 @@ package starting
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -61,22 +63,44 @@ func (s *Services) Announce(ns, name, addr string) {
 // Handler takes Announcements (POST AnnouncePath): 204 when recorded; 401
 // without a valid token for Audience; 403 when the token's service
 // account is not the one the Knative Service runs as; 400 for anything
-// that is not an Announcement of a pod address. Nothing is recorded
-// unless it answers 204.
+// that is not an Announcement of a pod address; 429 (Retry-After: 1)
+// beyond AnnounceRate. Nothing is recorded unless it answers 204.
+//
+// Whoever reaches a hub replica's port can POST here, so what
+// announcements make the hub ask the API server (a TokenReview, a GET of
+// the Knative Service) is bounded: well-formed announcements are taken at
+// AnnounceRate per second (burst AnnounceBurst) per replica, and the
+// verdict on a token, accepted or not, is remembered for a minute (by its
+// hash, at most reviewedMax tokens). A pod refused that way is still found in the EndpointSlices,
+// and its events still go through its Knative Service: only the earlier
+// delivery is lost.
 func (s *Services) Handler() http.Handler {
-	a := &announcer{s: s, reviewed: map[string]reviewed{}}
+	a := &announcer{s: s, reviewed: map[[sha256.Size]byte]reviewed{}, limit: rate.NewLimiter(AnnounceRate, AnnounceBurst)}
 	return http.HandlerFunc(a.serve)
 }
 
+// AnnounceRate and AnnounceBurst bound the announcements per second that
+// make a hub replica call the API server (a cold start of every operator
+// at once, two hub replicas: a few per pod).
+const (
+	AnnounceRate  = 20
+	AnnounceBurst = 100
+)
+
+// reviewedMax bounds the tokens whose verdicts are remembered.
+const reviewedMax = 4096
+
 type announcer struct {
-	s *Services
+	s     *Services
+	limit *rate.Limiter
 
 	mu       sync.Mutex
-	reviewed map[string]reviewed // token -> who, for a minute
+	reviewed map[[sha256.Size]byte]reviewed // the token's hash -> who, or why not, for a minute
 }
 
 type reviewed struct {
 	ns, sa string
+	err    error // the token was refused
 	at     time.Time
 }
 
@@ -100,6 +124,11 @@ func (a *announcer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		http.Error(w, "not an announcement: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !a.limit.Allow() {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "too many announcements; try again in a second", http.StatusTooManyRequests)
 		return
 	}
 	ns, sa, err := a.review(r.Context(), tok)
@@ -144,13 +173,15 @@ func (an Announcement) check() error {
 	return nil
 }
 
-// review asks the API server who tok is (a TokenReview for Audience),
-// remembered for a minute: a service account's namespace and name.
+// review asks the API server who tok is (a TokenReview for Audience): a
+// service account's namespace and name. The verdict is remembered for a
+// minute, a refusal too (not a failure to ask).
 func (a *announcer) review(ctx context.Context, tok string) (ns, sa string, err error) {
+	key := sha256.Sum256([]byte(tok))
 	a.mu.Lock()
-	if r, ok := a.reviewed[tok]; ok && time.Since(r.at) < time.Minute {
+	if r, ok := a.reviewed[key]; ok && time.Since(r.at) < time.Minute {
 		a.mu.Unlock()
-		return r.ns, r.sa, nil
+		return r.ns, r.sa, r.err
 	}
 	a.mu.Unlock()
 	tr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -159,25 +190,40 @@ func (a *announcer) review(ctx context.Context, tok string) (ns, sa string, err 
 	if err != nil {
 		return "", "", fmt.Errorf("reviewing the token: %w", err)
 	}
-	if ok, _, _ := unstructured.NestedBool(got.Object, "status", "authenticated"); !ok {
-		msg, _, _ := unstructured.NestedString(got.Object, "status", "error")
+	ns, sa, err = reviewedAs(got)
+	a.remember(key, reviewed{ns: ns, sa: sa, err: err, at: time.Now()})
+	return ns, sa, err
+}
+
+// reviewedAs is the service account a TokenReview's status names, or why
+// the token is not one's.
+func reviewedAs(tr *unstructured.Unstructured) (ns, sa string, err error) {
+	if ok, _, _ := unstructured.NestedBool(tr.Object, "status", "authenticated"); !ok {
+		msg, _, _ := unstructured.NestedString(tr.Object, "status", "error")
 		return "", "", fmt.Errorf("not authenticated: %s", msg)
 	}
-	user, _, _ := unstructured.NestedString(got.Object, "status", "user", "username")
+	user, _, _ := unstructured.NestedString(tr.Object, "status", "user", "username")
 	rest, ok := strings.CutPrefix(user, "system:serviceaccount:")
 	ns, sa, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 {
 		return "", "", fmt.Errorf("%s is not a service account", user)
 	}
+	return ns, sa, nil
+}
+
+// remember keeps a verdict for a minute, unless reviewedMax verdicts of
+// the last minute are kept already.
+func (a *announcer) remember(key [sha256.Size]byte, r reviewed) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, r := range a.reviewed {
-		if time.Since(r.at) >= time.Minute {
+	for k, old := range a.reviewed {
+		if time.Since(old.at) >= time.Minute {
 			delete(a.reviewed, k)
 		}
 	}
-	a.reviewed[tok] = reviewed{ns: ns, sa: sa, at: time.Now()}
-	return ns, sa, nil
+	if len(a.reviewed) < reviewedMax {
+		a.reviewed[key] = r
+	}
 }
 
 // serviceAccount is the service account the Knative Service ns/name runs
