@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 )
 
@@ -122,6 +123,81 @@ func (e *e2e) webhooks(t *testing.T) {
 	e.figure(t, "real Knative: admission p50 / event p50 = %.2fx (goal <= 1.5x); max admission %s (timeoutSeconds 10)",
 		float64(median(admit))/float64(median(event)), maxOf(admit).Round(time.Millisecond))
 	e.figure(t, "real Knative: warm admission (create) through the hub: %s", durations(warm))
+	e.webhooksCompared(t, ns, warm)
+}
+
+// webhooksCompared runs the same project as a user who keeps its webhooks
+// always on (--webhooks=always-on) and as its classic self (--mode=classic)
+// beside the hub wiring's figures (the hub wiring deployed in hubNS, its
+// warm admissions): warm admission against the always-on server, and what
+// stays on at zero in each (kubelet's working set, as `kubectl top`). Each
+// wiring runs in a namespace of its own once the one before has its
+// webhook configurations deleted: they take Widgets of every namespace.
+func (e *e2e) webhooksCompared(t *testing.T, hubNS string, warmHub []time.Duration) {
+	ctx := context.Background()
+	const svc = "widgets"
+	configs := func(ns string) func() {
+		return func() {
+			for _, gvr := range []schema.GroupVersionResource{gvrMutatingConfigs, gvrValidatingConfs} {
+				_ = e.dyn.Resource(gvr).Delete(context.Background(), "opzero-"+ns+"-widgets", metav1.DeleteOptions{})
+			}
+		}
+	}
+	inForce := func(ns string) {
+		testkit.Eventually(t, 4*time.Minute, "the validating webhook in force in "+ns, func(ctx context.Context) (bool, error) {
+			_, err := e.dyn.Resource(gvrWidget).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "widgets.opzero.dev/v1", "kind": "Widget", "metadata": map[string]any{"name": "probe"},
+				"spec": map[string]any{"size": int64(500)}}}, metav1.CreateOptions{})
+			return err != nil && strings.Contains(err.Error(), "size over 100 is not allowed"), nil
+		})
+	}
+	total := func(pods []podMemory) (ws float64, names []string) {
+		for _, p := range pods {
+			ws += mib(p.WorkingSet)
+			names = append(names, fmt.Sprintf("%s %.1f MiB", p.Name, mib(p.WorkingSet)))
+		}
+		return ws, names
+	}
+
+	e.waitZero(t, hubNS, svc)
+	settled(45 * time.Second)
+	hubWS, hubPods := total(e.memory(t, map[string][]string{manifests.HubNamespace: {manifests.HubName}}))
+	configs(hubNS)()
+
+	onNS := e.namespace(t, "e2e-webhooks-on")
+	e.deploy(t, onNS, "./internal/manifests/testdata/widgets", "--source=hub", "--webhooks=always-on", "--idle", "6s")
+	t.Cleanup(configs(onNS))
+	e.waitAvailable(t, onNS, svc+"-webhooks")
+	inForce(onNS)
+	var warmOn []time.Duration
+	for i := range 20 {
+		t0 := time.Now()
+		if _, err := e.dyn.Resource(gvrWidget).Namespace(onNS).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "widgets.opzero.dev/v1", "kind": "Widget", "metadata": map[string]any{"name": fmt.Sprint("warm-", i)},
+			"spec": map[string]any{"size": int64(1)}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		warmOn = append(warmOn, time.Since(t0))
+	}
+	e.waitZero(t, onNS, svc)
+	settled(45 * time.Second)
+	onWS, onPods := total(e.memory(t, map[string][]string{onNS: {svc + "-webhooks"}}))
+	configs(onNS)()
+
+	classicNS := e.namespace(t, "e2e-webhooks-classic")
+	e.deploy(t, classicNS, "./internal/manifests/testdata/widgets", "--mode=classic")
+	t.Cleanup(configs(classicNS))
+	e.waitAvailable(t, classicNS, svc)
+	inForce(classicNS) // its manager serves its webhooks: its steady state
+	settled(45 * time.Second)
+	classicWS, classicPods := total(e.memory(t, map[string][]string{classicNS: {svc}}))
+
+	e.figure(t, "real Knative: warm admission (create), the same run: through the hub p50 %s, --webhooks=always-on p50 %s (%s)",
+		median(warmHub).Round(time.Millisecond), median(warmOn).Round(time.Millisecond), durations(warmOn))
+	e.figure(t, "real Knative: always on at zero, kubelet's working set: hub wiring (the default) %.1f MiB %v; --webhooks=always-on %.1f MiB (the hub and %v); classic (--mode=classic) %.1f MiB %v",
+		hubWS, hubPods, hubWS+onWS, onPods, classicWS, classicPods)
+	e.figure(t, "real Knative: always on at zero vs classic: hub wiring %.2fx (goal <= 0.3x), --webhooks=always-on %.2fx",
+		hubWS/classicWS, (hubWS+onWS)/classicWS)
 }
 
 func median(ds []time.Duration) time.Duration {
