@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -70,7 +71,8 @@ func (m metrics) sum(name string, keep func(labels map[string]string) bool) (tot
 
 // apiRequests counts the requests the API server has served so far, by
 // "VERB resource[/subresource]" (apiserver_request_total; WATCH counts the
-// watches opened, not the events they carried).
+// watches opened, not the events they carried), and its work besides
+// (apiWork's keys, isWork).
 func (e *env) apiRequests(ctx context.Context) (map[string]float64, error) {
 	cs, err := kubernetes.NewForConfig(e.cfg)
 	if err != nil {
@@ -96,5 +98,37 @@ func (e *env) apiRequests(ctx context.Context) (map[string]float64, error) {
 		}
 		out[k] += s.GetCounter().GetValue()
 	}
+	for k, v := range apiWork(m) {
+		out[k] = v
+	}
 	return out, nil
+}
+
+// Keys of apiRequests' map that are not requests: what the API server sent
+// and read besides (every resource).
+const (
+	workWatchEvents = "~watch events"
+	workWatchKiB    = "~watch KiB"
+	workBodyKiB     = "~request body KiB"
+)
+
+// isWork tells apiWork's keys from requests.
+func isWork(k string) bool { return strings.HasPrefix(k, "~") }
+
+// apiWork is the API server's work beyond counting requests: the watch
+// events it sent (apiserver_watch_events_total) and their size
+// (apiserver_watch_events_sizes), and the request bodies it read
+// (apiserver_request_body_size_bytes), so far.
+func apiWork(m metrics) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range m["apiserver_watch_events_total"].GetMetric() {
+		out[workWatchEvents] += s.GetCounter().GetValue()
+	}
+	for _, s := range m["apiserver_watch_events_sizes"].GetMetric() {
+		out[workWatchKiB] += s.GetHistogram().GetSampleSum() / 1024
+	}
+	for _, s := range m["apiserver_request_body_size_bytes"].GetMetric() {
+		out[workBodyKiB] += s.GetHistogram().GetSampleSum() / 1024
+	}
+	return out
 }

@@ -41,3 +41,36 @@ controller_runtime_reconcile_time_seconds_count{controller="b"} 1
 		t.Error("garbage parsed")
 	}
 }
+
+// TestAPIWork: the watch events the API server sent, their size and the
+// request bodies it read, summed over every resource, from the text format.
+func TestAPIWork(t *testing.T) {
+	const text = `# TYPE apiserver_watch_events_total counter
+apiserver_watch_events_total{group="example.com",kind="ConfigWatcher",version="v1"} 30
+apiserver_watch_events_total{group="",kind="ConfigMap",version="v1"} 12
+# TYPE apiserver_watch_events_sizes histogram
+apiserver_watch_events_sizes_bucket{group="example.com",kind="ConfigWatcher",version="v1",le="+Inf"} 30
+apiserver_watch_events_sizes_sum{group="example.com",kind="ConfigWatcher",version="v1"} 40960
+apiserver_watch_events_sizes_count{group="example.com",kind="ConfigWatcher",version="v1"} 30
+# TYPE apiserver_request_body_size_bytes histogram
+apiserver_request_body_size_bytes_bucket{resource="configwatchers.example.com",verb="create",le="+Inf"} 4
+apiserver_request_body_size_bytes_sum{resource="configwatchers.example.com",verb="create"} 2048
+apiserver_request_body_size_bytes_count{resource="configwatchers.example.com",verb="create"} 4
+apiserver_request_body_size_bytes_bucket{resource="configwatchers.example.com",verb="update",le="+Inf"} 4
+apiserver_request_body_size_bytes_sum{resource="configwatchers.example.com",verb="update"} 1024
+apiserver_request_body_size_bytes_count{resource="configwatchers.example.com",verb="update"} 4
+`
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := apiWork(m)
+	if w[workWatchEvents] != 42 || w[workWatchKiB] != 40 || w[workBodyKiB] != 3 {
+		t.Errorf("work %v; want 42 watch events, 40 KiB sent, 3 KiB of request bodies", w)
+	}
+	for k := range w {
+		if !isWork(k) {
+			t.Errorf("%q is not told from a request", k)
+		}
+	}
+}
