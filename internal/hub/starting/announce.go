@@ -71,9 +71,9 @@ func (s *Services) Announce(ns, name, addr string) {
 // the Knative Service) is bounded: well-formed announcements are taken at
 // AnnounceRate per second (burst AnnounceBurst) per replica, and the
 // verdict on a token, accepted or not, is remembered for a minute (by its
-// hash, at most reviewedMax tokens). A pod refused that way is still found in the EndpointSlices,
-// and its events still go through its Knative Service: only the earlier
-// delivery is lost.
+// hash, at most reviewedMax tokens). A pod refused that way is still
+// found in the EndpointSlices, and its events still go through its
+// Knative Service: only the earlier delivery is lost.
 func (s *Services) Handler() http.Handler {
 	a := &announcer{s: s, reviewed: map[[sha256.Size]byte]reviewed{}, limit: rate.NewLimiter(AnnounceRate, AnnounceBurst)}
 	return http.HandlerFunc(a.serve)
