@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opzero/opzero/internal/devenv/interp"
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // startDeployments runs each Deployment with a ko:// image (the wakeup
@@ -221,12 +222,11 @@ func movePort(argv []string, port int) (int, error) {
 			continue
 		}
 		if local == 0 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+			p, err := localport.Free() // the process binds it, and again after each restart
 			if err != nil {
 				return 0, err
 			}
-			local = l.Addr().(*net.TCPAddr).Port
-			l.Close()
+			local = p
 		}
 		argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
 	}

@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // Webhooks on a laptop. The API server calls a webhook at the Service its
@@ -168,12 +170,10 @@ func (p *Platform) webhookServerOf(dep *unstructured.Unstructured) (*webhookServ
 	if ws := p.webhookServers[k]; ws != nil {
 		return ws, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := localport.Free()
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s: a local port for its webhook server: %w", k, err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	dir := filepath.Join(p.opts.Dir, "webhook-certs-"+strings.ReplaceAll(k, "/", "-"))
 	ca, err := writeLocalCert(dir)
 	if err != nil {
