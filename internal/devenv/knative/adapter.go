@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/devenv/pinned"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // Resource is one kind an ApiServerSource watches.
@@ -141,7 +143,7 @@ func StartApiServerSource(ctx context.Context, c ApiServerSourceConfig) (*Adapte
 	}
 	metricsPort := c.MetricsPort
 	if metricsPort == 0 {
-		if metricsPort, err = freePort(); err != nil {
+		if metricsPort, err = localport.Free(); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@ package knative
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -115,14 +114,4 @@ func (a *Adapter) ExitErr() error {
 	default:
 		return nil
 	}
-}
-
-// freePort asks the kernel for a free port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port for an adapter's metrics: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
