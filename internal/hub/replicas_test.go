@@ -18,6 +18,7 @@ import (
 
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -271,9 +272,11 @@ type delivery struct {
 // the Subscription.
 type recorder struct {
 	*httptest.Server
-	mu   sync.Mutex
-	got  []delivery
-	seen func(delivery)
+	mu  sync.Mutex
+	got []delivery
+	// hold, if set (before the first delivery), is called with each
+	// delivery once it is recorded: the answer waits for it to return.
+	hold func(delivery)
 }
 
 func newRecorder(t *testing.T) *recorder {
@@ -296,6 +299,9 @@ func newRecorder(t *testing.T) *recorder {
 		rc.mu.Lock()
 		rc.got = append(rc.got, d)
 		rc.mu.Unlock()
+		if rc.hold != nil {
+			rc.hold(d)
+		}
 	}))
 	t.Cleanup(rc.Close)
 	return rc
@@ -596,6 +602,83 @@ func TestRollingRestart(t *testing.T) {
 	}
 	noUnmarkedDuplicates(t, rc)
 	f.checkWrites()
+}
+
+// TestJoinDoesNotResend: a Subscription that joins a shared watch with
+// older progress (its bucket just won) has the watch go back to it; the
+// changes the watch's other subscribers were already handed, sent or
+// still being sent (their progress held behind a slow one), are not sent
+// to them again.
+func TestJoinDoesNotResend(t *testing.T) {
+	env, ctx, ns := withReader(t)
+	rc := newRecorder(t)
+	release := make(chan struct{})
+	var once sync.Once
+	held := make(chan struct{})
+	rc.hold = func(d delivery) {
+		if d.sub == "x" && d.name == "slow" && d.typ == "dev.knative.apiserver.resource.update" {
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	f := newFleet(t, 2)
+	joiner := ""
+	for i := 0; joiner == ""; i++ {
+		if n := fmt.Sprintf("y%d", i); bucket.Of(ns+"/"+n, 2) != bucket.Of(ns+"/x", 2) {
+			joiner = n
+		}
+	}
+	must(t, env.Client.Create(ctx, configMap(ns, "slow", nil)))
+	must(t, env.Client.Create(ctx, configMap(ns, "fast", nil)))
+	cm := v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Mode: "Resource", Namespaces: []string{ns}}
+	// The joiner's bucket is held by a replica that is gone: it is won
+	// once that Lease expires, after the changes below.
+	f.preassign(bucket.Of(ns+"/"+joiner, 2), "gone")
+	must(t, env.Client.Create(ctx, subscription(ns, joiner, rc.URL+"/"+joiner, cm)))
+	must(t, env.Client.Create(ctx, subscription(ns, "x", rc.URL+"/x", cm)))
+	a := f.start("a", hub.Options{})
+	condition(t, ns, "x", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+
+	patch := func(name string, n int) {
+		t.Helper()
+		must(t, env.Client.Patch(ctx, configMap(ns, name, nil), client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, n)))))
+	}
+	patch("slow", 1)
+	<-held // x's event of slow is being sent: x's progress stays before it
+	patch("fast", 1)
+	patch("fast", 2)
+	fast := lastRV(t, ns, "fast")
+	rc.has(t, "x's events of fast sent past the slow one", 30*time.Second, func(d delivery) bool { return d.sub == "x" && d.name == "fast" && d.rv == fast })
+	if len(a.held()) == 2 {
+		t.Fatal("the joiner's bucket was won before the changes: the test shows nothing")
+	}
+	f.heldBy(a, a)
+	rc.has(t, "the joiner gets the changes since its progress", 30*time.Second, func(d delivery) bool { return d.sub == joiner && d.name == "fast" && d.rv == fast })
+	time.Sleep(2 * time.Second) // anything sent to x again would be by now
+	close(release)
+	rc.has(t, "x's event of slow answered", 30*time.Second, func(d delivery) bool { return d.sub == "x" && d.name == "slow" })
+	time.Sleep(time.Second)
+	var xs []string
+	for _, d := range rc.all() {
+		if d.sub == "x" {
+			xs = append(xs, fmt.Sprintf("%s %s@%s replay=%v", d.typ, d.name, d.rv, d.replay))
+		}
+	}
+	if n := rc.duplicates(); n > 0 {
+		t.Errorf("%d changes sent twice; x got:\n%s", n, strings.Join(xs, "\n"))
+	}
+	for _, d := range rc.all() {
+		if d.sub == joiner && !d.replay {
+			t.Errorf("the joiner got %s@%s, from before its bucket was won, without the replay mark", d.name, d.rv)
+		}
+	}
+}
+
+// lastRV is the ConfigMap's resourceVersion now.
+func lastRV(t *testing.T, ns, name string) string {
+	t.Helper()
+	var cm corev1.ConfigMap
+	must(t, testenv.Get(t).Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &cm))
+	return cm.ResourceVersion
 }
 
 // TestBucketLeaseEditedByHand: a bucket's Lease whose holder is set to

@@ -64,6 +64,12 @@ type attachment struct {
 	mu    sync.Mutex
 	seq   []*mark // sends pending, in watch order
 	mark  string  // every change up to it is sent (its progress)
+	// handed is the newest change handed to it: sent, being sent or
+	// passed. A watch gone back to an older subscriber's progress skips
+	// what it was handed already: a change being sent (or sent after one
+	// still being sent, its progress held behind that one) is not sent
+	// again.
+	handed string
 	fresh bool    // mark is the Subscription's own version, not a progress
 	moved bool    // the progress moved since
 }
@@ -108,15 +114,19 @@ func (a *attachment) delivered() bool {
 	return !a.fresh || len(a.seq) > 0 || a.moved
 }
 
-// sent reports whether rv is at or before the progress already made.
+// sent reports whether rv is at or before the progress already made, or
+// was handed to a already (sent or being sent).
 func (a *attachment) sent(rv string) bool {
 	a.mu.Lock()
-	m := a.mark
-	a.mu.Unlock()
-	if m == "" {
+	defer a.mu.Unlock()
+	return atOrBefore(rv, a.mark) || atOrBefore(rv, a.handed)
+}
+
+func atOrBefore(rv, than string) bool {
+	if than == "" {
 		return false
 	}
-	c, err := resourceversion.CompareResourceVersion(rv, m)
+	c, err := resourceversion.CompareResourceVersion(rv, than)
 	return err == nil && c <= 0
 }
 
@@ -126,7 +136,15 @@ func (a *attachment) add(rv string, n int) *mark {
 	defer a.mu.Unlock()
 	m := &mark{a: a, rv: rv, pending: n}
 	a.seq = append(a.seq, m)
+	a.handedTo(rv)
 	return m
+}
+
+// handedTo moves handed to rv if it is newer. Called with a.mu held.
+func (a *attachment) handedTo(rv string) {
+	if rv != "" && (a.handed == "" || !atOrBefore(rv, a.handed)) {
+		a.handed = rv
+	}
 }
 
 // pass moves the progress to rv for a change that needs no send (filtered,
@@ -577,6 +595,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 		mk := marks[a]
 		mk.a.mu.Lock()
 		mk.rv = listRV
+		mk.a.handedTo(listRV) // every change up to it was listed
 		mk.a.mu.Unlock()
 		mk.done()
 		if known[a] && !swept[a.sub] {
