@@ -61,17 +61,17 @@ type attachment struct {
 	memoMu sync.Mutex
 	memo   *genskip.Memo[string] // last metadata fingerprint per object (skip)
 
-	mu    sync.Mutex
-	seq   []*mark // sends pending, in watch order
-	mark  string  // every change up to it is sent (its progress)
+	mu   sync.Mutex
+	seq  []*mark // sends pending, in watch order
+	mark string  // every change up to it is sent (its progress)
 	// handed is the newest change handed to it: sent, being sent or
 	// passed. A watch gone back to an older subscriber's progress skips
 	// what it was handed already: a change being sent (or sent after one
 	// still being sent, its progress held behind that one) is not sent
 	// again.
 	handed string
-	fresh bool    // mark is the Subscription's own version, not a progress
-	moved bool    // the progress moved since
+	fresh  bool // mark is the Subscription's own version, not a progress
+	moved  bool // the progress moved since
 }
 
 // mark is a change of the watch being sent: the progress moves past it
