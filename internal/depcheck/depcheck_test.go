@@ -62,7 +62,8 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "internal/devenv/controlplane", forbidden: []string{"sigs.k8s.io/controller-runtime"}},
 		{pkg: mod + "internal/devenv/knative", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
 		{pkg: mod + "internal/devenv/dev", forbidden: []string{"sigs.k8s.io/controller-runtime", "knative.dev"}},
-		{pkg: mod + "internal/devenv/activator", stdlib: true},
+		{pkg: mod + "internal/devenv/activator", stdlib: true, allow: []string{mod + "internal/localport"}},
+		{pkg: mod + "internal/localport", stdlib: true},
 		{pkg: mod + "internal/devenv/broker", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "knative.dev"}},
 		// Knative's filter semantics, ported: what an operator binary links
 		{pkg: mod + "internal/eventfilter", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/", "knative.dev"}},

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // An instance's life: started on demand, probed until ready, stopped
@@ -20,12 +22,13 @@ import (
 // startLocked starts an instance and returns the event to report
 // ("cold-start" or "scale-up") once a.mu is released.
 func (a *Activator) startLocked() (*instance, string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The instance binds it after this returns: a port the kernel picked
+	// for :0 could meanwhile be taken by any outgoing connection
+	// (internal/localport).
+	port, err := localport.Free()
 	if err != nil {
 		return nil, "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	cmd := a.opts.Command()
 	if cmd.Env == nil { // as exec.Cmd: nil inherits the activator's environment
 		cmd.Env = os.Environ()

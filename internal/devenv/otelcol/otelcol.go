@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // Collector is a running OTLP receiver.
@@ -111,14 +112,9 @@ func start(ctx context.Context, bin, dir string, log io.Writer) (*Collector, err
 	return nil, errors.New("the OTLP receiver did not say it was ready within 30s")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port for the receiver to bind once started, outside the
+// kernel's ephemeral range (internal/localport).
+func freePort() (int, error) { return localport.Free() }
 
 // Endpoint is the OTLP/HTTP endpoint URL.
 func (c *Collector) Endpoint() string { return "http://" + c.HTTP }
