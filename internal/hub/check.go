@@ -61,6 +61,7 @@ func (h *Hub) check(ctx context.Context, s *sub) {
 	s.sink, s.dirty = sink, true // the status is written once the hub has rewired (Hub.rewire)
 	same := sameAttachments(s.attachments, atts)
 	if !same {
+		inherit(atts, s.attachments)
 		s.attachments = atts
 	}
 	old := s.sweeps

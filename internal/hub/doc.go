@@ -110,9 +110,15 @@
 //     (it writes it on the Lease, bucket.HandoffAnnotation) after a
 //     graceful hand-off, up to the moment the bucket was won after an
 //     expiry (which counts the changes nobody sent while it was dead too).
-//     Each of those events carries cloudevent.ReplayExtension "true": the
-//     operator does not let its object stand in for a read (it may be
-//     older than what it already reconciled, even from before a deletion).
+//     A spec edit that changes a Subscription's filters (owner,
+//     referencedBy, mode) starts from its progress again: what was sent
+//     under the old spec since is sent again, counted and marked the
+//     same way. Each of those events carries cloudevent.ReplayExtension
+//     "true": the operator does not let its object stand in for a read
+//     (it may be older than what it already reconciled, even from before
+//     a deletion). A watch gone back to an older progress (a Subscription
+//     joining it) does not send its other subscribers what they were
+//     handed already.
 //   - Two versions side by side (a rolling update, two installs): each
 //     Lease carries its holder's version and bucket count; a replica logs,
 //     once per holder, a bucket held by another version

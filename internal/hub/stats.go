@@ -40,7 +40,7 @@ func newStats(el elector) *Stats {
 		subscriptions: g("subscriptions", "Subscriptions served by this replica"),
 		replayed: c("handoff_replayed_total", "Events sent after their Subscription's bucket was won (by this replica, or at its start) of changes from before: "+
 			"the bucket's previous holder may have sent them too. Duplicates around a hand-off are at most these: after a graceful hand-off the sends it cut short, "+
-			"after a crash the changes since its last progress write"),
+			"after a crash the changes since its last progress write. Counted too: changes sent again after a spec edit that changed a Subscription's filters (they were sent under the old spec, maybe)"),
 		bucketsHeld: g("buckets_held", "Buckets of Subscriptions this replica serves"),
 		otherVersions: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_hub_buckets_other_version",
 			Help: "Buckets whose Lease is held by a replica of another hub version (or by a holder that wrote none: edited by hand)"},

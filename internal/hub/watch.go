@@ -70,6 +70,11 @@ type attachment struct {
 	// still being sent, its progress held behind that one) is not sent
 	// again.
 	handed string
+	// resend: changes up to it were handed to the attachment this one
+	// replaced (the Subscription's spec before an edit, same progress):
+	// sent again from the progress, they carry the replay mark. Set
+	// before the attachment is wired.
+	resend string
 	fresh  bool // mark is the Subscription's own version, not a progress
 	moved  bool // the progress moved since
 }
@@ -97,13 +102,33 @@ func (a *attachment) start() string {
 // when the bucket was won (every send of the previous holder was before
 // it). An upper bound: it counts too the changes that holder never sent
 // (those after its last progress write, before its death was noticed).
+//
+// Or rv is at or before resend: the attachment this one replaced was
+// handed it, and may have sent it.
 func (a *attachment) replay(rv string) bool {
-	t := a.sub.takeover
-	if t == "" || rv == "" {
+	if rv == "" {
 		return false
 	}
-	c, err := resourceversion.CompareResourceVersion(rv, t)
-	return err == nil && c <= 0
+	return atOrBefore(rv, a.sub.takeover) || atOrBefore(rv, a.resend)
+}
+
+// inherit sets the resend bound of atts, which replace old (a spec
+// edit): what an old attachment of the same progress was handed.
+func inherit(atts, old []*attachment) {
+	for _, y := range atts {
+		for _, x := range old {
+			if x.pkey != y.pkey {
+				continue
+			}
+			x.mu.Lock()
+			for _, rv := range []string{x.handed, x.resend} {
+				if rv != "" && !atOrBefore(rv, y.resend) {
+					y.resend = rv
+				}
+			}
+			x.mu.Unlock()
+		}
+	}
 }
 
 // delivered reports whether a change was ever delivered (or persisted)
