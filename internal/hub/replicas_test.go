@@ -605,6 +605,23 @@ func TestRollingRestart(t *testing.T) {
 	f.checkWrites()
 }
 
+// holdFirst has rc hold its answer to the first delivery that match
+// accepts (the sender's send stays under way) until letGo is called, at
+// the latest when the test ends, before the recorder closes (cleanups run
+// last first), which would wait for it. held is closed once it arrived.
+func holdFirst(t *testing.T, rc *recorder, match func(delivery) bool) (held <-chan struct{}, letGo func()) {
+	h, release := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	rc.hold = func(d delivery) {
+		if match(d) {
+			once.Do(func() { close(h); <-release })
+		}
+	}
+	letGo = func() { released.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	return h, letGo
+}
+
 // TestJoinDoesNotResend: a Subscription that joins a shared watch with
 // older progress (its bucket just won) has the watch go back to it; the
 // changes the watch's other subscribers were already handed, sent or
@@ -613,17 +630,9 @@ func TestRollingRestart(t *testing.T) {
 func TestJoinDoesNotResend(t *testing.T) {
 	env, ctx, ns := withReader(t)
 	rc := newRecorder(t)
-	release := make(chan struct{})
-	var released sync.Once
-	letGo := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // before the recorder closes (cleanups run last first): it waits for the held answer
-	var once sync.Once
-	held := make(chan struct{})
-	rc.hold = func(d delivery) {
-		if d.sub == "x" && d.name == "slow" && d.typ == "dev.knative.apiserver.resource.update" {
-			once.Do(func() { close(held); <-release })
-		}
-	}
+	held, letGo := holdFirst(t, rc, func(d delivery) bool {
+		return d.sub == "x" && d.name == "slow" && d.typ == "dev.knative.apiserver.resource.update"
+	})
 	f := newFleet(t, 2)
 	joiner := ""
 	for i := 0; joiner == ""; i++ {
@@ -685,17 +694,7 @@ func TestJoinDoesNotResend(t *testing.T) {
 func TestSpecEditMarksResent(t *testing.T) {
 	env, ctx, ns := withReader(t)
 	rc := newRecorder(t)
-	release := make(chan struct{})
-	var released sync.Once
-	letGo := func() { released.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // before the recorder closes (cleanups run last first): it waits for the held answer
-	var once sync.Once
-	held := make(chan struct{})
-	rc.hold = func(d delivery) {
-		if d.name == "slow" && d.typ == "dev.knative.apiserver.resource.update" {
-			once.Do(func() { close(held); <-release })
-		}
-	}
+	held, letGo := holdFirst(t, rc, func(d delivery) bool { return d.name == "slow" && d.typ == "dev.knative.apiserver.resource.update" })
 	owned := func(name string) *corev1.ConfigMap {
 		cm := configMap(ns, name, nil)
 		cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Owner", Name: "o", UID: "u", Controller: ptr.To(true)}}
