@@ -651,10 +651,7 @@ func TestJoinDoesNotResend(t *testing.T) {
 	a := f.start("a", hub.Options{})
 	condition(t, ns, "x", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 
-	patch := func(name string, n int) {
-		t.Helper()
-		must(t, env.Client.Patch(ctx, configMap(ns, name, nil), client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, n)))))
-	}
+	patch := func(name string, n int) { t.Helper(); setN(t, ns, name, n) }
 	patch("slow", 1)
 	<-held // x's event of slow is being sent: x's progress stays before it
 	patch("fast", 1)
@@ -708,10 +705,7 @@ func TestSpecEditMarksResent(t *testing.T) {
 	a := f.start("a", hub.Options{})
 	condition(t, ns, "x", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 
-	patch := func(name string, n int) {
-		t.Helper()
-		must(t, env.Client.Patch(ctx, configMap(ns, name, nil), client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, n)))))
-	}
+	patch := func(name string, n int) { t.Helper(); setN(t, ns, name, n) }
 	patch("fast", 0)
 	first := lastRV(t, ns, "fast")
 	rc.has(t, "a first change sent: x has progress", 30*time.Second, func(d delivery) bool { return d.name == "fast" && d.rv == first })
@@ -725,8 +719,9 @@ func TestSpecEditMarksResent(t *testing.T) {
 	// The edit: only objects controlled by an Owner (both are).
 	var sub v1alpha1.Subscription
 	must(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "x"}, &sub))
+	orig := sub.DeepCopy()
 	sub.Spec.Resources[0].Owner = &v1alpha1.OwnerFilter{APIVersion: "example.com/v1", Kind: "Owner"}
-	must(t, env.Client.Update(ctx, &sub))
+	must(t, env.Client.Patch(ctx, &sub, client.MergeFrom(orig))) // no resourceVersion: the hub writes the status meanwhile
 	testkit.Eventually(t, 30*time.Second, "fast sent again after the edit", func(context.Context) (bool, error) {
 		n := 0
 		for _, d := range rc.all() {
@@ -749,6 +744,13 @@ func TestSpecEditMarksResent(t *testing.T) {
 	} else {
 		t.Logf("%d duplicates after the edit, %v counted as replayed", dups, replayed)
 	}
+}
+
+// setN writes n as the ConfigMap's data.n (a merge patch).
+func setN(t *testing.T, ns, name string, n int) {
+	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, n)))
+	must(t, testenv.Get(t).Client.Patch(context.Background(), configMap(ns, name, nil), patch))
 }
 
 // lastRV is the ConfigMap's resourceVersion now.
