@@ -75,8 +75,16 @@ type attachment struct {
 	// sent again from the progress, they carry the replay mark. Set
 	// before the attachment is wired.
 	resend string
-	fresh  bool // mark is the Subscription's own version, not a progress
-	moved  bool // the progress moved since
+	// retired: a spec edit replaced this attachment (inherit); it takes
+	// no new change, so that what it was handed stays within its
+	// successor's resend bound, and its progress moves no further than
+	// that. The rewire that follows detaches it.
+	retired bool
+	// relisted is the newest change a relist handed it (a relist hands
+	// changes out of order and moves handed only at its end).
+	relisted string
+	fresh    bool // mark is the Subscription's own version, not a progress
+	moved    bool // the progress moved since
 }
 
 // mark is a change of the watch being sent: the progress moves past it
@@ -112,21 +120,26 @@ func (a *attachment) replay(rv string) bool {
 	return atOrBefore(rv, a.sub.takeover) || atOrBefore(rv, a.resend)
 }
 
-// inherit sets the resend bound of atts, which replace old (a spec
-// edit): what an old attachment of the same progress was handed.
+// inherit retires old, which atts replace (a spec edit), and sets the
+// resend bound of atts: what an old attachment of the same progress was
+// handed. Retired in the same step, an old attachment is handed nothing
+// after its bound was read, so every change it may have sent is within
+// the bound whenever the watch gets to the new one.
 func inherit(atts, old []*attachment) {
-	for _, y := range atts {
-		for _, x := range old {
+	for _, x := range old {
+		x.mu.Lock()
+		x.retired = true
+		bound := []string{x.handed, x.resend, x.relisted}
+		x.mu.Unlock()
+		for _, y := range atts {
 			if x.pkey != y.pkey {
 				continue
 			}
-			x.mu.Lock()
-			for _, rv := range []string{x.handed, x.resend} {
+			for _, rv := range bound {
 				if rv != "" && !atOrBefore(rv, y.resend) {
 					y.resend = rv
 				}
 			}
-			x.mu.Unlock()
 		}
 	}
 }
@@ -155,10 +168,14 @@ func atOrBefore(rv, than string) bool {
 	return err == nil && c <= 0
 }
 
-// add records a change being sent (n sends to finish).
+// add records a change being sent (n sends to finish); nil if a is
+// retired: the change is not its to send.
 func (a *attachment) add(rv string, n int) *mark {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.retired {
+		return nil
+	}
 	m := &mark{a: a, rv: rv, pending: n}
 	a.seq = append(a.seq, m)
 	a.handedTo(rv)
@@ -178,7 +195,9 @@ func (a *attachment) pass(rv string) {
 	if rv == "" {
 		return
 	}
-	a.add(rv, 1).done()
+	if m := a.add(rv, 1); m != nil {
+		m.done()
+	}
 }
 
 // done finishes one send of m and moves the progress over every finished
@@ -483,6 +502,9 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 			n++
 		}
 		mk := a.add(rv, n)
+		if mk == nil {
+			continue // retired meanwhile
+		}
 		if told > 0 {
 			holds = append(holds, mk)
 		}
@@ -558,8 +580,10 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 	listRV, cont := "", ""
 	marks, known := map[*attachment]*mark{}, map[*attachment]bool{}
 	for _, a := range subs {
-		known[a] = a.delivered()
-		marks[a] = a.add("", 1) // filled with the list's version at the end
+		if mk := a.add("", 1); mk != nil { // its version: the list's, set at the end
+			known[a] = a.delivered()
+			marks[a] = mk
+		}
 	}
 	// A list that fails settles the marks at since (every change up to it
 	// was sent before them), else they would hold the progress forever.
@@ -601,13 +625,20 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 			}
 			c := &change{act: "update", obj: it.obj, m: it.m}
 			for _, a := range subs {
-				if a.sent(rv) || !a.wants(ctx, it.m) {
+				mk := marks[a]
+				if mk == nil || a.sent(rv) || !a.wants(ctx, it.m) {
 					continue
 				}
-				mk := marks[a]
-				mk.a.mu.Lock()
+				a.mu.Lock()
+				if a.retired {
+					a.mu.Unlock()
+					continue
+				}
 				mk.pending++
-				mk.a.mu.Unlock()
+				if !atOrBefore(rv, a.relisted) {
+					a.relisted = rv
+				}
+				a.mu.Unlock()
 				a.sub.disp.enqueue(a, c, mk)
 			}
 		}
@@ -618,10 +649,20 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 	swept := map[*sub]bool{}
 	for _, a := range subs {
 		mk := marks[a]
-		mk.a.mu.Lock()
-		mk.rv = listRV
-		mk.a.handedTo(listRV) // every change up to it was listed
-		mk.a.mu.Unlock()
+		if mk == nil {
+			continue
+		}
+		a.mu.Lock()
+		if a.retired {
+			// Retired during the list: what it was handed is in its
+			// successor's bound (relisted), and its progress stays at
+			// since (the list's changes are not all sent).
+			mk.rv = since
+		} else {
+			mk.rv = listRV
+			a.handedTo(listRV) // every change up to it was listed
+		}
+		a.mu.Unlock()
 		mk.done()
 		if known[a] && !swept[a.sub] {
 			swept[a.sub] = true
