@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // checkPortFree reports an error that names the component and says what to
@@ -17,30 +19,26 @@ func checkPortFree(component string, port int) error {
 	return l.Close()
 }
 
-// pickPorts fills every zero port in p with a free one, all different: each
-// port's listener stays open until every port is chosen, since the kernel may
-// hand a port it just released out again (it did: etcd's client port given to
-// kube-controller-manager too, which then failed with "address already in use").
+// pickPorts fills every zero port in p with a free one, all different,
+// chosen below the kernel's ephemeral range (internal/localport): a port the
+// kernel hands out for :0 may be taken by any outgoing connection between
+// the pick and the component's bind (kube-controller-manager once failed
+// with "address already in use" on a port picked so).
 func pickPorts(ports ...*int) error {
 	taken := map[int]bool{}
 	for _, p := range ports {
 		taken[*p] = *p != 0
 	}
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
 	for _, p := range ports {
-		for *p == 0 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
+		for try := 0; *p == 0; try++ {
+			v, err := localport.Free()
 			if err != nil {
-				return fmt.Errorf("finding a free port: %w", err)
+				return err
 			}
-			held = append(held, l)
-			if v := l.Addr().(*net.TCPAddr).Port; !taken[v] {
+			if !taken[v] {
 				taken[v], *p = true, v
+			} else if try > 100 {
+				return fmt.Errorf("finding %d different free loopback ports: port %d came up again and again", len(ports), v)
 			}
 		}
 	}
