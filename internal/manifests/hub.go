@@ -248,6 +248,12 @@ func hubDisruptionBudget(l map[string]any) map[string]any {
 	return pdb
 }
 
+// What a hub replica asks of its node.
+const (
+	hubCPURequest    = "50m"
+	hubMemoryRequest = "64Mi"
+)
+
 // hubDeployment runs cmd/opzero-hub: two replicas, which share the
 // Subscriptions by bucket Leases in its namespace (a Subscription is
 // served by one replica at a time: its deliveries of one object stay
@@ -295,6 +301,14 @@ func hubDeployment(image string, l map[string]any) map[string]any {
 					"readinessProbe": httpProbe("/readyz", "health", 3),
 					"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
 						"capabilities": map[string]any{"drop": []any{"ALL"}}},
+					// Requests, so that the path of every serverless
+					// operator's events is not a BestEffort pod (the first
+					// a node under pressure evicts): about a replica's
+					// memory with a hundred operators (docs/hub.md). No
+					// limits: its memory grows with what the cluster's
+					// operators watch, and an OOM kill or CPU throttling
+					// would stall every one of them.
+					"resources": map[string]any{"requests": map[string]any{"cpu": hubCPURequest, "memory": hubMemoryRequest}},
 				}},
 			},
 		},
