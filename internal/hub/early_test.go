@@ -112,15 +112,13 @@ func knativeSink(t *testing.T, ns, name string, a *activator, pod *sink, ip stri
 	sub.Spec.Sink = v1alpha1.Destination{Ref: &v1alpha1.KReference{APIVersion: "serving.knative.dev/v1", Kind: "Service", Name: name}}
 	must(t, env.Client.Create(ctx, sub))
 	condition(t, ns, name, v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
-	slice := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-		"metadata": map[string]any{"namespace": ns, "name": name + "-00001-private-abcde", "labels": map[string]any{
-			"serving.knative.dev/service": name, "networking.internal.knative.dev/serviceType": "Private"}},
-		"addressType": "IPv4",
-		"ports":       []any{map[string]any{"name": "http", "port": int64(8012), "protocol": "TCP"}}}}
+	slice := &unstructured.Unstructured{}
 	return func(ready bool) {
 		t.Helper()
-		slice.Object["endpoints"] = []any{map[string]any{"addresses": []any{ip}, "conditions": map[string]any{"ready": ready}}}
-		if slice.GetResourceVersion() == "" {
+		rv := slice.GetResourceVersion()
+		slice.Object = testkit.PrivateEndpointSlice(ns, name+"-00001-private-abcde", name, ip, ready)
+		slice.SetResourceVersion(rv)
+		if rv == "" {
 			must(t, env.Client.Create(ctx, slice))
 			return
 		}

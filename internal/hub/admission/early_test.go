@@ -74,12 +74,7 @@ func TestEarlyAdmission(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.endpoint {
-				slice := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-					"metadata": map[string]any{"namespace": ns, "name": "gadgets-00001-private-abcde", "labels": map[string]any{
-						"serving.knative.dev/service": op.Name, "networking.internal.knative.dev/serviceType": "Private"}},
-					"addressType": "IPv4",
-					"ports":       []any{map[string]any{"name": "http", "port": int64(8012), "protocol": "TCP"}},
-					"endpoints":   []any{map[string]any{"addresses": []any{ip}, "conditions": map[string]any{"ready": false}}}}}
+				slice := &unstructured.Unstructured{Object: testkit.PrivateEndpointSlice(ns, "gadgets-00001-private-abcde", op.Name, ip, false)}
 				if err := env.Client.Create(ctx, slice); err != nil {
 					t.Fatal(err)
 				}
