@@ -114,8 +114,8 @@
 //     referencedBy, mode) starts from its progress again: what was sent
 //     under the old spec since is sent again, counted and marked the
 //     same way (the old spec's attachments take no change once the new
-//     ones have read what they were handed). Each of those events carries cloudevent.ReplayExtension
-//     "true": the operator does not let its object stand in for a read
+//     ones have read what they were handed). Each of those events
+//     carries cloudevent.ReplayExtension "true": the operator does not let its object stand in for a read
 //     (it may be older than what it already reconciled, even from before
 //     a deletion). A watch gone back to an older progress (a Subscription
 //     joining it) does not send its other subscribers what they were
