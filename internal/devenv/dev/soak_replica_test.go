@@ -36,15 +36,24 @@ type hubReplica struct {
 const hubReplicaID = manifests.HubName + "-local-2"
 
 func (s *soak) startHubReplica() *hubReplica {
-	pid := s.p.DeploymentPID(manifests.HubNamespace, manifests.HubName)
-	read := func(what string) []string {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, what))
-		if err != nil {
-			s.t.Fatalf("reading the hub's %s: %v", what, err)
+	// A process dev has just started can show an empty cmdline and
+	// environ for a moment: its parent returns from the fork once the
+	// exec has replaced its memory, before the kernel has laid out the
+	// new arguments. Read until both are there.
+	var argv, env []string
+	var readErr error
+	err := pollUntil(10*time.Second, func() bool {
+		pid := s.p.DeploymentPID(manifests.HubNamespace, manifests.HubName)
+		argv, readErr = procStrings(pid, "cmdline")
+		if readErr == nil {
+			env, readErr = procStrings(pid, "environ")
 		}
-		return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		return readErr == nil && len(argv) > 0 && argv[0] != "" && len(env) > 0
+	})
+	if err != nil {
+		s.t.Fatalf("reading the hub's command line and environment from /proc: %v (last: argv %q, error %v)", err, argv, readErr)
 	}
-	r := &hubReplica{argv: read("cmdline"), env: read("environ"), id: hubReplicaID,
+	r := &hubReplica{argv: argv, env: env, id: hubReplicaID,
 		logPath: s.p.LogPath("deployment-" + manifests.HubNamespace + "-" + manifests.HubName + "-2")}
 	for i, a := range r.argv {
 		if strings.HasPrefix(a, "--health-addr") {
@@ -64,6 +73,16 @@ func (s *soak) startHubReplica() *hubReplica {
 	}
 	s.t.Cleanup(func() { r.kill() })
 	return r
+}
+
+// procStrings reads /proc/<pid>/<what>, a NUL-separated list (cmdline,
+// environ); empty when the process has no arguments laid out (yet).
+func procStrings(pid int, what string) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, what))
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }
 
 func (r *hubReplica) start() error {
