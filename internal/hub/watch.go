@@ -153,11 +153,13 @@ func (a *attachment) delivered() bool {
 }
 
 // sent reports whether rv is at or before the progress already made, or
-// was handed to a already (sent or being sent).
+// was handed to a already (sent or being sent), or a is retired: its
+// successor sends what is left, so a change is not even filtered for it
+// (a filter may read the API server) in the moment until the rewire.
 func (a *attachment) sent(rv string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return atOrBefore(rv, a.mark) || atOrBefore(rv, a.handed)
+	return a.retired || atOrBefore(rv, a.mark) || atOrBefore(rv, a.handed)
 }
 
 func atOrBefore(rv, than string) bool {

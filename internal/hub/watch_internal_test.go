@@ -16,7 +16,16 @@ func TestInheritRetires(t *testing.T) {
 	}
 	other := &attachment{pkey: "secrets"}
 	next := &attachment{pkey: "configmaps", sub: &sub{}}
+	if old.sent("12") {
+		t.Fatalf("change 12 counted as sent before the edit")
+	}
 	inherit([]*attachment{next}, []*attachment{old, other})
+	if !old.sent("12") || !other.sent("5") {
+		t.Errorf("a retired attachment is still offered changes (sent false): the watch would filter them for it")
+	}
+	if next.sent("12") {
+		t.Errorf("the successor counts change 12 as sent")
+	}
 
 	if next.resend != "11" {
 		t.Errorf("resend bound %q, want 11 (the old attachment's newest handed change)", next.resend)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -227,15 +228,12 @@ func (a *announcer) remember(key [sha256.Size]byte, r reviewed) {
 }
 
 // serviceAccount is the service account the Knative Service ns/name runs
-// as ("default" when it names none).
+// as ("default" when it names none), as read at most SpecFor ago: the
+// follower of the same cold start has most often just read it.
 func (s *Services) serviceAccount(ctx context.Context, ns, name string) (string, error) {
-	u, err := s.dyn.Resource(services).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	c, err := s.read(ctx, types.NamespacedName{Namespace: ns, Name: name})
 	if err != nil {
 		return "", fmt.Errorf("the Knative Service %s/%s: %w", ns, name, err)
 	}
-	sa, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
-	if sa == "" {
-		sa = "default"
-	}
-	return sa, nil
+	return c.sa, nil
 }

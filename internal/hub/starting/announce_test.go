@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -138,8 +139,8 @@ func TestAnnouncementVerdictsRemembered(t *testing.T) {
 	if n := told(a); n != 1 {
 		t.Errorf("%d announcements recorded, want 1", n)
 	}
-	if r, g := api.calls(); r != 3 || g != 3 {
-		t.Errorf("%d TokenReviews and %d GETs of the Knative Service, want 3 (one per token) and 3 (one per announcement past the review)", r, g)
+	if r, g := api.calls(); r != 3 || g != 1 {
+		t.Errorf("%d TokenReviews and %d GETs of the Knative Service, want 3 (one per token) and 1 (the Service read once for the announcements past the review)", r, g)
 	}
 	// At most reviewedMax verdicts are kept, whatever is sent.
 	for i := range reviewedMax + 10 {
@@ -150,5 +151,70 @@ func TestAnnouncementVerdictsRemembered(t *testing.T) {
 	a.mu.Unlock()
 	if n != reviewedMax {
 		t.Errorf("%d verdicts kept, want the bound %d", n, reviewedMax)
+	}
+}
+
+// One cold start reads the Knative Service once: the follower (its port)
+// and the announcement (its service account) share a read until it is
+// SpecFor old; a Service not found is not remembered.
+func TestKnativeServiceReadOnce(t *testing.T) {
+	a, api := newAnnouncer(t, rate.NewLimiter(rate.Inf, 1))
+	port, err := a.s.Get("ns", "op").userPort(t.Context())
+	if err != nil || port != 8080 {
+		t.Fatalf("the follower's port: %d, %v; want 8080 (no port named)", port, err)
+	}
+	if w := post(a, "good-op", goodBody); w.Code != http.StatusNoContent {
+		t.Fatalf("the Service's own service account: answered %d (%s), want 204", w.Code, w.Body)
+	}
+	if _, g := api.calls(); g != 1 {
+		t.Errorf("the follower and the announcement: %d GETs of the Knative Service, want 1", g)
+	}
+	a.s.mu.Lock()
+	c := a.s.specs[types.NamespacedName{Namespace: "ns", Name: "op"}]
+	c.at = c.at.Add(-SpecFor)
+	a.s.specs[types.NamespacedName{Namespace: "ns", Name: "op"}] = c
+	a.s.mu.Unlock()
+	if w := post(a, "good-op", goodBody); w.Code != http.StatusNoContent {
+		t.Fatalf("after SpecFor: answered %d (%s), want 204", w.Code, w.Body)
+	}
+	if _, g := api.calls(); g != 2 {
+		t.Errorf("an announcement after SpecFor: %d GETs in all, want 2 (read again)", g)
+	}
+	for range 2 {
+		if w := post(a, "good-op", `{"service":"gone","address":"10.1.2.3:8080"}`); w.Code != http.StatusForbidden {
+			t.Fatalf("an announcement for a Service that is not there: answered %d, want 403", w.Code)
+		}
+	}
+	if _, g := api.calls(); g != 4 {
+		t.Errorf("two announcements for a Service not found: %d GETs in all, want 4 (not found is not remembered)", g)
+	}
+	a.s.mu.Lock()
+	n := len(a.s.specs)
+	a.s.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d reads kept, want 1 (only Services found)", n)
+	}
+}
+
+// A Knative Service's spec: the first container port named, the service
+// account, and their defaults.
+func TestSpecOf(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		template map[string]any
+		port     int64
+		sa       string
+	}{
+		{"defaults", map[string]any{}, 8080, "default"},
+		{"named", map[string]any{"serviceAccountName": "op", "containers": []any{
+			map[string]any{"name": "side"},
+			map[string]any{"ports": []any{map[string]any{"containerPort": int64(9000)}}},
+		}}, 9000, "op"},
+		{"port 0 is none", map[string]any{"containers": []any{map[string]any{"ports": []any{map[string]any{"containerPort": int64(0)}}}}}, 8080, "default"},
+	} {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": tc.template}}}}
+		if c := specOf(u); c.port != tc.port || c.sa != tc.sa {
+			t.Errorf("%s: port %d, service account %q; want %d, %q", tc.name, c.port, c.sa, tc.port, tc.sa)
+		}
 	}
 }

@@ -148,14 +148,78 @@ type Services struct {
 	dyn dynamic.Interface
 	log logr.Logger
 
-	mu sync.Mutex
-	m  map[types.NamespacedName]*Service
+	mu    sync.Mutex
+	m     map[types.NamespacedName]*Service
+	specs map[types.NamespacedName]spec // recent reads of Knative Services (read)
 }
 
 // NewServices follows Knative Services' pods through dyn; log says (at V(1))
 // when it cannot.
 func NewServices(dyn dynamic.Interface, log logr.Logger) *Services {
-	return &Services{dyn: dyn, log: log, m: map[types.NamespacedName]*Service{}}
+	return &Services{dyn: dyn, log: log, m: map[types.NamespacedName]*Service{}, specs: map[types.NamespacedName]spec{}}
+}
+
+// spec is what the hub reads of a Knative Service: its user container's
+// port and the service account its pods run as.
+type spec struct {
+	port int64
+	sa   string
+	at   time.Time
+}
+
+// SpecFor is how long a read of a Knative Service is used. One cold start
+// needs it twice, a second or so apart: the follower needs the port, the
+// starting pod's announcement the service account.
+const SpecFor = 10 * time.Second
+
+// read is the Knative Service ns/name's spec, read at most SpecFor ago.
+// Only reads that found the Service are kept (each one a Service that
+// exists), until they expire.
+func (s *Services) read(ctx context.Context, k types.NamespacedName) (spec, error) {
+	s.mu.Lock()
+	if c, ok := s.specs[k]; ok && time.Since(c.at) < SpecFor {
+		s.mu.Unlock()
+		return c, nil
+	}
+	s.mu.Unlock()
+	u, err := s.dyn.Resource(services).Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+	if err != nil {
+		return spec{}, err
+	}
+	c := specOf(u)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for o, old := range s.specs {
+		if time.Since(old.at) >= SpecFor {
+			delete(s.specs, o)
+		}
+	}
+	s.specs[k] = c
+	return c, nil
+}
+
+// specOf reads a Knative Service's spec: the first container port named
+// (Knative's default 8080), the service account ("default" when it names
+// none).
+func specOf(u *unstructured.Unstructured) spec {
+	c := spec{port: 8080, at: time.Now()}
+	c.sa, _, _ = unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
+	if c.sa == "" {
+		c.sa = "default"
+	}
+	cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	for _, ct := range cs {
+		cm, _ := ct.(map[string]any)
+		ps, _, _ := unstructured.NestedSlice(cm, "ports")
+		for _, p := range ps {
+			pm, _ := p.(map[string]any)
+			if n, ok, _ := unstructured.NestedInt64(pm, "containerPort"); ok && n > 0 {
+				c.port = n
+				return c
+			}
+		}
+	}
+	return c
 }
 
 // Get is the Knative Service ns/name (nil receiver: nil, no racing).
@@ -168,7 +232,7 @@ func (s *Services) Get(ns, name string) *Service {
 	defer s.mu.Unlock()
 	v := s.m[k]
 	if v == nil {
-		v = &Service{dyn: s.dyn, log: s.log, key: k, changed: make(chan struct{})}
+		v = &Service{dyn: s.dyn, log: s.log, key: k, changed: make(chan struct{}), read: s.read}
 		s.m[k] = v
 	}
 	return v
@@ -176,9 +240,10 @@ func (s *Services) Get(ns, name string) *Service {
 
 // Service follows one Knative Service's pods while requests wait.
 type Service struct {
-	dyn dynamic.Interface
-	log logr.Logger
-	key types.NamespacedName
+	dyn  dynamic.Interface
+	log  logr.Logger
+	key  types.NamespacedName
+	read func(context.Context, types.NamespacedName) (spec, error) // Services.read
 
 	mu      sync.Mutex
 	users   int                  // requests waiting
@@ -371,22 +436,8 @@ func (s *Service) again(ctx context.Context, err error) bool {
 
 // userPort is the Service's container port (Knative's default 8080).
 func (s *Service) userPort(ctx context.Context) (int64, error) {
-	u, err := s.dyn.Resource(services).Namespace(s.key.Namespace).Get(ctx, s.key.Name, metav1.GetOptions{})
-	if err != nil {
-		return 0, err
-	}
-	cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-	for _, c := range cs {
-		cm, _ := c.(map[string]any)
-		ps, _, _ := unstructured.NestedSlice(cm, "ports")
-		for _, p := range ps {
-			pm, _ := p.(map[string]any)
-			if n, ok, _ := unstructured.NestedInt64(pm, "containerPort"); ok && n > 0 {
-				return n, nil
-			}
-		}
-	}
-	return 8080, nil
+	c, err := s.read(ctx, s.key)
+	return c.port, err
 }
 
 // publish sets the targets from slices: the addresses of endpoints
