@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 // hubReplica is the hub soak's second hub replica: opzero dev runs one
@@ -41,17 +42,16 @@ func (s *soak) startHubReplica() *hubReplica {
 	// exec has replaced its memory, before the kernel has laid out the
 	// new arguments. Read until both are there.
 	var argv, env []string
-	var readErr error
 	err := pollUntil(10*time.Second, func() bool {
 		pid := s.p.DeploymentPID(manifests.HubNamespace, manifests.HubName)
-		argv, readErr = procStrings(pid, "cmdline")
-		if readErr == nil {
-			env, readErr = procStrings(pid, "environ")
+		argv, env = proc.Argv(pid), nil
+		for k, v := range proc.Env(pid) {
+			env = append(env, k+"="+v)
 		}
-		return readErr == nil && len(argv) > 0 && argv[0] != "" && len(env) > 0
+		return len(argv) > 0 && len(env) > 0
 	})
 	if err != nil {
-		s.t.Fatalf("reading the hub's command line and environment from /proc: %v (last: argv %q, error %v)", err, argv, readErr)
+		s.t.Fatalf("reading the hub's command line and environment from /proc: %v (last: argv %q, %d variables)", err, argv, len(env))
 	}
 	r := &hubReplica{argv: argv, env: env, id: hubReplicaID,
 		logPath: s.p.LogPath("deployment-" + manifests.HubNamespace + "-" + manifests.HubName + "-2")}
@@ -73,16 +73,6 @@ func (s *soak) startHubReplica() *hubReplica {
 	}
 	s.t.Cleanup(func() { r.kill() })
 	return r
-}
-
-// procStrings reads /proc/<pid>/<what>, a NUL-separated list (cmdline,
-// environ); empty when the process has no arguments laid out (yet).
-func procStrings(pid int, what string) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, what))
-	if err != nil || len(b) == 0 {
-		return nil, err
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), nil
 }
 
 func (r *hubReplica) start() error {
