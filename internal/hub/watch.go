@@ -155,7 +155,8 @@ func (a *attachment) delivered() bool {
 // sent reports whether rv is at or before the progress already made, or
 // was handed to a already (sent or being sent), or a is retired: its
 // successor sends what is left, so a change is not even filtered for it
-// (a filter may read the API server) in the moment until the rewire.
+// in the moment until the rewire (a referencedBy filter may wait for its
+// index to sync, the generation rule updates its memo).
 func (a *attachment) sent(rv string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
