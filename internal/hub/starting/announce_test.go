@@ -8,15 +8,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // The bounds on what announcements make the hub ask the API server, with a
@@ -159,6 +161,8 @@ func TestAnnouncementVerdictsRemembered(t *testing.T) {
 // SpecFor old; a Service not found is not remembered.
 func TestKnativeServiceReadOnce(t *testing.T) {
 	a, api := newAnnouncer(t, rate.NewLimiter(rate.Inf, 1))
+	clk := clocktesting.NewFakeClock(time.Now())
+	a.s.specs = utilcache.NewExpiringWithClock(clk)
 	port, err := a.s.Get("ns", "op").userPort(t.Context())
 	if err != nil || port != 8080 {
 		t.Fatalf("the follower's port: %d, %v; want 8080 (no port named)", port, err)
@@ -169,11 +173,7 @@ func TestKnativeServiceReadOnce(t *testing.T) {
 	if _, g := api.calls(); g != 1 {
 		t.Errorf("the follower and the announcement: %d GETs of the Knative Service, want 1", g)
 	}
-	a.s.mu.Lock()
-	c := a.s.specs[types.NamespacedName{Namespace: "ns", Name: "op"}]
-	c.at = c.at.Add(-SpecFor)
-	a.s.specs[types.NamespacedName{Namespace: "ns", Name: "op"}] = c
-	a.s.mu.Unlock()
+	clk.Step(SpecFor + time.Millisecond)
 	if w := post(a, "good-op", goodBody); w.Code != http.StatusNoContent {
 		t.Fatalf("after SpecFor: answered %d (%s), want 204", w.Code, w.Body)
 	}
@@ -188,10 +188,7 @@ func TestKnativeServiceReadOnce(t *testing.T) {
 	if _, g := api.calls(); g != 4 {
 		t.Errorf("two announcements for a Service not found: %d GETs in all, want 4 (not found is not remembered)", g)
 	}
-	a.s.mu.Lock()
-	n := len(a.s.specs)
-	a.s.mu.Unlock()
-	if n != 1 {
+	if n := a.s.specs.Len(); n != 1 {
 		t.Errorf("%d reads kept, want 1 (only Services found)", n)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 )
@@ -148,15 +149,16 @@ type Services struct {
 	dyn dynamic.Interface
 	log logr.Logger
 
-	mu    sync.Mutex
-	m     map[types.NamespacedName]*Service
-	specs map[types.NamespacedName]spec // recent reads of Knative Services (read)
+	specs *utilcache.Expiring // recent reads of Knative Services (read): spec by types.NamespacedName
+
+	mu sync.Mutex
+	m  map[types.NamespacedName]*Service
 }
 
 // NewServices follows Knative Services' pods through dyn; log says (at V(1))
 // when it cannot.
 func NewServices(dyn dynamic.Interface, log logr.Logger) *Services {
-	return &Services{dyn: dyn, log: log, m: map[types.NamespacedName]*Service{}, specs: map[types.NamespacedName]spec{}}
+	return &Services{dyn: dyn, log: log, m: map[types.NamespacedName]*Service{}, specs: utilcache.NewExpiring()}
 }
 
 // spec is what the hub reads of a Knative Service: its user container's
@@ -164,7 +166,6 @@ func NewServices(dyn dynamic.Interface, log logr.Logger) *Services {
 type spec struct {
 	port int64
 	sa   string
-	at   time.Time
 }
 
 // SpecFor is how long a read of a Knative Service is used. One cold start
@@ -176,25 +177,15 @@ const SpecFor = 10 * time.Second
 // Only reads that found the Service are kept (each one a Service that
 // exists), until they expire.
 func (s *Services) read(ctx context.Context, k types.NamespacedName) (spec, error) {
-	s.mu.Lock()
-	if c, ok := s.specs[k]; ok && time.Since(c.at) < SpecFor {
-		s.mu.Unlock()
-		return c, nil
+	if c, ok := s.specs.Get(k); ok {
+		return c.(spec), nil
 	}
-	s.mu.Unlock()
 	u, err := s.dyn.Resource(services).Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
 	if err != nil {
 		return spec{}, err
 	}
 	c := specOf(u)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for o, old := range s.specs {
-		if time.Since(old.at) >= SpecFor {
-			delete(s.specs, o)
-		}
-	}
-	s.specs[k] = c
+	s.specs.Set(k, c, SpecFor)
 	return c, nil
 }
 
@@ -202,7 +193,7 @@ func (s *Services) read(ctx context.Context, k types.NamespacedName) (spec, erro
 // (Knative's default 8080), the service account ("default" when it names
 // none).
 func specOf(u *unstructured.Unstructured) spec {
-	c := spec{port: 8080, at: time.Now()}
+	c := spec{port: 8080}
 	c.sa, _, _ = unstructured.NestedString(u.Object, "spec", "template", "spec", "serviceAccountName")
 	if c.sa == "" {
 		c.sa = "default"
