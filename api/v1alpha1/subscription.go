@@ -22,11 +22,40 @@ const (
 	// SubscriptionAuthorized: the service account may itself get, list and
 	// watch every resource it subscribes to (SubjectAccessReview).
 	SubscriptionAuthorized = "Authorized"
+	// SubscriptionTargetHealthy (a Deployment sink only): the hub scales
+	// the Deployment as the spec says: it is not scaled by someone else
+	// (by hand, an HPA) and its last wake made a pod ready in time. It
+	// does not take part in Ready: a Deployment with trouble is still
+	// woken by what changes.
+	SubscriptionTargetHealthy = "TargetHealthy"
+)
+
+// States of a Deployment sink (TargetStatus.State).
+const (
+	// TargetZero: 0 replicas; the next change let through wakes it.
+	TargetZero = "Zero"
+	// TargetWaking: scaled to 1 by the hub, no pod ready yet.
+	TargetWaking = "Waking"
+	// TargetUp: a pod is ready and a change was let through, or work is
+	// in flight, within spec.scaleToZero.idleAfter.
+	TargetUp = "Up"
+	// TargetIdle: a pod is ready, nothing was let through since
+	// status.target.idleSince and no work is in flight: it goes back to
+	// zero at idleSince + idleAfter.
+	TargetIdle = "Idle"
+	// TargetUnmanaged: scaled by someone else (more than one replica, an
+	// HorizontalPodAutoscaler): left as it is.
+	TargetUnmanaged = "Unmanaged"
 )
 
 // Destination is where events go: a reference to an addressable object in
 // the Subscription's namespace (a Knative Service: its status.address.url),
 // or a URI. Knative's duckv1.Destination, without the CA certificates.
+//
+// A reference to a Deployment (apps/v1) is an unchanged operator: the hub
+// sends it no event; a change it lets through scales the Deployment to
+// one replica, and the operator's own list and watch see the change
+// (spec.scaleToZero).
 type Destination struct {
 	Ref *KReference `json:"ref,omitempty"`
 	URI string      `json:"uri,omitempty"`
@@ -142,6 +171,71 @@ type SubscriptionSpec struct {
 	// Wakeups delivers the operator's durable Wakeups when due.
 	Wakeups  bool      `json:"wakeups,omitempty"`
 	Delivery *Delivery `json:"delivery,omitempty"`
+	// ScaleToZero is how a Deployment sink is started and stopped (only
+	// with one).
+	ScaleToZero *ScaleToZero `json:"scaleToZero,omitempty"`
+}
+
+// ScaleToZero is how the hub serves an unchanged operator's Deployment:
+// it stays at 0 replicas until a change the Subscription lets through,
+// is scaled to 1 then (its own spec.replicas), and back to 0 once it has
+// been idle for IdleAfter.
+type ScaleToZero struct {
+	// IdleAfter is how long a ready pod runs with nothing let through and
+	// no work in flight before the Deployment goes back to 0 (60s). It
+	// also covers the operator's start: counted from the pod's readiness.
+	IdleAfter *metav1.Duration `json:"idleAfter,omitempty"`
+	// MaxSleep is the longest the Deployment stays at 0 (1h): it is woken
+	// then even if nothing changed, for what the hub cannot see (a
+	// RequeueAfter, an external system). 0 is never.
+	MaxSleep *metav1.Duration `json:"maxSleep,omitempty"`
+	// ReadyTimeout: a woken pod not ready after it makes TargetHealthy
+	// False (5m); the Deployment still goes back to 0 when idle.
+	ReadyTimeout *metav1.Duration `json:"readyTimeout,omitempty"`
+	// Metrics is where the operator serves controller-runtime's metrics:
+	// the Deployment is not stopped while workqueue_depth,
+	// workqueue_unfinished_work_seconds or controller_runtime_active_workers
+	// is above 0. None: the idle period alone decides.
+	Metrics *MetricsEndpoint `json:"metrics,omitempty"`
+	// LeaderElectionLeases are the Leases (in the Deployment's namespace)
+	// the operator elects its leader with: one still held by a pod of the
+	// Deployment that is gone is released before the next pod waits on
+	// it for its whole duration. Empty: any Lease held by a gone pod of
+	// the Deployment (its holderIdentity is the pod's name, then "_").
+	LeaderElectionLeases []string `json:"leaderElectionLeases,omitempty"`
+}
+
+// MetricsEndpoint is a pod's Prometheus endpoint.
+type MetricsEndpoint struct {
+	Port int32 `json:"port"`
+	// Path (/metrics).
+	Path string `json:"path,omitempty"`
+	// Scheme is http or https (https: the certificate is not verified,
+	// the hub's service account token is sent, as to
+	// controller-runtime's secure metrics server).
+	// +kubebuilder:validation:Enum=http;https
+	Scheme string `json:"scheme,omitempty"`
+}
+
+// TargetStatus is what the hub does with a Deployment sink.
+type TargetStatus struct {
+	// State is Zero, Waking, Up, Idle or Unmanaged.
+	State string `json:"state,omitempty"`
+	// Replicas is the Deployment's spec.replicas as last read.
+	Replicas int32 `json:"replicas"`
+	// Wakes counts the scale-ups from 0 by this Subscription.
+	Wakes int64 `json:"wakes,omitempty"`
+	// LastWake is when it was last scaled up, LastWakeReason why (the
+	// change, sweep or schedule that did it).
+	LastWake       *metav1.Time `json:"lastWake,omitempty"`
+	LastWakeReason string       `json:"lastWakeReason,omitempty"`
+	// ReadyAfter is how long the last wake took until a pod was ready.
+	ReadyAfter string `json:"readyAfter,omitempty"`
+	// IdleSince is when the last change was let through or work was last
+	// seen in flight.
+	IdleSince *metav1.Time `json:"idleSince,omitempty"`
+	// Metrics says what the last read of the operator's metrics found.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // Progress is how far the hub has delivered one resource's changes.
@@ -158,6 +252,8 @@ type SubscriptionStatus struct {
 	Conditions         []metav1.Condition `json:"conditions,omitempty"`
 	SinkURI            string             `json:"sinkUri,omitempty"`
 	Progress           []Progress         `json:"progress,omitempty"`
+	// Target is the Deployment sink's state.
+	Target *TargetStatus `json:"target,omitempty"`
 }
 
 // Subscription asks the opzero hub, one process per cluster, to deliver an
@@ -172,6 +268,10 @@ type SubscriptionStatus struct {
 // +kubebuilder:printcolumn:name="Sink",type=string,JSONPath=`.status.sinkUri`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.target.state`
+// +kubebuilder:printcolumn:name="Wakes",type=integer,JSONPath=`.status.target.wakes`,priority=1
+// +kubebuilder:printcolumn:name="Last-Wake",type=string,JSONPath=`.status.target.lastWakeReason`,priority=1
+// +kubebuilder:printcolumn:name="Idle-Since",type=date,JSONPath=`.status.target.idleSince`,priority=1
 type Subscription struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -19,9 +19,13 @@ in namespace opzero-system, that watches what every serverless operator
 subscribes to and wakes each one only for its own changes, sweeps and
 Wakeups. ` + "`opzero manifests`" + ` writes it into every operator's hub.yaml (applying
 it again is harmless); a platform team that installs it once uses
-` + "`opzero hub manifests`" + ` and generates the operators with --install-hub=false.`,
+` + "`opzero hub manifests`" + ` and generates the operators with --install-hub=false.
+
+The hub also serves operators nobody rebuilt: ` + "`opzero hub adopt`" + ` reads an
+operator's release YAML and writes the Subscription that keeps its own
+Deployment at zero replicas until something it watches changes.`,
 	}
-	cmd.AddCommand(newHubManifestsCmd())
+	cmd.AddCommand(newHubManifestsCmd(), newHubAdoptCmd())
 	return cmd
 }
 

@@ -28,8 +28,16 @@ func (h *Hub) check(ctx context.Context, s *sub) {
 	atts, sweeps, err := h.plan(ctx, s, spec)
 	var sink string
 	var sinkErr, authErr error
+	var topts targetOptions
 	if err == nil {
-		sink, sinkErr = h.resolve(ctx, s.key.Namespace, spec.Sink)
+		topts, err = targetOptionsOf(spec)
+	}
+	if err == nil {
+		if isDeploymentSink(spec.Sink) {
+			sink, sinkErr = h.resolveTarget(ctx, s, spec)
+		} else {
+			sink, sinkErr = h.resolve(ctx, s.key.Namespace, spec.Sink)
+		}
 		authErr = h.authorize(ctx, s.key.Namespace, spec, atts)
 	}
 	set := func(typ string, err error, okReason string) {
@@ -56,6 +64,17 @@ func (h *Hub) check(ctx context.Context, s *sub) {
 		}
 	}
 	set(v1alpha1.SubscriptionReady, notReady, "Ready")
+	if notReady == nil && isDeploymentSink(spec.Sink) {
+		s.setTarget(spec.Sink.Ref.Name, topts)
+	} else {
+		s.setTarget("", topts)
+		s.mu.Lock()
+		had := meta.FindStatusCondition(s.conds, v1alpha1.SubscriptionTargetHealthy) != nil
+		if had && !isDeploymentSink(spec.Sink) {
+			meta.RemoveStatusCondition(&s.conds, v1alpha1.SubscriptionTargetHealthy)
+		}
+		s.mu.Unlock()
+	}
 
 	s.mu.Lock()
 	s.sink, s.dirty = sink, true // the status is written once the hub has rewired (Hub.rewire)

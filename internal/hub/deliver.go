@@ -96,6 +96,14 @@ func (d *dispatcher) drain(deadline time.Time) {
 	}
 }
 
+// pending: a send of this Subscription is queued or under way (a
+// Deployment sink is not stopped then).
+func (d *dispatcher) pending() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.keys) > 0
+}
+
 func (d *dispatcher) isDraining() bool {
 	select {
 	case <-d.draining:
@@ -316,6 +324,13 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 		var wait time.Duration
 		if url == "" {
 			last = fmt.Errorf("the sink is not resolved")
+		} else if t := s.scalerOf(); t != nil {
+			// An unchanged operator: the change is delivered by starting it
+			// (its own list sees it), not sent.
+			s.noteAttempt(dl.rv)
+			last = t.wake(ctx, wakeReason(ev))
+		} else if isDeploymentSink(spec.Sink) {
+			last = fmt.Errorf("the Deployment sink is not served (the Subscription is not Ready)")
 		} else {
 			s.noteAttempt(dl.rv)
 			wait, last = s.postSink(ctx, url, spec.Sink.Audience, ev)
@@ -375,6 +390,22 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 	s.mu.Unlock()
 	s.h.event(obj, "Warning", "DeliveryFailed", fmt.Sprintf("%s %s not delivered after %d retries: %v", ev.Type(), ev.Subject(), p.retry, last))
 	return true
+}
+
+// wakeReason says, in a Deployment sink's status.target.lastWakeReason,
+// what woke it: the change's type and object, or the sweep.
+func wakeReason(ev *event.Event) string {
+	t := strings.TrimPrefix(strings.TrimPrefix(ev.Type(), "dev.knative.apiserver.ref."), "dev.knative.apiserver.resource.")
+	if t == ev.Type() {
+		return ev.Type() + " " + ev.Source() // a sweep (PingSource's event)
+	}
+	k, _ := ev.Extensions()["kind"].(string)
+	ns, _ := ev.Extensions()["namespace"].(string)
+	n, _ := ev.Extensions()["name"].(string)
+	if ns != "" {
+		n = ns + "/" + n
+	}
+	return t + " " + k + " " + n
 }
 
 // noteAttempt records that the event of the change at rv is being posted.

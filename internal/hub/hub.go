@@ -85,6 +85,7 @@ const deliveryIdleConns = 64
 // Hub serves every Subscription of a cluster: see the package
 // documentation.
 type Hub struct {
+	cfg   *rest.Config
 	dyn   dynamic.Interface
 	raw   *rest.RESTClient // whole-object watches (rawObject)
 	meta  metadata.Interface
@@ -159,7 +160,7 @@ func New(cfg *rest.Config, o Options) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, epoch: ep,
+	h := &Hub{cfg: cfg, dyn: dyn, raw: raw, meta: md, kinds: k, host: cfg.Host, opts: o, epoch: ep,
 		subs: map[types.NamespacedName]*sub{}, watches: map[watchKey]*sharedWatch{}, indexes: map[indexKey]*refIndex{},
 		all: map[types.NamespacedName]*v1alpha1.Subscription{}, served: map[int]bool{}, dropped: map[int]bool{},
 		tokens: map[string]func(context.Context) (string, error){}, recheck: make(chan struct{}, 1), changed: make(chan struct{}, 1)}

@@ -12,6 +12,9 @@ type Stats struct {
 	sent, early, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
 	watches, indexWatches, subscriptions, bucketsHeld                                                                prometheus.Gauge
 	otherVersions                                                                                                    prometheus.GaugeFunc
+	// Deployment sinks (target.go)
+	targetWakes, targetStops, targetLeases, targetUp prometheus.Counter
+	targetReady                                      prometheus.Histogram
 	bucketChanges                                                                                                    atomic.Int64 // buckets won or lost
 }
 
@@ -42,6 +45,13 @@ func newStats(el elector) *Stats {
 			"the bucket's previous holder may have sent them too. Duplicates around a hand-off are at most these: after a graceful hand-off the sends it cut short, "+
 			"after a crash the changes since its last progress write. Counted too: changes sent again after a spec edit that changed a Subscription's filters (they were sent under the old spec, maybe)"),
 		bucketsHeld: g("buckets_held", "Buckets of Subscriptions this replica serves"),
+		targetWakes:  c("deployment_wakes_total", "Deployment sinks (unchanged operators) scaled from 0 to 1 replica: by a change let through, a sweep, or their longest sleep"),
+		targetStops:  c("deployment_stops_total", "Deployment sinks scaled back to 0 once idle"),
+		targetLeases: c("deployment_leases_released_total", "Leader-election Leases still held by a gone pod of a Deployment sink, released before the next pod waited on them"),
+		targetUp:     c("deployment_up_seconds_total", "Time Deployment sinks ran between a wake and the stop that followed, in seconds"),
+		targetReady: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "opzero_hub_deployment_ready_seconds",
+			Help:    "Time from a Deployment sink's scale-up to a ready pod, in seconds",
+			Buckets: []float64{0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300}}),
 		otherVersions: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "opzero_hub_buckets_other_version",
 			Help: "Buckets whose Lease is held by a replica of another hub version (or by a holder that wrote none: edited by hand)"},
 			func() float64 { return float64(el.OtherVersions()) }),
@@ -51,7 +61,8 @@ func newStats(el elector) *Stats {
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.sent, s.early, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.referenced,
-		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions}
+		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions,
+		s.targetWakes, s.targetStops, s.targetLeases, s.targetUp, s.targetReady}
 }
 
 // Replayed is how many events were sent of changes from before their
@@ -83,6 +94,9 @@ func (s *Stats) IndexWatches() float64 {
 // Referenced is how many updates of objects that became referenced were
 // queued (refIndex, Hub.tell).
 func (s *Stats) Referenced() float64 { return read(s.referenced) }
+
+// DeploymentWakes is how many times a Deployment sink was scaled up from 0.
+func (s *Stats) DeploymentWakes() float64 { return read(s.targetWakes) }
 
 // Filtered is how many changes the filters dropped.
 func (s *Stats) Filtered() float64 { return read(s.filtered) }

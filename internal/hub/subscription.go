@@ -48,6 +48,7 @@ type sub struct {
 
 	disp    *dispatcher
 	sweeps  *sweeper
+	target  *scaler // a Deployment sink's (target.go)
 	stopped bool
 }
 
@@ -108,7 +109,54 @@ func (s *sub) ready() bool {
 
 func (s *sub) stop() {
 	s.stopSweeps(true)
+	s.stopTarget()
 	s.disp.stop()
+}
+
+// scalerOf is the Deployment sink's scaler, nil for other sinks.
+func (s *sub) scalerOf() *scaler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.target
+}
+
+// setTarget serves the Deployment name (the sink) with o, or stops serving
+// one (name ""): a Subscription not Ready scales nothing.
+func (s *sub) setTarget(name string, o targetOptions) {
+	s.mu.Lock()
+	old := s.target
+	if old != nil && old.name == name && !s.stopped {
+		s.mu.Unlock()
+		old.setOptions(o)
+		return
+	}
+	s.target = nil
+	var t *scaler
+	if name != "" && !s.stopped {
+		prev := s.obj.Status.Target
+		if old != nil {
+			prev = old.status()
+		}
+		t = newScaler(s, name, o, prev)
+		s.target = t
+	}
+	s.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	if t != nil {
+		t.start()
+	}
+}
+
+func (s *sub) stopTarget() {
+	s.mu.Lock()
+	t := s.target
+	s.target = nil
+	s.mu.Unlock()
+	if t != nil {
+		t.stop()
+	}
 }
 
 func (s *sub) stopSweeps(stopped bool) {
@@ -158,6 +206,9 @@ func (s *sub) writeStatus(ctx context.Context, gen int64) {
 	}
 	s.mu.Lock()
 	st := v1alpha1.SubscriptionStatus{ObservedGeneration: gen, Conditions: append([]metav1.Condition(nil), s.conds...), SinkURI: s.sink}
+	if s.target != nil {
+		st.Target = s.target.status()
+	}
 	for _, a := range s.attachments {
 		if rv := s.progress[a.pkey]; rv != "" {
 			st.Progress = append(st.Progress, v1alpha1.Progress{Resource: a.pkey, ResourceVersion: rv})

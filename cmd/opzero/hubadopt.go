@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opzero/opzero/internal/kustomize"
+	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/unchanged"
+)
+
+func newHubAdoptCmd() *cobra.Command {
+	var (
+		files                []string
+		kdir, deployment     string
+		out                  string
+		o                    unchanged.Options
+		selectors, ownersArg []string
+	)
+	cmd := &cobra.Command{
+		Use:   "adopt (-f <release.yaml>... | -k <kustomize dir>) [--deployment <ns/name>]",
+		Short: "Serve an operator nobody rebuilt at zero: write the Subscription that wakes its own Deployment",
+		Long: `adopt reads what an operator ships (its release YAML, a rendered Helm chart,
+a kustomize folder) and writes, without its source, the hub Subscription that
+serves its unchanged Deployment: the Deployment stays at 0 replicas while
+nothing it needs changes, a change the Subscription lets through scales it
+to 1 (the operator's own list and watch then see it), and after
+--idle-after with nothing let through and no work in flight it goes back
+to 0. Apply the output beside the release, with the hub installed
+(opzero hub manifests).
+
+What it watches comes from its RBAC: every kind its service account may
+list and watch (a RoleBinding's rules in its namespace, a
+ClusterRoleBinding's everywhere), leader election and Events left out.
+Kinds come from the input's CRDs and Kubernetes' own APIs. Each line of
+the header says what was derived and how sure it is; the same lines go
+to stderr.
+
+Narrow it as Subscriptions are narrowed: --watch-namespace, --selector
+Kind=<selector>, --owner Kind=<OwnerKind> (only objects whose controller
+owner is of that kind wake it). A RequeueAfter the hub cannot see is
+covered by --max-sleep: the longest it stays at zero.`,
+		Example: `  # a release YAML
+  opzero hub adopt -f dist/install.yaml -o at-zero.yaml
+  # a Helm chart, rendered
+  helm template my-op ./chart -n my-op | opzero hub adopt -f - --idle-after 2m
+  # a kubebuilder project's own deployment, unchanged
+  opzero hub adopt -k config/default --owner Deployment=Memcached | kubectl apply -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (len(files) == 0) == (kdir == "") {
+				return errors.New("give the operator's objects: -f <file> (repeatable, - for stdin) or -k <kustomize folder>")
+			}
+			var stream bytes.Buffer
+			for _, f := range files {
+				var b []byte
+				var err error
+				if f == "-" {
+					b, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					b, err = os.ReadFile(f)
+				}
+				if err != nil {
+					return err
+				}
+				stream.Write(b)
+				stream.WriteString("\n---\n")
+			}
+			if kdir != "" {
+				b, err := kustomize.Render(kdir)
+				if err != nil {
+					return err
+				}
+				stream.Write(b)
+			}
+			objs, err := decodeObjects(stream.Bytes())
+			if err != nil {
+				return err
+			}
+			o.Deployment = deployment
+			if o.Selectors, err = pairs("--selector", selectors); err != nil {
+				return err
+			}
+			if o.Owners, err = pairs("--owner", ownersArg); err != nil {
+				return err
+			}
+			o.HubNamespace, o.HubName, o.AggregateLabel = manifests.HubNamespace, manifests.HubName, manifests.HubAggregateLabel
+			r, err := unchanged.Derive(objs, o)
+			if err != nil {
+				return err
+			}
+			var b bytes.Buffer
+			fmt.Fprintf(&b, "# opzero hub adopt: Deployment %s/%s served by the hub at zero.\n", r.Namespace, r.Deployment)
+			for _, n := range r.Notes {
+				fmt.Fprintf(&b, "#   [%s] %s\n", n.Sure, n.Text)
+				fmt.Fprintf(cmd.ErrOrStderr(), "[%s] %s\n", n.Sure, n.Text)
+			}
+			for _, obj := range r.Objects {
+				y, err := yaml.Marshal(obj)
+				if err != nil {
+					return err
+				}
+				b.WriteString("---\n")
+				b.Write(y)
+			}
+			if out == "" || out == "-" {
+				_, err = cmd.OutOrStdout().Write(b.Bytes())
+				return err
+			}
+			if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d objects to %s\n", len(r.Objects), out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&files, "filename", "f", nil, "a YAML file of the operator's objects (its Deployment, RBAC, CRDs), - for stdin; repeatable")
+	f.StringVarP(&kdir, "kustomize", "k", "", "a kustomize folder to build for the operator's objects (a kubebuilder project's config/default)")
+	f.StringVar(&deployment, "deployment", "", "the operator's Deployment, <name> or <namespace>/<name>, when the input has several")
+	f.StringVarP(&out, "output", "o", "-", "file to write, - for stdout")
+	f.StringSliceVar(&o.Namespaces, "watch-namespace", nil, "wake it only for changes in these namespaces (namespaced kinds; repeatable or comma-separated)")
+	f.StringArrayVar(&selectors, "selector", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
+	f.StringArrayVar(&ownersArg, "owner", nil, "Kind=<OwnerKind>: wake it only for objects of that kind whose controller owner is an OwnerKind (repeatable)")
+	f.DurationVar(&o.IdleAfter, "idle-after", 0, "how long it runs with nothing let through and no work in flight before it goes back to 0 (0: the hub's default, 1m)")
+	f.DurationVar(&o.MaxSleep, "max-sleep", 0, "the longest it stays at zero, for what the hub cannot see such as a RequeueAfter (0: the hub's default, 1h)")
+	return cmd
+}
+
+// pairs reads Key=value flags.
+func pairs(flag string, vs []string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, v := range vs {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" || val == "" {
+			return nil, fmt.Errorf("%s %q: want Kind=<value>", flag, v)
+		}
+		m[k] = val
+	}
+	return m, nil
+}
+
+// decodeObjects reads a YAML or JSON stream of objects; a List's items are
+// objects too.
+func decodeObjects(b []byte) ([]map[string]any, error) {
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var out []map[string]any
+	for i := 1; ; i++ {
+		var o map[string]any
+		if err := d.Decode(&o); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("reading the operator's objects (document %d): %w", i, err)
+		}
+		if len(o) == 0 {
+			continue
+		}
+		if k, _ := o["kind"].(string); strings.HasSuffix(k, "List") {
+			items, _ := o["items"].([]any)
+			for _, it := range items {
+				if m, ok := it.(map[string]any); ok {
+					out = append(out, m)
+				}
+			}
+			continue
+		}
+		out = append(out, o)
+	}
+}
