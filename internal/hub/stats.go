@@ -15,7 +15,7 @@ type Stats struct {
 	// Deployment sinks (target.go)
 	targetWakes, targetStops, targetLeases, targetUp prometheus.Counter
 	targetReady                                      prometheus.Histogram
-	bucketChanges                                                                                                    atomic.Int64 // buckets won or lost
+	bucketChanges                                    atomic.Int64 // buckets won or lost
 }
 
 func newStats(el elector) *Stats {
@@ -44,7 +44,7 @@ func newStats(el elector) *Stats {
 		replayed: c("handoff_replayed_total", "Events sent after their Subscription's bucket was won (by this replica, or at its start) of changes from before: "+
 			"the bucket's previous holder may have sent them too. Duplicates around a hand-off are at most these: after a graceful hand-off the sends it cut short, "+
 			"after a crash the changes since its last progress write. Counted too: changes sent again after a spec edit that changed a Subscription's filters (they were sent under the old spec, maybe)"),
-		bucketsHeld: g("buckets_held", "Buckets of Subscriptions this replica serves"),
+		bucketsHeld:  g("buckets_held", "Buckets of Subscriptions this replica serves"),
 		targetWakes:  c("deployment_wakes_total", "Deployment sinks (unchanged operators) scaled from 0 to 1 replica: by a change let through, a sweep, or their longest sleep"),
 		targetStops:  c("deployment_stops_total", "Deployment sinks scaled back to 0 once idle"),
 		targetLeases: c("deployment_leases_released_total", "Leader-election Leases still held by a gone pod of a Deployment sink, released before the next pod waited on them"),

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	rbacv1 "k8s.io/api/rbac/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,34 +90,10 @@ func waitState(t *testing.T, ns, name, state string) v1alpha1.TargetStatus {
 	return got
 }
 
-// readyPod waits for a pod of the Deployment and marks it ready at
-// 127.0.0.1, as kubelet would; it returns the pod's name.
+// readyPod marks a pod of the Deployment ready at 127.0.0.1.
 func readyPod(t *testing.T, ns, deployment string) string {
 	t.Helper()
-	c := testenv.Get(t).Client
-	var name string
-	testkit.Eventually(t, 30*time.Second, "a pod of Deployment "+deployment, func(ctx context.Context) (bool, error) {
-		var l corev1.PodList
-		if err := c.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{"app": deployment}); err != nil {
-			return false, err
-		}
-		for _, p := range l.Items {
-			if p.DeletionTimestamp != nil {
-				continue
-			}
-			now := metav1.Now()
-			p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-			if err := c.Status().Update(ctx, &p); err != nil {
-				return false, nil
-			}
-			name = p.Name
-			return true, nil
-		}
-		return false, nil
-	})
-	return name
+	return testenv.Get(t).ReadyPod(t, ns, map[string]string{"app": deployment})
 }
 
 // queueMetrics serves controller-runtime's workqueue metrics with depth
@@ -150,7 +127,15 @@ func TestDeploymentSink(t *testing.T) {
 	port, depth, scraped := queueMetrics(t)
 	h, _ := startHub(t, hub.Options{NoWakeups: true})
 	must(t, c.Create(ctx, operatorDeployment(ns, "op", 0)))
-	sub := deploymentSub(ns, "op", "op", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}, LabelSelector: "watched=yes"})
+	// It also watches Deployments and pods (a Deployment operator's
+	// children): its own, which its scaling changes, must not wake it.
+	operatorAccount(t, ns, "op-children", false, rbacv1.PolicyRule{APIGroups: []string{"", "apps"}, Resources: []string{"pods", "deployments", "replicasets"}, Verbs: []string{"get", "list", "watch"}})
+	must(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "op-children-for-op"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "op"}}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "op-children"}}))
+	sub := deploymentSub(ns, "op", "op", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}, LabelSelector: "watched=yes"},
+		v1alpha1.SubscribedResource{APIVersion: "apps/v1", Kind: "Deployment", Namespaces: []string{ns}},
+		v1alpha1.SubscribedResource{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespaces: []string{ns}},
+		v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}})
 	sub.Spec.ScaleToZero = &v1alpha1.ScaleToZero{IdleAfter: &metav1.Duration{Duration: 2 * time.Second},
 		Metrics: &v1alpha1.MetricsEndpoint{Port: port, Scheme: "http"}}
 	must(t, c.Create(ctx, sub))
@@ -220,6 +205,7 @@ func TestDeploymentSink(t *testing.T) {
 	// right after the stop wakes it again.
 	readyPod(t, ns, "op")
 	waitReplicas(t, ns, "op", 0, "idle again")
+	stays(t, ns, "op", 0, 4*time.Second, "only its own Deployment, ReplicaSet and pods changed (its stop)")
 	cm.Data = map[string]string{"k": "v2"}
 	must(t, c.Update(ctx, cm))
 	waitReplicas(t, ns, "op", 1, "edited right after the stop")

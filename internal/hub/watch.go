@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,10 @@ type attachment struct {
 	ref        *refFilter
 	skip       *genskip.Options // SkipObserved; nil: every update is sent
 	pkey       string           // its progress key
+	// self is a Deployment sink's name: the changes of that Deployment,
+	// its ReplicaSets and its pods (which its own scaling makes) do not
+	// wake it, or each stop would start it again.
+	self string
 
 	memoMu sync.Mutex
 	memo   *genskip.Memo[string] // last metadata fingerprint per object (skip)
@@ -522,6 +527,9 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 
 // wants applies the owner and referencedBy filters.
 func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
+	if a.self != "" && a.ownChange(m) {
+		return false
+	}
 	if a.owner != nil {
 		ok := false
 		for _, o := range m.GetOwnerReferences() {
@@ -539,6 +547,32 @@ func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
 		}
 	}
 	return true
+}
+
+// ownChange: m is the Deployment sink itself, one of its ReplicaSets or
+// one of their pods.
+func (a *attachment) ownChange(m metav1.Object) bool {
+	if m.GetNamespace() != a.sub.key.Namespace {
+		return false
+	}
+	controller := func(kind string) string {
+		for _, o := range m.GetOwnerReferences() {
+			if o.Controller != nil && *o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, "apps/") {
+				return o.Name
+			}
+		}
+		return ""
+	}
+	switch a.gvk.GroupKind() {
+	case schema.GroupKind{Group: "apps", Kind: "Deployment"}:
+		return m.GetName() == a.self
+	case schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}:
+		return controller("Deployment") == a.self
+	case schema.GroupKind{Kind: "Pod"}:
+		rs := controller("ReplicaSet")
+		return rs != "" && strings.HasPrefix(rs, a.self+"-") && m.GetLabels()["pod-template-hash"] != ""
+	}
+	return false
 }
 
 // skips applies the operator's generation-aware rule (genskip) to a

@@ -166,6 +166,23 @@ func Adopted(t testing.TB) (dir, diff string) {
 // as kubebuilder wrote it.
 func Generated(t testing.TB) (dir string, mainBefore []byte) {
 	t.Helper()
+	dir = Scaffolded(t)
+	// The migration of cmd/main.go (testdata/main.go.diff).
+	mainGo := filepath.Join(dir, "cmd/main.go")
+	before, err := os.ReadFile(mainGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// -C1: kubebuilder releases differ around the lines (v4.7.1 has no CertDir lines before NewManager)
+	Run(t, dir, "git", "apply", "-C1", "--unidiff-zero", filepath.Join(testdata(t), "main.go.diff"))
+	return dir, before
+}
+
+// Scaffolded generates the kubebuilder project with the user's API field
+// and reconciler, its CRDs and RBAC as its make manifests writes them, and
+// nothing of opzero: cmd/main.go as kubebuilder wrote it.
+func Scaffolded(t testing.TB) (dir string) {
+	t.Helper()
 	kb, cg := Tools(t)
 	dir = filepath.Join(t.TempDir(), "memcached")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -197,16 +214,7 @@ func Generated(t testing.TB) (dir string, mainBefore []byte) {
 	ctest := filepath.Join(dir, "internal/controller/memcached_controller_test.go")
 	ReplaceIn(t, ctest, "\t\"k8s.io/apimachinery/pkg/types\"\n", "\t\"k8s.io/apimachinery/pkg/types\"\n\t\"k8s.io/client-go/tools/record\"\n")
 	ReplaceIn(t, ctest, "Scheme: k8sClient.Scheme(),", "Scheme: k8sClient.Scheme(), Recorder: record.NewFakeRecorder(10),")
-
-	// The migration of cmd/main.go (testdata/main.go.diff).
-	mainGo := filepath.Join(dir, "cmd/main.go")
-	before, err := os.ReadFile(mainGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// -C1: kubebuilder releases differ around the lines (v4.7.1 has no CertDir lines before NewManager)
-	Run(t, dir, "git", "apply", "-C1", "--unidiff-zero", filepath.Join(testdata(t), "main.go.diff"))
-	return dir, before
+	return dir
 }
 
 // ManagerEnv declares an environment variable of the manager in the
