@@ -331,6 +331,12 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		} else {
 			note("certain", "%s in %s: it may list and watch them (%s)", kd.gvk.Kind, where, kd.source)
 		}
+		if o, ok := r["owner"].(obj); ok {
+			note("certain", "%s: only those whose controller owner is a %s wake it (--owner)", kd.gvk.Kind, o["kind"])
+		}
+		if sel, ok := r["labelSelector"].(string); ok {
+			note("certain", "%s: only those matching %q wake it (--selector)", kd.gvk.Kind, sel)
+		}
 		out = append(out, r)
 		grs = append(grs, gr)
 	}

@@ -108,6 +108,18 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			pr.probe = probe
 			return pr, nil
 		}
+		if replicasOf(u) == 0 || p.hubTarget(u) {
+			// Scaled by the opzero hub (or by hand): runs while it has replicas.
+			follow := func(context.Context) (running, error) { return p.followReplicas(u, start), nil }
+			r, _ := follow(ctx)
+			s := &supervised{what: "Deployment " + key(u), start: follow, cur: r}
+			p.supervise(s)
+			p.procs = append(p.procs, s)
+			p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (%s %s, while scaled above 0)", key(u), what, strings.Join(slices.Concat(command, argv), " ")))
+			p.say("Deployment %s: %s runs while its spec.replicas is above 0 (now %d; one process, a pod of it marked Ready once its probe answers; log %s)",
+				key(u), what, replicasOf(u), p.LogPath(name))
+			continue
+		}
 		r, err := start(ctx)
 		if err != nil {
 			return err
@@ -127,6 +139,26 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		}
 	}
 	return nil
+}
+
+// hubTarget: a Subscription of the manifests names the Deployment as its
+// sink (an unchanged operator the hub scales between 0 and 1).
+func (p *Platform) hubTarget(u *unstructured.Unstructured) bool {
+	for _, o := range p.opts.Objects {
+		if !isKind(o, "opzero.dev", "Subscription") {
+			continue
+		}
+		ns := o.GetNamespace()
+		if ns == "" {
+			ns = p.opts.Namespace
+		}
+		k, _, _ := unstructured.NestedString(o.Object, "spec", "sink", "ref", "kind")
+		n, _, _ := unstructured.NestedString(o.Object, "spec", "sink", "ref", "name")
+		if k == "Deployment" && n == u.GetName() && ns == u.GetNamespace() {
+			return true
+		}
+	}
+	return false
 }
 
 // livenessProbe plays the container's livenessProbe httpGet on 127.0.0.1;
