@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/proc"
+)
+
+// The fleet part ("Operators nobody rebuilt, at zero"): ten operators run
+// classic, as images nobody will rebuild, against the same ten served at
+// zero by the hub through their own Deployments (`opzero hub adopt` of
+// each one's release YAML): what stays running in each case, RSS under
+// opzero dev, in one run. The classic operators are the repo's
+// ConfigWatcher built in classic mode (-tags opzero_classic: a
+// controller-runtime manager, informers and caches), each in a namespace
+// of its own, watching the cluster's ConfigMaps; beside them the
+// controller-runtime baseline of the worth part (bench/crbaseline), the
+// same reconciler with no opzero at all.
+
+var fleetObjects = "0,10000" // -fleet-objects
+
+const fleetTitle = "Operators nobody rebuilt, at zero"
+
+func fleet(ctx context.Context, r *report, dir string) error {
+	counts, err := parseCounts(fleetObjects)
+	if err != nil {
+		return err
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return err
+	}
+	// The classic mode of the example, for opzero manifests and the
+	// images opzero dev builds.
+	os.Setenv("GOFLAGS", strings.TrimSpace(os.Getenv("GOFLAGS")+" -tags=opzero_classic"))
+	w := &worthPart{dir: filepath.Join(dir, "fleet"), root: root}
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return err
+	}
+	if err := w.build(ctx); err != nil {
+		return err
+	}
+	if w.hubNote != "" {
+		return fmt.Errorf("%s", w.hubNote)
+	}
+	fmt.Println("  fleet: starting a control plane of its own ...")
+	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true})
+	if err != nil {
+		return err
+	}
+	defer plane.Stop(false)
+	w.kubeconfig = plane.Kubeconfig
+	ctrllog.SetLogger(logr.Discard())
+	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
+		return err
+	}
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1.AddToScheme(scheme)
+	cfg := *plane.Config
+	cfg.QPS, cfg.Burst = 2000, 4000
+	if w.c, err = client.New(&cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if err := w.setup(ctx); err != nil {
+		return err
+	}
+	classicFile, zeroFile, err := w.fleetManifests(ctx)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		n                      int
+		crRSS, classicRSS, hub float64
+		hubProcs               int
+	}
+	var rows []row
+	for _, n := range counts {
+		fmt.Printf("  fleet: %d ConfigMaps ...\n", n)
+		if err := w.ensureConfigMaps(ctx, n); err != nil {
+			return err
+		}
+		cr, _, err := w.measureClassic(ctx, false, worthOps)
+		if err != nil {
+			return fmt.Errorf("controller-runtime baseline: %w", err)
+		}
+		crRSS, _ := sumMem(cr, nil)
+		classicRSS, err := w.fleetClassic(ctx, classicFile, n)
+		if err != nil {
+			return err
+		}
+		hub, err := w.fleetAtZero(ctx, zeroFile, n)
+		if err != nil {
+			return err
+		}
+		hubRSS, _ := sumMem(hub, nil)
+		fmt.Printf("    %d ConfigMaps: 10 classic %.1f MiB (controller-runtime baseline %.1f MiB); at zero %.1f MiB in %d processes: %.3fx\n",
+			n, classicRSS, crRSS, hubRSS, len(hub), hubRSS/classicRSS)
+		rows = append(rows, row{n, crRSS, classicRSS, hubRSS, len(hub)})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Ten operators, RSS under `opzero dev` (MiB), measured side by side in one run (`go run ./bench/suite -only fleet`): "+
+		"the repo's ConfigWatcher built classic (controller-runtime's manager, unchanged for the hub) in ten namespaces, every ConfigMap of the "+
+		"cluster in its cache; at zero, what stays running is the hub's two replicas serving the ten Deployments "+
+		"(`opzero hub adopt` of each release, idle after 5 s); the controller-runtime baseline (bench/crbaseline) beside them.\n\n")
+	fmt.Fprintf(&b, "| ConfigMaps | 10 classic | 10 controller-runtime baseline | at zero: the hub (serving + standby) | at zero / classic | at zero / baseline |\n|---|---|---|---|---|---|\n")
+	for _, x := range rows {
+		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.1f (%d processes) | %.3fx | %.3fx |\n", x.n, x.classicRSS, x.crRSS, x.hub, x.hubProcs, x.hub/x.classicRSS, x.hub/x.crRSS)
+	}
+	b.WriteString("\nNot measured here: the node's working set (kubelet's) on the real cluster, and operators of other shapes (kubebuilder projects, non-Go).\n")
+	r.add(fleetTitle, b.String())
+	return nil
+}
+
+// fleetManifests writes the ten classic releases (one file) and the same
+// releases with the hub and each one's `opzero hub adopt` output.
+func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero string, err error) {
+	hub, err := w.opzeroOut(ctx, nil, "hub", "manifests", "-o", "-")
+	if err != nil {
+		return "", "", err
+	}
+	var releases, adopted []string
+	for i := range worthOps {
+		rel, err := w.opzeroOut(ctx, nil, "manifests", "--operator", "./examples/configwatcher", "--mode=classic", "--namespace", opNamespace(i), "-o", "-")
+		if err != nil {
+			return "", "", err
+		}
+		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle-after", "5s")
+		if err != nil {
+			return "", "", err
+		}
+		releases, adopted = append(releases, rel), append(adopted, sub)
+	}
+	classic, atZero = filepath.Join(w.dir, "classic.yaml"), filepath.Join(w.dir, "at-zero.yaml")
+	if err := os.WriteFile(classic, []byte(joinManifests(releases)), 0o644); err != nil {
+		return "", "", err
+	}
+	all := append(append([]string{hub}, releases...), adopted...)
+	return classic, atZero, os.WriteFile(atZero, []byte(joinManifests(all)), 0o644)
+}
+
+func (w *worthPart) opzeroOut(ctx context.Context, stdin *strings.Reader, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, w.opzero, args...)
+	cmd.Dir = w.root
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("opzero %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// classicProcs are dev's processes of the classic ConfigWatchers.
+func classicProcs(devPid int) []procMem {
+	var out []procMem
+	for _, p := range proc.Descendants(devPid) {
+		if strings.Contains(strings.Join(proc.Argv(p), " "), "--mode=classic") {
+			rss, hwm := proc.Mem(p)
+			out = append(out, procMem{what: "classic ConfigWatcher", rss: rss, hwm: hwm})
+		}
+	}
+	return out
+}
+
+// fleetClassic runs the ten classic releases and reads their RSS once
+// settled.
+func (w *worthPart) fleetClassic(ctx context.Context, file string, n int) (float64, error) {
+	s, err := w.startDev(ctx, fmt.Sprintf("fleet-classic-%d", n), file)
+	if err != nil {
+		return 0, err
+	}
+	defer s.stop()
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		return len(classicProcs(s.cmd.Process.Pid)) == worthOps, nil
+	}); err != nil {
+		return 0, fmt.Errorf("fleet: %d classic processes, want %d", len(classicProcs(s.cmd.Process.Pid)), worthOps)
+	}
+	time.Sleep(worthSettle)
+	procs := classicProcs(s.cmd.Process.Pid)
+	rss, _ := sumMem(procs, nil)
+	fmt.Printf("    10 classic ConfigWatchers: RSS %.1f MiB\n", rss)
+	return rss, nil
+}
+
+// fleetAtZero runs the releases with the hub serving their Deployments,
+// waits for every one at 0 replicas and no classic process, starts the
+// hub's standby, and reads what stays running.
+func (w *worthPart) fleetAtZero(ctx context.Context, file string, n int) ([]procMem, error) {
+	s, err := w.startDev(ctx, fmt.Sprintf("fleet-zero-%d", n), file)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	if err := w.subscriptionsReady(ctx, worthOps); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	atZero := func(ctx context.Context) (bool, error) {
+		for i := range worthOps {
+			var d appsv1.Deployment
+			if err := w.c.Get(ctx, client.ObjectKey{Namespace: opNamespace(i), Name: "configwatcher"}, &d); err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+				return false, nil
+			}
+		}
+		return len(classicProcs(s.cmd.Process.Pid)) == 0, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, atZero); err != nil {
+		return nil, fmt.Errorf("fleet: the ten Deployments not at zero within 5 minutes (%d classic processes left)", len(classicProcs(s.cmd.Process.Pid)))
+	}
+	pid, stop, err := w.secondHub(s.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	time.Sleep(worthSettle)
+	if ok, _ := atZero(ctx); !ok {
+		return nil, fmt.Errorf("fleet: an operator was woken while only unrelated objects existed")
+	}
+	procs := alwaysOn(s.cmd.Process.Pid)
+	rss, hwm := proc.Mem(pid)
+	procs = append(procs, procMem{what: hubReplica2, shared: true, rss: rss, hwm: hwm})
+	for _, p := range procs {
+		fmt.Printf("      %s: RSS %.1f MiB\n", p.what, p.rss)
+	}
+	return procs, nil
+}
