@@ -49,3 +49,33 @@ func TestHubManifests(t *testing.T) {
 		t.Errorf("the operator's file is gone: %v", err)
 	}
 }
+
+// TestHubAdoptBadInput: each wrong way of calling `opzero hub adopt` is an
+// error that says what to give, and nothing is written.
+func TestHubAdoptBadInput(t *testing.T) {
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release.yaml")
+	if err := os.WriteFile(release, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give the operator's objects one way"},
+		{[]string{"-f", release, "--from-cluster", "--deployment", "ns/op"}, "give the operator's objects one way"},
+		{[]string{"--from-cluster", "--deployment", "op"}, "--from-cluster needs --deployment <namespace>/<name>"},
+		{[]string{"-f", release, "--owner", "Deployment"}, `--owner "Deployment": want Kind=<value>`},
+		{[]string{"-f", release}, "no Deployment in the input"},
+		{[]string{"-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
+	} {
+		out := filepath.Join(dir, "out.yaml")
+		msg, err := runOpzero(t, append([]string{"hub", "adopt", "-o", out}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("opzero hub adopt %s: %v (%s), want an error with %q", strings.Join(c.args, " "), err, msg, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("opzero hub adopt %s wrote %s", strings.Join(c.args, " "), out)
+		}
+	}
+}

@@ -24,14 +24,16 @@ func newHubAdoptCmd() *cobra.Command {
 		out                  string
 		o                    unchanged.Options
 		selectors, ownersArg []string
+		fromCluster          bool
+		kubeconfig           string
 	)
 	cmd := &cobra.Command{
-		Use:   "adopt (-f <release.yaml>... | -k <kustomize dir>) [--deployment <ns/name>]",
+		Use:   "adopt (-f <release.yaml>... | -k <kustomize dir> | --from-cluster --deployment <ns/name>)",
 		Short: "Serve an operator nobody rebuilt at zero: write the Subscription that wakes its own Deployment",
 		Long: `adopt reads what an operator ships (its release YAML, a rendered Helm chart,
-a kustomize folder) and writes, without its source, the hub Subscription that
-serves its unchanged Deployment: the Deployment stays at 0 replicas while
-nothing it needs changes, a change the Subscription lets through scales it
+a kustomize folder, or its Deployment already running in the cluster) and
+writes, without its source, the hub Subscription that serves its unchanged
+Deployment: the Deployment stays at 0 replicas while nothing it needs changes, a change the Subscription lets through scales it
 to 1 (the operator's own list and watch then see it), and after
 --idle-after with nothing let through and no work in flight it goes back
 to 0. Apply the output beside the release, with the hub installed
@@ -53,11 +55,19 @@ covered by --max-sleep: the longest it stays at zero.`,
   # a Helm chart, rendered
   helm template my-op ./chart -n my-op | opzero hub adopt -f - --idle-after 2m
   # a kubebuilder project's own deployment, unchanged
-  opzero hub adopt -k config/default --owner Deployment=Memcached | kubectl apply -f -`,
+  opzero hub adopt -k config/default --owner Deployment=Memcached | kubectl apply -f -
+  # an operator already installed
+  opzero hub adopt --from-cluster --deployment cert-manager/cert-manager -o at-zero.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (len(files) == 0) == (kdir == "") {
-				return errors.New("give the operator's objects: -f <file> (repeatable, - for stdin) or -k <kustomize folder>")
+			inputs := 0
+			for _, given := range []bool{len(files) > 0, kdir != "", fromCluster} {
+				if given {
+					inputs++
+				}
+			}
+			if inputs != 1 {
+				return errors.New("give the operator's objects one way: -f <file> (repeatable, - for stdin), -k <kustomize folder>, or --from-cluster --deployment <ns/name>")
 			}
 			var stream bytes.Buffer
 			for _, f := range files {
@@ -81,8 +91,23 @@ covered by --max-sleep: the longest it stays at zero.`,
 				}
 				stream.Write(b)
 			}
-			objs, err := decodeObjects(stream.Bytes())
-			if err != nil {
+			var objs []map[string]any
+			var err error
+			if fromCluster {
+				if !strings.Contains(deployment, "/") {
+					return errors.New("--from-cluster needs --deployment <namespace>/<name>")
+				}
+				if kubeconfig == "" {
+					kubeconfig = os.Getenv("KUBECONFIG")
+				}
+				cfg, err := restConfig(kubeconfig)
+				if err != nil {
+					return err
+				}
+				if objs, err = unchanged.FromCluster(cmd.Context(), cfg, deployment); err != nil {
+					return err
+				}
+			} else if objs, err = decodeObjects(stream.Bytes()); err != nil {
 				return err
 			}
 			o.Deployment = deployment
@@ -127,6 +152,8 @@ covered by --max-sleep: the longest it stays at zero.`,
 	f.StringVarP(&kdir, "kustomize", "k", "", "a kustomize folder to build for the operator's objects (a kubebuilder project's config/default)")
 	f.StringVar(&deployment, "deployment", "", "the operator's Deployment, <name> or <namespace>/<name>, when the input has several")
 	f.StringVarP(&out, "output", "o", "-", "file to write, - for stdout")
+	f.BoolVar(&fromCluster, "from-cluster", false, "read the operator's Deployment (--deployment <ns/name>), the RBAC bound to its service account, the CRDs and webhook configurations from the cluster")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with --from-cluster: the cluster's kubeconfig (default $KUBECONFIG)")
 	f.StringSliceVar(&o.Namespaces, "watch-namespace", nil, "wake it only for changes in these namespaces (namespaced kinds; repeatable or comma-separated)")
 	f.StringArrayVar(&selectors, "selector", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
 	f.StringArrayVar(&ownersArg, "owner", nil, "Kind=<OwnerKind>: wake it only for objects of that kind whose controller owner is an OwnerKind (repeatable)")
