@@ -49,6 +49,14 @@
 //     opzero-hub; used 5 s at most and only until a pod is ready) and from
 //     the Service's private EndpointSlices. Not when a pod of the Service
 //     is ready (the route serves it); --early-delivery=false turns it off.
+//   - a sink that is a Deployment (apps/v1) is an unchanged operator
+//     (target.go): a change let through is "sent" by scaling the
+//     Deployment's own spec.replicas from 0 to 1 (settled once written: the
+//     operator's initial list sees it), and the Deployment goes back to 0
+//     after spec.scaleToZero.idleAfter with nothing let through, nothing
+//     pending and its workqueue metrics at 0; the Deployment's own,
+//     its ReplicaSets' and its pods' changes never wake it; a
+//     leader-election Lease of a gone pod of it is released before a wake.
 //   - sweeps are PingSource ticks on spec.sweeps' cron schedules; wakeups
 //     are the operator's Wakeup records (package wakeup's Source, one for
 //     every operator, bounded window), sent to the Subscription's sink.
