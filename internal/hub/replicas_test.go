@@ -105,6 +105,9 @@ func (c cutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c.onSend != nil {
 		c.onSend(c.r, req)
 	}
+	if c.r.cut.Load() { // killed by onSend (a fleet's before hook)
+		return nil, errors.New("killed")
+	}
 	return c.rt.RoundTrip(req)
 }
 
@@ -118,6 +121,9 @@ type fleet struct {
 	replicas   []*replica
 	violations []string // status writes while another live replica held the bucket
 	writes     int
+	// before, if set, sees each request to the API server before it is
+	// sent; it may cut the replica (r.cut) so that the request is not.
+	before func(r *replica, req *http.Request)
 }
 
 func newFleet(t *testing.T, buckets int) *fleet {
@@ -211,6 +217,12 @@ func (r *replica) held() []int {
 // statusWrite checks, at each status write of a Subscription, that no
 // other live replica holds its bucket.
 func (f *fleet) statusWrite(r *replica, req *http.Request) {
+	f.mu.Lock()
+	before := f.before
+	f.mu.Unlock()
+	if before != nil {
+		before(r, req)
+	}
 	p := req.URL.Path
 	if req.Method != http.MethodPatch || !strings.HasSuffix(p, "/status") || !strings.Contains(p, "/subscriptions/") {
 		return

@@ -299,3 +299,47 @@ func TestDeploymentSinkBadInput(t *testing.T) {
 		t.Errorf("the HPA's Deployment has %d replicas, want its 2 untouched", got)
 	}
 }
+
+// TestDeploymentSinkReplicaKilledWhileWaking: the replica serving a
+// Deployment sink is killed (SIGKILL: nothing more leaves it) as it
+// scales the Deployment up for a change: its write never reaches the API
+// server, so the change's progress never moved, and the other replica,
+// once it holds the bucket, wakes the Deployment for that change (no
+// other change is made).
+func TestDeploymentSinkReplicaKilledWhileWaking(t *testing.T) {
+	_, ctx, ns := withReader(t)
+	c := testenv.Get(t).Client
+	f := newFleet(t, 1)
+	f.preassign(0, "a")
+	var killed atomic.Bool
+	f.before = func(r *replica, req *http.Request) {
+		if r.name == "a" && req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, "/deployments/op/scale") && !killed.Swap(true) {
+			r.cut.Store(true) // this request is not sent
+			go r.kill()
+		}
+	}
+	a, b := f.start("a", hub.Options{}), f.start("b", hub.Options{})
+	f.heldBy(a, a, b)
+	must(t, c.Create(ctx, operatorDeployment(ns, "op", 0)))
+	must(t, c.Create(ctx, deploymentSub(ns, "op", "op", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}})))
+	condition(t, ns, "op", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	waitState(t, ns, "op", v1alpha1.TargetZero)
+
+	must(t, c.Create(ctx, configMap(ns, "first", nil)))
+	testkit.Eventually(t, 30*time.Second, "replica a killed as it wakes the Deployment", func(context.Context) (bool, error) { return killed.Load(), nil })
+	<-a.done
+	if got := replicas(t, ns, "op"); got != 0 {
+		t.Fatalf("Deployment at %d replicas: the killed replica's scale write went through", got)
+	}
+	testkit.Eventually(t, 40*time.Second, "the Deployment woken by replica b (the bucket's Lease expires after 10 s)", func(context.Context) (bool, error) {
+		return replicas(t, ns, "op") == 1, nil
+	})
+	st := waitState(t, ns, "op", v1alpha1.TargetWaking)
+	if st.LastWakeReason != "add ConfigMap "+ns+"/first" || st.Wakes != 1 {
+		t.Errorf("after the hand-off: wakes %d, reason %q; want 1, the add of %s/first", st.Wakes, st.LastWakeReason, ns)
+	}
+	if n := b.h.Stats().DeploymentWakes(); n != 1 {
+		t.Errorf("replica b woke it %v times, want 1 (once up, later changes find it up)", n)
+	}
+	f.checkWrites()
+}
