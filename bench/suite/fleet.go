@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -81,14 +82,14 @@ func fleet(ctx context.Context, r *report, dir string) error {
 	if err := w.setup(ctx); err != nil {
 		return err
 	}
-	classicFile, zeroFile, err := w.fleetManifests(ctx)
+	classicFile, zeroFile, oneFile, err := w.fleetManifests(ctx)
 	if err != nil {
 		return err
 	}
 	type row struct {
-		n                      int
-		crRSS, classicRSS, hub float64
-		hubProcs               int
+		n                              int
+		crRSS, classicRSS, hub, oneHub float64
+		hubProcs                       int
 	}
 	var rows []row
 	for _, n := range counts {
@@ -105,23 +106,30 @@ func fleet(ctx context.Context, r *report, dir string) error {
 		if err != nil {
 			return err
 		}
-		hub, err := w.fleetAtZero(ctx, zeroFile, n)
+		hub, err := w.fleetAtZero(ctx, zeroFile, n, worthOps)
 		if err != nil {
 			return err
 		}
 		hubRSS, _ := sumMem(hub, nil)
+		one, err := w.fleetAtZero(ctx, oneFile, n, 1)
+		if err != nil {
+			return err
+		}
+		oneRSS, _ := sumMem(one, nil)
 		fmt.Printf("    %d ConfigMaps: 10 classic %.1f MiB (controller-runtime baseline %.1f MiB); at zero %.1f MiB in %d processes: %.3fx\n",
 			n, classicRSS, crRSS, hubRSS, len(hub), hubRSS/classicRSS)
-		rows = append(rows, row{n, crRSS, classicRSS, hubRSS, len(hub)})
+		fmt.Printf("    the hub serving 1 operator: %.1f MiB; each of the 9 more added %.2f MiB\n", oneRSS, (hubRSS-oneRSS)/float64(worthOps-1))
+		rows = append(rows, row{n, crRSS, classicRSS, hubRSS, oneRSS, len(hub)})
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ten operators, RSS under `opzero dev` (MiB), measured side by side in one run (`go run ./bench/suite -only fleet`): "+
 		"the repo's ConfigWatcher built classic (controller-runtime's manager, unchanged for the hub) in ten namespaces, every ConfigMap of the "+
 		"cluster in its cache; at zero, what stays running is the hub's two replicas serving the ten Deployments "+
 		"(`opzero hub adopt` of each release, idle after 5 s); the controller-runtime baseline (bench/crbaseline) beside them.\n\n")
-	fmt.Fprintf(&b, "| ConfigMaps | 10 classic | 10 controller-runtime baseline | at zero: the hub (serving + standby) | at zero / classic | at zero / baseline |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| ConfigMaps | 10 classic | 10 controller-runtime baseline | at zero: the hub (serving + standby) | at zero / classic | at zero / baseline | the hub with 1 of them | added by each more |\n|---|---|---|---|---|---|---|---|\n")
 	for _, x := range rows {
-		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.1f (%d processes) | %.3fx | %.3fx |\n", x.n, x.classicRSS, x.crRSS, x.hub, x.hubProcs, x.hub/x.classicRSS, x.hub/x.crRSS)
+		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.1f (%d processes) | %.3fx | %.3fx | %.1f | %.2f |\n", x.n, x.classicRSS, x.crRSS, x.hub, x.hubProcs,
+			x.hub/x.classicRSS, x.hub/x.crRSS, x.oneHub, (x.hub-x.oneHub)/float64(worthOps-1))
 	}
 	b.WriteString("\nNot measured here: the node's working set (kubelet's) on the real cluster, and operators of other shapes (kubebuilder projects, non-Go).\n")
 	r.add(fleetTitle, b.String())
@@ -130,29 +138,32 @@ func fleet(ctx context.Context, r *report, dir string) error {
 
 // fleetManifests writes the ten classic releases (one file) and the same
 // releases with the hub and each one's `opzero hub adopt` output.
-func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero string, err error) {
+func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZero string, err error) {
 	hub, err := w.opzeroOut(ctx, nil, "hub", "manifests", "-o", "-")
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	var releases, adopted []string
 	for i := range worthOps {
 		rel, err := w.opzeroOut(ctx, nil, "manifests", "--operator", "./examples/configwatcher", "--mode=classic", "--namespace", opNamespace(i), "-o", "-")
 		if err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle-after", "5s")
 		if err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		releases, adopted = append(releases, rel), append(adopted, sub)
 	}
-	classic, atZero = filepath.Join(w.dir, "classic.yaml"), filepath.Join(w.dir, "at-zero.yaml")
+	classic, atZero, oneAtZero = filepath.Join(w.dir, "classic.yaml"), filepath.Join(w.dir, "at-zero.yaml"), filepath.Join(w.dir, "one-at-zero.yaml")
 	if err := os.WriteFile(classic, []byte(joinManifests(releases)), 0o644); err != nil {
-		return "", "", err
+		return "", "", "", err
+	}
+	if err := os.WriteFile(oneAtZero, []byte(joinManifests([]string{hub, releases[0], adopted[0]})), 0o644); err != nil {
+		return "", "", "", err
 	}
 	all := append(append([]string{hub}, releases...), adopted...)
-	return classic, atZero, os.WriteFile(atZero, []byte(joinManifests(all)), 0o644)
+	return classic, atZero, oneAtZero, os.WriteFile(atZero, []byte(joinManifests(all)), 0o644)
 }
 
 func (w *worthPart) opzeroOut(ctx context.Context, stdin *strings.Reader, args ...string) (string, error) {
@@ -168,6 +179,20 @@ func (w *worthPart) opzeroOut(ctx context.Context, stdin *strings.Reader, args .
 		return "", fmt.Errorf("opzero %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out), nil
+}
+
+// deleteSubscriptions deletes the Subscriptions of the operators from
+// the ops-th on.
+func (w *worthPart) deleteSubscriptions(ctx context.Context, ops int) error {
+	for i := ops; i < worthOps; i++ {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("opzero.dev/v1alpha1")
+		u.SetKind("Subscription")
+		if err := w.c.DeleteAllOf(ctx, u, client.InNamespace(opNamespace(i))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // classicProcs are dev's processes of the classic ConfigWatchers.
@@ -205,17 +230,22 @@ func (w *worthPart) fleetClassic(ctx context.Context, file string, n int) (float
 // fleetAtZero runs the releases with the hub serving their Deployments,
 // waits for every one at 0 replicas and no classic process, starts the
 // hub's standby, and reads what stays running.
-func (w *worthPart) fleetAtZero(ctx context.Context, file string, n int) ([]procMem, error) {
-	s, err := w.startDev(ctx, fmt.Sprintf("fleet-zero-%d", n), file)
+func (w *worthPart) fleetAtZero(ctx context.Context, file string, n, ops int) ([]procMem, error) {
+	s, err := w.startDev(ctx, fmt.Sprintf("fleet-zero-%d-%d", ops, n), file)
 	if err != nil {
 		return nil, err
 	}
 	defer s.stop()
-	if err := w.subscriptionsReady(ctx, worthOps); err != nil {
+	if ops < worthOps { // the others' Subscriptions, from the previous session, are not served by these manifests
+		if err := w.deleteSubscriptions(ctx, ops); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.subscriptionsReady(ctx, ops); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	atZero := func(ctx context.Context) (bool, error) {
-		for i := range worthOps {
+		for i := range ops {
 			var d appsv1.Deployment
 			if err := w.c.Get(ctx, client.ObjectKey{Namespace: opNamespace(i), Name: "configwatcher"}, &d); err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
 				return false, nil
