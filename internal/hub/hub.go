@@ -302,6 +302,7 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 				h.mu.Lock()
 				delete(h.all, keyOf(u))
 				h.mu.Unlock()
+				h.handBack(ctx, keyOf(u))
 				h.remove(keyOf(u))
 				h.rewire(ctx)
 				continue

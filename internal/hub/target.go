@@ -513,6 +513,37 @@ func (t *scaler) stopIfIdle(ctx context.Context, o targetOptions, until time.Tim
 	t.update(func(st *v1alpha1.TargetStatus) { st.State, st.Replicas = v1alpha1.TargetZero, 0 })
 }
 
+// handBack, when a Subscription with a Deployment sink is deleted, scales
+// the Deployment back to 1 if the hub left it at 0: the operator runs as
+// it did before, always on, rather than never again. Only the replica
+// serving the Subscription does it, when it sees the deletion (a
+// deletion made while no replica serves it leaves the Deployment as it
+// was: said in docs/unchanged.md).
+func (h *Hub) handBack(ctx context.Context, key types.NamespacedName) {
+	h.mu.Lock()
+	s := h.subs[key]
+	h.mu.Unlock()
+	if s == nil {
+		return
+	}
+	t := s.scalerOf()
+	if t == nil {
+		return
+	}
+	t.scaleMu.Lock()
+	defer t.scaleMu.Unlock()
+	d, err := h.dyn.Resource(deploymentsGVR).Namespace(key.Namespace).Get(ctx, t.name, metav1.GetOptions{})
+	if err != nil || replicasOf(d) != 0 {
+		return
+	}
+	body := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":1}}`, d.GetResourceVersion())
+	if _, err := h.dyn.Resource(deploymentsGVR).Namespace(key.Namespace).Patch(ctx, t.name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: fieldManager}, "scale"); err != nil {
+		h.opts.Log.Error(err, "scaling a Deployment back to 1 after its Subscription was deleted", "deployment", key.Namespace+"/"+t.name)
+		return
+	}
+	h.opts.Log.Info("its Subscription deleted: the Deployment runs always on again", "deployment", key.Namespace+"/"+t.name)
+}
+
 // pods lists the Deployment's pods (its selector).
 func (t *scaler) pods(ctx context.Context, d *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
 	sel, _, _ := unstructured.NestedMap(d.Object, "spec", "selector")

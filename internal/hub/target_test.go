@@ -298,6 +298,11 @@ func TestDeploymentSinkBadInput(t *testing.T) {
 	if got := replicas(t, ns, "hpa"); got != 2 {
 		t.Errorf("the HPA's Deployment has %d replicas, want its 2 untouched", got)
 	}
+
+	// Its Subscription deleted while at zero: handed back, always on.
+	waitReplicas(t, ns, "good", 0, "idle after the last change")
+	must(t, c.Delete(ctx, subs["good"]))
+	waitReplicas(t, ns, "good", 1, "its Subscription deleted: the operator runs as before")
 }
 
 // TestDeploymentSinkReplicaKilledWhileWaking: the replica serving a
