@@ -341,7 +341,14 @@ func (h *Hub) authorize(ctx context.Context, ns string, spec v1alpha1.Subscripti
 			continue
 		}
 		seen[q] = true
-		for _, verb := range []string{"get", "list", "watch"} {
+		verbs := []string{"get", "list", "watch"}
+		if isDeploymentSink(spec.Sink) {
+			// Sent nothing of the objects, only woken: what it may list and
+			// watch itself is what it is woken for (its own informers need
+			// no more).
+			verbs = verbs[1:]
+		}
+		for _, verb := range verbs {
 			ok, err := h.allowed(ctx, user, groups, q.ns, verb, q.gvr)
 			if err != nil {
 				return withReason("AuthorizationCheckFailed", "asking whether %s may %s %s: %v", user, verb, q.gvr.Resource, err)

@@ -236,6 +236,12 @@ func TestDeploymentSinkBadInput(t *testing.T) {
 		"wakeups": deploymentSub(ns, "wakeups", "good", watched),
 	}
 	subs["wakeups"].Spec.Wakeups = true
+	// a kind its account may not watch; one it may list and watch but not
+	// get (enough for its informers, so enough to be woken for)
+	subs["forbidden"] = deploymentSub(ns, "forbidden", "good", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Secret", Namespaces: []string{ns}})
+	operatorAccount(t, ns, "lister", false, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})
+	subs["lister"] = deploymentSub(ns, "lister", "byhand", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}})
+	subs["lister"].Spec.ServiceAccountName = "lister"
 	for _, s := range subs {
 		s.Spec.ScaleToZero = idle.DeepCopy()
 	}
@@ -256,7 +262,9 @@ func TestDeploymentSinkBadInput(t *testing.T) {
 	condition(t, ns, "shared-2", v1alpha1.SubscriptionSinkResolved, metav1.ConditionFalse, "TargetClaimed")
 	condition(t, ns, "hpa", v1alpha1.SubscriptionSinkResolved, metav1.ConditionFalse, "TargetAutoscaled")
 	condition(t, ns, "wakeups", v1alpha1.SubscriptionValid, metav1.ConditionFalse, "InvalidSpec")
-	for _, name := range []string{"missing", "shared-2", "hpa", "wakeups"} {
+	condition(t, ns, "forbidden", v1alpha1.SubscriptionAuthorized, metav1.ConditionFalse, "Forbidden")
+	condition(t, ns, "lister", v1alpha1.SubscriptionAuthorized, metav1.ConditionTrue, "")
+	for _, name := range []string{"missing", "shared-2", "hpa", "wakeups", "forbidden"} {
 		condition(t, ns, name, v1alpha1.SubscriptionReady, metav1.ConditionFalse, "")
 	}
 	for _, name := range []string{"byhand", "never", "deleted"} {
