@@ -48,7 +48,8 @@ to stderr.
 
 Narrow it as Subscriptions are narrowed: --watch-namespace, --selector
 Kind=<selector>, --owner Kind=<OwnerKind> (only objects whose controller
-owner is of that kind wake it). A RequeueAfter the hub cannot see is
+owner is of that kind wake it), --ignore Kind (a kind it may watch whose
+changes need no reconcile). A RequeueAfter the hub cannot see is
 covered by --max-sleep: the longest it stays at zero.`,
 		Example: `  # a release YAML
   opzero hub adopt -f dist/install.yaml -o at-zero.yaml
@@ -157,6 +158,7 @@ covered by --max-sleep: the longest it stays at zero.`,
 	f.StringSliceVar(&o.Namespaces, "watch-namespace", nil, "wake it only for changes in these namespaces (namespaced kinds; repeatable or comma-separated)")
 	f.StringArrayVar(&selectors, "selector", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
 	f.StringArrayVar(&ownersArg, "owner", nil, "Kind=<OwnerKind>: wake it only for objects of that kind whose controller owner is an OwnerKind (repeatable)")
+	f.StringSliceVar(&o.Ignore, "ignore", nil, "Kind (or group/Kind) it may watch but whose changes need no reconcile, such as pods it only lists: they do not wake it (repeatable or comma-separated)")
 	f.DurationVar(&o.IdleAfter, "idle-after", 0, "how long it runs with nothing let through and no work in flight before it goes back to 0 (0: the hub's default, 1m)")
 	f.DurationVar(&o.MaxSleep, "max-sleep", 0, "the longest it stays at zero, for what the hub cannot see such as a RequeueAfter (0: the hub's default, 1h)")
 	return cmd

@@ -233,9 +233,7 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 			if skip != nil {
 				a.memo = genskip.NewMemo[string](skipMemo)
 			}
-			if isDeploymentSink(spec.Sink) {
-				a.self = spec.Sink.Ref.Name
-			}
+
 			if ref != nil {
 				a.ref = &refFilter{gvk: ref.gvk, key: ref.key}
 				a.ref.key.ns = ns
@@ -274,7 +272,7 @@ func sameAttachments(a, b []*attachment) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if x.key != y.key || x.mode != y.mode || x.pkey != y.pkey || x.self != y.self || (x.owner == nil) != (y.owner == nil) || (x.ref == nil) != (y.ref == nil) {
+		if x.key != y.key || x.mode != y.mode || x.pkey != y.pkey || (x.owner == nil) != (y.owner == nil) || (x.ref == nil) != (y.ref == nil) {
 			return false
 		}
 		if x.owner != nil && *x.owner != *y.owner {

@@ -54,8 +54,9 @@
 //     Deployment's own spec.replicas from 0 to 1 (settled once written: the
 //     operator's initial list sees it), and the Deployment goes back to 0
 //     after spec.scaleToZero.idleAfter with nothing let through, nothing
-//     pending and its workqueue metrics at 0; the Deployment's own,
-//     its ReplicaSets' and its pods' changes never wake it; a
+//     pending and its workqueue metrics at 0; the changes this scaling
+//     makes (every Deployment sink's Deployment, ReplicaSets and pods)
+//     are delivered to no Subscription; a
 //     leader-election Lease of a gone pod of it is released before a wake.
 //   - sweeps are PingSource ticks on spec.sweeps' cron schedules; wakeups
 //     are the operator's Wakeup records (package wakeup's Source, one for

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -113,6 +114,10 @@ type Hub struct {
 	// when RBAC changes); bg waits for them.
 	stopRBAC context.CancelFunc
 	bg       sync.WaitGroup
+
+	// targets are the Deployment sinks of every Subscription of the
+	// cluster, namespace/name (scalingChange), set whenever all changes.
+	targets atomic.Pointer[map[string]bool]
 
 	recheck chan struct{}
 	health  health
@@ -243,6 +248,7 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	h.all = all
+	h.setTargets()
 	var gone []types.NamespacedName
 	for k := range h.subs {
 		if all[k] == nil {
@@ -301,6 +307,7 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 			if ev.Type == watch.Deleted {
 				h.mu.Lock()
 				delete(h.all, keyOf(u))
+				h.setTargets()
 				h.mu.Unlock()
 				h.handBack(ctx, keyOf(u))
 				h.remove(keyOf(u))
@@ -314,11 +321,23 @@ func (h *Hub) watchSubscriptions(ctx context.Context) error {
 			}
 			h.mu.Lock()
 			h.all[keyOf(s)] = s
+			h.setTargets()
 			h.mu.Unlock()
 			h.update(ctx, s, "")
 			h.rewire(ctx)
 		}
 	}
+}
+
+// setTargets records the Deployment sinks of h.all. Called with h.mu held.
+func (h *Hub) setTargets() {
+	t := map[string]bool{}
+	for k, s := range h.all {
+		if isDeploymentSink(s.Spec.Sink) {
+			t[k.Namespace+"/"+s.Spec.Sink.Ref.Name] = true
+		}
+	}
+	h.targets.Store(&t)
 }
 
 // poke asks for every Subscription to be checked again (RBAC changed, or

@@ -139,7 +139,14 @@ func TestDeploymentSink(t *testing.T) {
 	sub.Spec.ScaleToZero = &v1alpha1.ScaleToZero{IdleAfter: &metav1.Duration{Duration: 2 * time.Second},
 		Metrics: &v1alpha1.MetricsEndpoint{Port: port, Scheme: "http"}}
 	must(t, c.Create(ctx, sub))
+	// A peer operator that watches the namespace's pods and Deployments:
+	// op's wakes and stops must not wake it (nor would they a classic
+	// one, whose peers run on).
+	must(t, c.Create(ctx, operatorDeployment(ns, "peer", 0)))
+	must(t, c.Create(ctx, deploymentSub(ns, "peer", "peer", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}},
+		v1alpha1.SubscribedResource{APIVersion: "apps/v1", Kind: "Deployment", Namespaces: []string{ns}})))
 	condition(t, ns, "op", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	condition(t, ns, "peer", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
 	st := waitState(t, ns, "op", v1alpha1.TargetZero)
 	if st.Wakes != 0 {
 		t.Errorf("wakes %d before any change, want 0", st.Wakes)
@@ -209,6 +216,9 @@ func TestDeploymentSink(t *testing.T) {
 	cm.Data = map[string]string{"k": "v2"}
 	must(t, c.Update(ctx, cm))
 	waitReplicas(t, ns, "op", 1, "edited right after the stop")
+	if st := targetStatus(t, ns, "peer"); st.Wakes != 0 || replicas(t, ns, "peer") != 0 {
+		t.Errorf("the peer was woken %d times (last: %q): only op's Deployment and pods changed", st.Wakes, st.LastWakeReason)
+	}
 }
 
 // TestDeploymentSinkBadInput: a Deployment that does not exist, one named

@@ -58,10 +58,6 @@ type attachment struct {
 	ref        *refFilter
 	skip       *genskip.Options // SkipObserved; nil: every update is sent
 	pkey       string           // its progress key
-	// self is a Deployment sink's name: the changes of that Deployment,
-	// its ReplicaSets and its pods (which its own scaling makes) do not
-	// wake it, or each stop would start it again.
-	self string
 
 	memoMu sync.Mutex
 	memo   *genskip.Memo[string] // last metadata fingerprint per object (skip)
@@ -527,7 +523,7 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 
 // wants applies the owner and referencedBy filters.
 func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
-	if a.self != "" && a.ownChange(m) {
+	if a.sub.h.scalingChange(a.gvk.GroupKind(), m) {
 		return false
 	}
 	if a.owner != nil {
@@ -549,12 +545,18 @@ func (a *attachment) wants(ctx context.Context, m metav1.Object) bool {
 	return true
 }
 
-// ownChange: m is the Deployment sink itself, one of its ReplicaSets or
-// one of their pods.
-func (a *attachment) ownChange(m metav1.Object) bool {
-	if m.GetNamespace() != a.sub.key.Namespace {
+// scalingChange: m is a Deployment sink of some Subscription of the
+// cluster, one of its ReplicaSets or one of their pods. Their changes are
+// what the hub's own scaling makes, which no classic operator would see
+// (its peers' pods run on): delivered to nobody, or an operator would be
+// started again by its own stop, and two that watch pods would wake each
+// other without end.
+func (h *Hub) scalingChange(gk schema.GroupKind, m metav1.Object) bool {
+	t := h.targets.Load()
+	if t == nil || len(*t) == 0 {
 		return false
 	}
+	ns := m.GetNamespace()
 	controller := func(kind string) string {
 		for _, o := range m.GetOwnerReferences() {
 			if o.Controller != nil && *o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, "apps/") {
@@ -563,14 +565,16 @@ func (a *attachment) ownChange(m metav1.Object) bool {
 		}
 		return ""
 	}
-	switch a.gvk.GroupKind() {
+	switch gk {
 	case schema.GroupKind{Group: "apps", Kind: "Deployment"}:
-		return m.GetName() == a.self
+		return (*t)[ns+"/"+m.GetName()]
 	case schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}:
-		return controller("Deployment") == a.self
+		d := controller("Deployment")
+		return d != "" && (*t)[ns+"/"+d]
 	case schema.GroupKind{Kind: "Pod"}:
-		rs := controller("ReplicaSet")
-		return rs != "" && strings.HasPrefix(rs, a.self+"-") && m.GetLabels()["pod-template-hash"] != ""
+		rs, hash := controller("ReplicaSet"), m.GetLabels()["pod-template-hash"]
+		d, found := strings.CutSuffix(rs, "-"+hash)
+		return hash != "" && found && (*t)[ns+"/"+d]
 	}
 	return false
 }

@@ -56,6 +56,9 @@ type Options struct {
 	// Owners keep only objects of a kind (the key) whose controller owner
 	// is of another kind (the value): Deployment=Memcached.
 	Owners map[string]string
+	// Ignore are kinds (Kind or group/Kind) it may watch but whose changes
+	// never need a reconcile (pods it only lists): left out.
+	Ignore []string
 	// IdleAfter and MaxSleep are spec.scaleToZero's (0: the hub's default).
 	IdleAfter, MaxSleep time.Duration
 	// HubNamespace and HubName name the hub's service account.
@@ -290,6 +293,10 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		kd, err := k.of(gr)
 		if err != nil {
 			return nil, nil, err
+		}
+		if slices.Contains(o.Ignore, kd.gvk.Kind) || slices.Contains(o.Ignore, kd.gvk.Group+"/"+kd.gvk.Kind) {
+			note("left out", "%s: --ignore (its changes do not wake it; its own informers still see them while it runs)", kd.gvk.Kind)
+			continue
 		}
 		r := obj{"apiVersion": kd.gvk.GroupVersion().String(), "kind": kd.gvk.Kind, "mode": "Reference"}
 		var nss []string

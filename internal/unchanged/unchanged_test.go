@@ -230,6 +230,7 @@ rules:
 		{"no RBAC", without("ClusterRoleBinding"), opts(), ""}, // the namespaced grants remain
 		{"an unknown resource", replace("ClusterRole", unknown), opts(), "gadgets.example.org, which is neither a CRD of the input nor a Kubernetes API"},
 		{"only a wildcard", replace("ClusterRole", wildcard), Options{Namespaces: []string{"elsewhere"}}, "nothing to watch"},
+		{"every kind ignored", objs, Options{Ignore: []string{"Widget", "apps/Deployment", "ConfigMap"}}, "nothing to watch"},
 		{"an ambiguous or unknown owner", objs, Options{Owners: map[string]string{"Deployment": "Gizmo"}}, "--owner Deployment=Gizmo: no kind Gizmo"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
