@@ -9,16 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/proc"
 )
@@ -60,25 +55,11 @@ func fleet(ctx context.Context, r *report, dir string) error {
 	if w.hubNote != "" {
 		return fmt.Errorf("%s", w.hubNote)
 	}
-	fmt.Println("  fleet: starting a control plane of its own ...")
-	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true})
+	stop, err := w.startPlane(ctx, "fleet")
 	if err != nil {
 		return err
 	}
-	defer plane.Stop(false)
-	w.kubeconfig = plane.Kubeconfig
-	ctrllog.SetLogger(logr.Discard())
-	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
-		return err
-	}
-	scheme := k8sruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1.AddToScheme(scheme)
-	cfg := *plane.Config
-	cfg.QPS, cfg.Burst = 2000, 4000
-	if w.c, err = client.New(&cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
+	defer stop()
 	if err := w.setup(ctx); err != nil {
 		return err
 	}

@@ -113,28 +113,11 @@ func worth(ctx context.Context, r *report, dir string) error {
 	if err := w.build(ctx); err != nil {
 		return err
 	}
-	fmt.Println("  worth: starting a control plane of its own ...")
-	// With kube-controller-manager: the hub's ClusterRole aggregates the
-	// operators' (aggregationRule), which its clusterrole-aggregation
-	// controller fills; without it the hub may read nothing.
-	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true})
+	stop, err := w.startPlane(ctx, "worth")
 	if err != nil {
 		return err
 	}
-	defer plane.Stop(false)
-	w.kubeconfig = plane.Kubeconfig
-	ctrllog.SetLogger(logr.Discard()) // as run does: the part's client logs nothing worth its report
-	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
-		return err
-	}
-	scheme := k8sruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1.AddToScheme(scheme)
-	cfg := *plane.Config
-	cfg.QPS, cfg.Burst = 2000, 4000
-	if w.c, err = client.New(&cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
+	defer stop()
 	if err := w.setup(ctx); err != nil {
 		return err
 	}
@@ -175,6 +158,36 @@ func worth(ctx context.Context, r *report, dir string) error {
 	r.add(worthTitle, w.section(counts))
 	r.worthSVG = w.plot(counts)
 	return nil
+}
+
+// startPlane starts the part's control plane of its own, with the
+// ConfigWatcher's CRD, and the part's client of it.
+func (w *worthPart) startPlane(ctx context.Context, part string) (stop func(), err error) {
+	fmt.Printf("  %s: starting a control plane of its own ...\n", part)
+	// With kube-controller-manager: the hub's ClusterRole aggregates the
+	// operators' (aggregationRule), which its clusterrole-aggregation
+	// controller fills; without it the hub may read nothing.
+	plane, err := controlplane.Up(ctx, controlplane.Options{Dir: filepath.Join(w.dir, "plane"), DieWithParent: true})
+	if err != nil {
+		return nil, err
+	}
+	stop = func() { plane.Stop(false) }
+	w.kubeconfig = plane.Kubeconfig
+	ctrllog.SetLogger(logr.Discard()) // as run does: the part's client logs nothing worth its report
+	if _, err := controlplane.InstallCRDs(ctx, plane.Config, "examples/configwatcher/config/crd"); err != nil {
+		stop()
+		return nil, err
+	}
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1.AddToScheme(scheme)
+	cfg := *plane.Config
+	cfg.QPS, cfg.Burst = 2000, 4000
+	if w.c, err = client.New(&cfg, client.Options{Scheme: scheme}); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 func (w *worthPart) record(wiring string, ops, n int, procs []procMem, note string) {
