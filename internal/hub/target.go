@@ -308,8 +308,7 @@ func (t *scaler) wake(ctx context.Context, reason string) error {
 			return nil // up, waking, or someone else's: its own watch sees the change
 		}
 		t.releaseLeases(ctx, d)
-		body := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":1}}`, d.GetResourceVersion())
-		_, err = h.dyn.Resource(deploymentsGVR).Namespace(ns).Patch(ctx, t.name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: fieldManager}, "scale")
+		err = h.scaleTo(ctx, d, 1)
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}
@@ -328,6 +327,15 @@ func (t *scaler) wake(ctx context.Context, reason string) error {
 		t.poke()
 		return nil
 	}
+}
+
+// scaleTo sets the Deployment's spec.replicas to n through its scale
+// subresource, if it is still the version read (a conflict otherwise).
+func (h *Hub) scaleTo(ctx context.Context, d *unstructured.Unstructured, n int) error {
+	body := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":%d}}`, d.GetResourceVersion(), n)
+	_, err := h.dyn.Resource(deploymentsGVR).Namespace(d.GetNamespace()).Patch(ctx, d.GetName(), types.MergePatchType, []byte(body),
+		metav1.PatchOptions{FieldManager: fieldManager}, "scale")
+	return err
 }
 
 // fieldManager names the hub's writes of a Deployment's scale.
@@ -492,8 +500,7 @@ func (t *scaler) stopIfIdle(ctx context.Context, o targetOptions, until time.Tim
 	if err != nil || replicasOf(d) != 1 {
 		return
 	}
-	body := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":0}}`, d.GetResourceVersion())
-	if _, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Patch(ctx, t.name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: fieldManager}, "scale"); err != nil {
+	if err := h.scaleTo(ctx, d, 0); err != nil {
 		if !apierrors.IsConflict(err) && ctx.Err() == nil {
 			h.opts.Log.Error(err, "scaling an idle operator's Deployment to 0", "subscription", t.s.key.String(), "deployment", t.name)
 		}
@@ -536,8 +543,7 @@ func (h *Hub) handBack(ctx context.Context, key types.NamespacedName) {
 	if err != nil || replicasOf(d) != 0 {
 		return
 	}
-	body := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"replicas":1}}`, d.GetResourceVersion())
-	if _, err := h.dyn.Resource(deploymentsGVR).Namespace(key.Namespace).Patch(ctx, t.name, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: fieldManager}, "scale"); err != nil {
+	if err := h.scaleTo(ctx, d, 1); err != nil {
 		h.opts.Log.Error(err, "scaling a Deployment back to 1 after its Subscription was deleted", "deployment", key.Namespace+"/"+t.name)
 		return
 	}
