@@ -39,7 +39,7 @@ func (r *report) goals() string {
 		separate = true
 	}
 	var b strings.Builder
-	b.WriteString("## Issue 16 goals\n\nEach goal against this run's figures (the sections below have the detail and the method). The first figure is the one the goal is about; the others, in parentheses, are for context.\n\n| goal | this run | target | met |\n|---|---|---|---|\n")
+	b.WriteString("## Goals\n\nEach goal against this run's figures (the sections below have the detail and the method). The first figure is the one the goal is about; the others, in parentheses, are for context.\n\n| goal | this run | target | met |\n|---|---|---|---|\n")
 	for _, g := range gs {
 		v, ok := figs[g.figs[0]]
 		if !ok {

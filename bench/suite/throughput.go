@@ -151,7 +151,7 @@ func (e *env) throughput(ctx context.Context, r *report, runs int) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs. Each run's objects are deleted once it has ended, so that every run starts on the same cluster (before the sixth session of issue 16 they were left, and each controller-runtime manager reconciled the earlier runs' objects again while it was measured). The variants take turns: run k starts at the k-th variant, so no variant always runs first on a fresh API server or last after every other's deletions.\n\n", tpObjects, runs)
+	fmt.Fprintf(&b, "%d ConfigWatchers created at concurrency 16 until all have observedGeneration == generation; objects per second, median (min-max) of %d runs. Each run's objects are deleted once it has ended, so that every run starts on the same cluster (left, each controller-runtime manager would reconcile the earlier runs' objects again while it is measured). The variants take turns: run k starts at the k-th variant, so no variant always runs first on a fresh API server or last after every other's deletions.\n\n", tpObjects, runs)
 	figPrefix := "tp-"
 	if tpSplitCores {
 		figPrefix = "tp-split-" // not the goals' figures: those share the 2 cores
