@@ -441,15 +441,9 @@ func (t *scaler) tick(ctx context.Context) time.Duration {
 	} else {
 		t.mu.Unlock()
 	}
-	if busy, note := t.workInFlight(ctx, d, o); busy {
-		t.mu.Lock()
-		t.activity = now
-		t.mu.Unlock()
-		t.update(func(st *v1alpha1.TargetStatus) { st.Metrics = note })
-	} else {
-		t.update(func(st *v1alpha1.TargetStatus) { st.Metrics = note })
-	}
-	if t.s.disp.pending() {
+	busy, note := t.workInFlight(ctx, d, o)
+	t.update(func(st *v1alpha1.TargetStatus) { st.Metrics = note })
+	if busy || t.s.disp.pending() {
 		t.mu.Lock()
 		t.activity = now
 		t.mu.Unlock()
