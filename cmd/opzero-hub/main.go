@@ -198,7 +198,7 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 	if err != nil {
 		return err
 	}
-	adm, err := startAdmission(ctx, cfg, webhooks, id, st, log)
+	adm, err := startAdmission(ctx, cfg, webhooks, id, st, h, log)
 	if err != nil {
 		return err
 	}
@@ -231,12 +231,12 @@ func run(ctx context.Context, sa, healthAddr string, recheck, flush time.Duratio
 
 // startAdmission serves the operators' admission webhooks
 // (internal/hub/admission) when --webhook-addr (or opzero dev's port) is set.
-func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, st *starting.Services, log logr.Logger) (*admission.Server, error) {
+func startAdmission(ctx context.Context, cfg *rest.Config, f *admission.Flags, id types.NamespacedName, st *starting.Services, targets admission.Targets, log logr.Logger) (*admission.Server, error) {
 	o, on, err := f.Options()
 	if err != nil || !on {
 		return nil, err
 	}
-	o.Identity, o.Log, o.NoEarly, o.Starting = id, log, st == nil, st
+	o.Identity, o.Log, o.NoEarly, o.Starting, o.Targets = id, log, st == nil, st, targets
 	s, err := admission.New(cfg, o)
 	if err != nil {
 		return nil, err

@@ -97,11 +97,20 @@ func installOutside(t *testing.T) *outside {
 	return o
 }
 
-// seedFrom returns the folders that hold the binaries this checkout's
-// tests use (`make bins knative-bins` put them in the cache), for
-// `opzero install --from`: the test links them instead of building.
+// seedFrom returns the folders that hold the binaries of the sets a bare
+// `opzero install` installs (controlplane and knative, which `make bins
+// knative-bins` put in the cache), for `opzero install --from`: the test
+// links them instead of building. The sets installed only when named
+// (otelcol, cluster, knative-cluster) are not looked for: a machine that
+// never ran `make cluster-bins` has none of them.
 func seedFrom(t *testing.T) []string {
-	paths, err := pinned.Resolver{NoBuild: true}.Find(context.Background(), pinned.Names()...)
+	var names []string
+	for _, n := range pinned.Names() {
+		if s := pinned.SetOf(n); s == "controlplane" || s == "knative" {
+			names = append(names, n)
+		}
+	}
+	paths, err := pinned.Resolver{NoBuild: true}.Find(context.Background(), names...)
 	if err != nil {
 		t.Fatalf("%v (run `make bins knative-bins` first)", err)
 	}

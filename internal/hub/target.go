@@ -201,6 +201,7 @@ type scaler struct {
 	wokeAt   time.Time // the hub's last scale-up ("": not since this holder serves it)
 	readyAt  time.Time // when a pod was first seen ready since the last scale-up
 	zeroAt   time.Time // when it was first seen at 0
+	calls    int       // admission calls under way (admission.go): never stopped meanwhile
 	health   metav1.Condition
 }
 
@@ -484,10 +485,10 @@ func (t *scaler) stopIfIdle(ctx context.Context, o targetOptions, until time.Tim
 	t.scaleMu.Lock()
 	defer t.scaleMu.Unlock()
 	t.mu.Lock()
-	from := t.activity
+	from, calls := t.activity, t.calls
 	t.mu.Unlock()
-	if from.Add(o.idleAfter).After(time.Now()) || t.s.disp.pending() {
-		return // a change arrived meanwhile
+	if from.Add(o.idleAfter).After(time.Now()) || t.s.disp.pending() || calls > 0 {
+		return // a change or an admission call arrived meanwhile
 	}
 	h, ns := t.s.h, t.s.key.Namespace
 	d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, t.name, metav1.GetOptions{})
@@ -546,6 +547,10 @@ func (h *Hub) handBack(ctx context.Context, key types.NamespacedName) {
 
 // pods lists the Deployment's pods (its selector).
 func (t *scaler) pods(ctx context.Context, d *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
+	return t.s.h.deploymentPods(ctx, d)
+}
+
+func (h *Hub) deploymentPods(ctx context.Context, d *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
 	sel, _, _ := unstructured.NestedMap(d.Object, "spec", "selector")
 	var ls metav1.LabelSelector
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(sel, &ls); err != nil {
@@ -555,7 +560,7 @@ func (t *scaler) pods(ctx context.Context, d *unstructured.Unstructured) ([]unst
 	if err != nil {
 		return nil, err
 	}
-	l, err := t.s.h.dyn.Resource(podsGVR).Namespace(d.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: s.String()})
+	l, err := h.dyn.Resource(podsGVR).Namespace(d.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: s.String()})
 	if err != nil {
 		return nil, err
 	}

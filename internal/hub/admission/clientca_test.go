@@ -2,17 +2,10 @@ package admission
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -40,42 +33,6 @@ import (
 	"github.com/opzero/opzero/testenv"
 )
 
-// testCA is a CA that signs leaves for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) testCA {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return testCA{cert: c, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// leaf signs a certificate for usage (server: 127.0.0.1 and localhost), as
-// PEM pair.
-func (ca testCA) leaf(t *testing.T, cn string, usage x509.ExtKeyUsage) (crt, key []byte) {
-	t.Helper()
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &k.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(k)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-}
-
 // TestClientCertificateRequired: with a client CA, a caller without a
 // client certificate, or with one another CA signed, fails the TLS
 // handshake; one the CA signed (the API server's, from its
@@ -83,11 +40,11 @@ func (ca testCA) leaf(t *testing.T, cn string, usage x509.ExtKeyUsage) (crt, key
 func TestClientCertificateRequired(t *testing.T) {
 	env := testenv.Get(t)
 	dir := t.TempDir()
-	serving, clients, other := newTestCA(t), newTestCA(t), newTestCA(t)
-	crt, key := serving.leaf(t, "hub", x509.ExtKeyUsageServerAuth)
+	serving, clients, other := testkit.NewCA(t), testkit.NewCA(t), testkit.NewCA(t)
+	crt, key := serving.Leaf(t, "hub", x509.ExtKeyUsageServerAuth)
 	_ = os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600)
 	_ = os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600)
-	_ = os.WriteFile(filepath.Join(dir, "client-ca.crt"), clients.pem, 0o600)
+	_ = os.WriteFile(filepath.Join(dir, "client-ca.crt"), clients.PEM, 0o600)
 	s, err := New(env.Config, Options{Addr: "127.0.0.1:0", CertDir: dir, ClientCA: filepath.Join(dir, "client-ca.crt"),
 		Service: types.NamespacedName{Namespace: "x", Name: "opzero-hub"}})
 	if err != nil {
@@ -100,7 +57,7 @@ func TestClientCertificateRequired(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); s.Wait() })
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(serving.pem)
+	roots.AppendCertsFromPEM(serving.PEM)
 	get := func(certs ...tls.Certificate) (int, error) {
 		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs}}}
 		var code int
@@ -120,8 +77,8 @@ func TestClientCertificateRequired(t *testing.T) {
 		}
 		return 0, err
 	}
-	pair := func(ca testCA) tls.Certificate {
-		c, k := ca.leaf(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
+	pair := func(ca testkit.CA) tls.Certificate {
+		c, k := ca.Leaf(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
 		p, err := tls.X509KeyPair(c, k)
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +110,7 @@ func TestAPIServerClientCertificate(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	serving, clients := newTestCA(t), newTestCA(t)
+	serving, clients := testkit.NewCA(t), testkit.NewCA(t)
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -161,10 +118,10 @@ func TestAPIServerClientCertificate(t *testing.T) {
 		}
 		return p
 	}
-	crt, key := serving.leaf(t, "hub", x509.ExtKeyUsageServerAuth)
+	crt, key := serving.Leaf(t, "hub", x509.ExtKeyUsageServerAuth)
 	write("tls.crt", crt)
 	write("tls.key", key)
-	ccrt, ckey := clients.leaf(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
+	ccrt, ckey := clients.Leaf(t, "kube-apiserver", x509.ExtKeyUsageClientAuth)
 	port := testkit.FreePort(t)
 	hubHost := fmt.Sprintf("127.0.0.1:%d", port)
 	kubeconfig := write("webhook-kubeconfig", fmt.Appendf(nil, `apiVersion: v1
@@ -238,7 +195,7 @@ plugins:
 		t.Fatal(err)
 	}
 
-	s, err := New(plane.Config, Options{Addr: hubHost, CertDir: dir, ClientCA: write("client-ca.crt", clients.pem), NoEarly: true,
+	s, err := New(plane.Config, Options{Addr: hubHost, CertDir: dir, ClientCA: write("client-ca.crt", clients.PEM), NoEarly: true,
 		Service: types.NamespacedName{Namespace: "opzero-system", Name: "opzero-hub"}, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +215,7 @@ plugins:
 	hook := func(name, host string) admissionregv1.ValidatingWebhook {
 		u := "https://" + host + path
 		return admissionregv1.ValidatingWebhook{Name: name + ".example.com", AdmissionReviewVersions: []string{"v1"},
-			ClientConfig:   admissionregv1.WebhookClientConfig{URL: &u, CABundle: serving.pem},
+			ClientConfig:   admissionregv1.WebhookClientConfig{URL: &u, CABundle: serving.PEM},
 			Rules:          rules("", "configmaps", admissionregv1.Create),
 			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"caller": name}},
 			FailurePolicy:  &fail, SideEffects: &none, TimeoutSeconds: &timeout}

@@ -51,6 +51,10 @@ type proxy struct {
 	// starting follows the operators' starting pods: a call that waits
 	// for a cold start goes to the pod too once it listens (nil: never).
 	starting *starting.Services
+	// targets wakes unchanged operators' Deployments (nil: none served);
+	// upstreams reads their webhook Services and CAs.
+	targets   Targets
+	upstreams *upstreams
 
 	mu    sync.Mutex
 	slots map[types.NamespacedName]chan struct{}
@@ -131,7 +135,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	budget := rt.timeout - min(rt.timeout/10, 500*time.Millisecond)
 	ctx, cancel := context.WithTimeout(r.Context(), budget)
 	defer cancel()
-	code, answer, err := p.forward(ctx, rt, body)
+	var code int
+	var answer []byte
+	if rt.upstream != nil {
+		code, answer, err = p.forwardUpstream(ctx, rt, req, body)
+	} else {
+		code, answer, err = p.forward(ctx, rt, body)
+	}
 	if err != nil {
 		p.failed.Add(1)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -181,7 +191,7 @@ func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byt
 	}
 	a, early := starting.Race(ctx, p.starting.Get(rt.operator.Namespace, rt.operator.Name),
 		func(ctx context.Context) answer {
-			code, b, err := p.call(ctx, p.http, base, rt, body)
+			code, b, err := p.call(ctx, p.http, base, rt, body, true)
 			if err != nil && ctx.Err() == nil {
 				p.resolve.Forget(rt.operator)
 			}
@@ -191,7 +201,7 @@ func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byt
 			return answer{code, b, err}
 		},
 		func(ctx context.Context, pod string) (answer, starting.Outcome) {
-			code, b, err := p.call(ctx, starting.Client, pod, rt, body)
+			code, b, err := p.call(ctx, starting.Client, pod, rt, body, true)
 			switch {
 			case err == nil && code == http.StatusOK:
 				return answer{code, b, nil}, starting.Settled
@@ -206,14 +216,15 @@ func (p *proxy) forward(ctx context.Context, rt *route, body []byte) (int, []byt
 	return a.code, a.body, a.err
 }
 
-// call posts the review to base+rt.path through c.
-func (p *proxy) call(ctx context.Context, c *http.Client, base string, rt *route, body []byte) (int, []byte, error) {
+// call posts the review to base+rt.path through c, with the hub's token
+// for the route's audience if withToken.
+func (p *proxy) call(ctx context.Context, c *http.Client, base string, rt *route, body []byte, withToken bool) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+rt.path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if p.tokens != nil {
+	if p.tokens != nil && withToken {
 		tok, err := p.tokens(ctx, rt.audience)
 		if err != nil {
 			return 0, nil, fmt.Errorf("a token for audience %q: %w", rt.audience, err)

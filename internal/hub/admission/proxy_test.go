@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/opzero/opzero/internal/testkit"
 )
 
 // staticResolver maps operators to URLs.
@@ -315,6 +318,41 @@ func TestRuleMatching(t *testing.T) {
 		if got := ruleMatches(tc.rule, tc.req); got != tc.want {
 			t.Errorf("rule %v, request %s %s/%s %s/%s: %v, want %v", tc.rule.Resources, tc.req.Operation, tc.req.Resource.Group, tc.req.Resource.Version,
 				tc.req.Resource.Resource, tc.req.SubResource, got, tc.want)
+		}
+	}
+}
+
+// TestUpstreamAnnotations: an unchanged operator's configuration names
+// its webhook Service and exactly one CA; anything else is not served,
+// with a reason that names the annotation.
+func TestUpstreamAnnotations(t *testing.T) {
+	ca := base64.StdEncoding.EncodeToString(testkit.NewCA(t).PEM)
+	for _, tc := range []struct {
+		ann     map[string]string
+		want    *upstream // nil with wantErr ""
+		wantErr string
+	}{
+		{ann: map[string]string{}},
+		{ann: map[string]string{AnnotationUpstream: "svc", AnnotationUpstreamCASecret: "certs"},
+			want: &upstream{service: types.NamespacedName{Namespace: "ns", Name: "svc"}, port: 443, caSecret: "certs"}},
+		{ann: map[string]string{AnnotationUpstream: "svc:9443", AnnotationUpstreamCA: ca},
+			want: &upstream{service: types.NamespacedName{Namespace: "ns", Name: "svc"}, port: 9443}},
+		{ann: map[string]string{AnnotationUpstream: "svc"}, wantErr: "needs exactly one of"},
+		{ann: map[string]string{AnnotationUpstream: "svc", AnnotationUpstreamCA: ca, AnnotationUpstreamCASecret: "certs"}, wantErr: "needs exactly one of"},
+		{ann: map[string]string{AnnotationUpstream: "svc", AnnotationUpstreamCA: "bm90IGEgY2VydA=="}, wantErr: "not a base64 PEM certificate"},
+		{ann: map[string]string{AnnotationUpstream: "svc:http", AnnotationUpstreamCASecret: "certs"}, wantErr: "not a number"},
+		{ann: map[string]string{AnnotationUpstream: "other-ns/svc", AnnotationUpstreamCASecret: "certs"}, wantErr: "Subscription's namespace"},
+	} {
+		got, err := parseUpstream(tc.ann, "ns")
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "opzero.dev/upstream") {
+				t.Errorf("%v: error %v, want one saying %q and naming the annotation", tc.ann, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tc.ann, err)
+		case (got == nil) != (tc.want == nil) || got != nil && (got.service != tc.want.service || got.port != tc.want.port || got.caSecret != tc.want.caSecret || (got.caPEM == nil) != (tc.ann[AnnotationUpstreamCA] == "")):
+			t.Errorf("%v: got %+v, want %+v", tc.ann, got, tc.want)
 		}
 	}
 }

@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"net/url"
+	"strconv"
 	"slices"
 	"strings"
 	"time"
@@ -10,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // The contract with `opzero manifests` (internal/manifests/hubwebhooks.go
@@ -25,6 +29,25 @@ const (
 	LabelViaHub        = "opzero.dev/hub-webhooks"
 	AnnotationOperator = "opzero.dev/operator"
 	AnnotationAudience = "opzero.dev/audience"
+	// AnnotationUpstream marks the configuration of an unchanged operator,
+	// served by the hub through a Subscription whose sink is the
+	// operator's own Deployment (AnnotationOperator names the
+	// Subscription): it is the operator's own webhook Service,
+	// <name>[:<port>] (port 443 by default) in the Subscription's
+	// namespace. The hub wakes the Deployment, waits for a ready pod and
+	// calls it at the Service port's targetPort over TLS, checking the
+	// certificate against AnnotationUpstreamCA or the ca.crt of
+	// AnnotationUpstreamCASecret for <name>.<namespace>.svc. It sends no
+	// token: the operator checks nothing of the hub's.
+	AnnotationUpstream = "opzero.dev/upstream-service"
+	// AnnotationUpstreamCA is the PEM CA (base64, as a caBundle) that
+	// signed the unchanged operator's serving certificate.
+	AnnotationUpstreamCA = "opzero.dev/upstream-ca-bundle"
+	// AnnotationUpstreamCASecret names a Secret of the Subscription's
+	// namespace whose ca.crt signed it (the Secret of cert-manager's
+	// Certificate for the webhook Service, as kubebuilder's config/certmanager
+	// makes it), read again each minute.
+	AnnotationUpstreamCASecret = "opzero.dev/upstream-ca-secret"
 	// PathPrefix starts every path the hub serves admission on.
 	PathPrefix = "/admission/"
 	// defaultTimeout is the API server's default timeoutSeconds.
@@ -46,6 +69,50 @@ type route struct {
 	webhooks []string
 	rules    []admissionregv1.RuleWithOperations
 	timeout  time.Duration // the longest timeoutSeconds of its webhooks
+	// upstream, for an unchanged operator, is its own webhook Service
+	// (operator is then its Subscription); nil for a Knative Service.
+	upstream *upstream
+}
+
+// upstream is an unchanged operator's webhook Service (AnnotationUpstream).
+type upstream struct {
+	service  types.NamespacedName
+	port     int32
+	caPEM    []byte // AnnotationUpstreamCA, or
+	caSecret string // AnnotationUpstreamCASecret, in service's namespace
+}
+
+// parseUpstream reads an unchanged operator's annotations; nil when the
+// configuration has none (a Knative Service's).
+func parseUpstream(ann map[string]string, ns string) (*upstream, error) {
+	v, ok := ann[AnnotationUpstream]
+	if !ok {
+		return nil, nil
+	}
+	name, port := v, int32(443)
+	if n, p, found := strings.Cut(v, ":"); found {
+		i, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || i <= 0 || i > 65535 {
+			return nil, fmt.Errorf("annotation %s=%q: the port is not a number from 1 to 65535", AnnotationUpstream, v)
+		}
+		name, port = n, int32(i)
+	}
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return nil, fmt.Errorf("annotation %s=%q: not <Service name>[:<port>] of the Subscription's namespace (%s)", AnnotationUpstream, v, strings.Join(errs, "; "))
+	}
+	u := &upstream{service: types.NamespacedName{Namespace: ns, Name: name}, port: port, caSecret: ann[AnnotationUpstreamCASecret]}
+	if b64 := ann[AnnotationUpstreamCA]; b64 != "" {
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("annotation %s: not a base64 PEM certificate", AnnotationUpstreamCA)
+		}
+		u.caPEM = b
+	}
+	if (u.caPEM == nil) == (u.caSecret == "") {
+		return nil, fmt.Errorf("annotation %s needs exactly one of %s (the CA, base64 PEM) and %s (a Secret of namespace %s with ca.crt) to check the operator's certificate",
+			AnnotationUpstream, AnnotationUpstreamCA, AnnotationUpstreamCASecret, ns)
+	}
+	return u, nil
 }
 
 // table maps hub paths to routes; it is replaced whole, never changed.
@@ -127,6 +194,11 @@ func buildTable(cfgs []config, svc types.NamespacedName) (table, []string) {
 			continue
 		}
 		declared := types.NamespacedName{Namespace: ns, Name: name}
+		up, err := parseUpstream(c.annotations, ns)
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s %s: %v: its webhooks are not served", c.kind, c.name, err))
+			continue
+		}
 		for _, w := range c.webhooks {
 			p, ok := callPath(w.cc, svc)
 			if !ok {
@@ -148,7 +220,7 @@ func buildTable(cfgs []config, svc types.NamespacedName) (table, []string) {
 				if aud == "" {
 					aud = "opzero:" + op.Namespace + ":" + op.Name
 				}
-				r = &route{operator: op, audience: aud, path: rest}
+				r = &route{operator: op, audience: aud, path: rest, upstream: up}
 				t[p] = r
 			}
 			r.webhooks = append(r.webhooks, w.name)

@@ -58,6 +58,9 @@ type Options struct {
 	// Starting follows the operators' starting pods (nil: the server makes
 	// its own unless NoEarly); the hub's, to share the pods' announcements.
 	Starting *starting.Services
+	// Targets wakes the Deployments of unchanged operators whose
+	// configurations carry AnnotationUpstream (nil: their calls fail).
+	Targets Targets
 }
 
 // Server is the hub's admission endpoint: see the package documentation.
@@ -109,7 +112,8 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	empty := table{}
 	s.routes.Store(&empty)
 	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, synced: s.synced, resolve: newServiceResolver(dyn), tokens: s.token,
-		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{}}
+		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{},
+		targets: o.Targets, upstreams: newUpstreams(dyn)}
 	if !o.NoEarly {
 		s.proxy.starting = o.Starting
 		if s.proxy.starting == nil {

@@ -1,0 +1,149 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opzero/opzero/api/v1alpha1"
+)
+
+// podPoll is how often an admission call waiting for a woken Deployment
+// looks for a ready pod.
+const podPoll = 200 * time.Millisecond
+
+// ReadyPods is the hub's side of an admission call for an unchanged
+// operator (package admission, a webhook configuration naming a
+// Deployment sink's Subscription): the Deployment is woken if it is at
+// zero, and the call waits until one of its pods is ready, or ctx ends.
+// done ends the call: until then the replica serving the Subscription
+// does not stop the Deployment, and the call counts as activity.
+//
+// Any replica answers: one that does not serve the Subscription (its
+// bucket is another's) scales the Deployment to 1 itself when it is at
+// 0, through the same conditional write, and the serving replica finds
+// it up and counts its idle period from then.
+func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason string) ([]corev1.Pod, func(), error) {
+	h.mu.Lock()
+	obj, s := h.all[key], h.subs[key]
+	h.mu.Unlock()
+	if obj == nil || !isDeploymentSink(obj.Spec.Sink) {
+		return nil, nil, fmt.Errorf("Subscription %s does not exist or has no Deployment sink (spec.sink.ref)", key)
+	}
+	name := obj.Spec.Sink.Ref.Name
+	done := func() {}
+	var err error
+	if t := s.scalerOrNil(); t != nil {
+		t.callBegin()
+		done = t.callEnd
+		err = t.wake(ctx, reason)
+	} else if s != nil || !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.SubscriptionReady) {
+		// Served here but not Ready, or not Ready where it is served: the
+		// Deployment is left as it is (a condition says why).
+		err = fmt.Errorf("Subscription %s is not Ready (kubectl describe subscription -n %s %s): Deployment %s is not woken", key, key.Namespace, key.Name, name)
+	} else {
+		err = h.wakeElsewhere(ctx, key.Namespace, name, reason)
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	for {
+		pods, err := h.readyPods(ctx, key.Namespace, name)
+		if err != nil && ctx.Err() == nil {
+			done()
+			return nil, nil, err
+		}
+		if len(pods) > 0 {
+			return pods, done, nil
+		}
+		select {
+		case <-ctx.Done():
+			done()
+			return nil, nil, fmt.Errorf("Deployment %s/%s has no ready pod yet: %w", key.Namespace, name, ctx.Err())
+		case <-time.After(podPoll):
+		}
+	}
+}
+
+// scalerOrNil is s's scaler, nil for no s.
+func (s *sub) scalerOrNil() *scaler {
+	if s == nil {
+		return nil
+	}
+	return s.scalerOf()
+}
+
+// callBegin and callEnd bracket an admission call: activity at both ends,
+// no stop in between.
+func (t *scaler) callBegin() {
+	t.mu.Lock()
+	t.calls++
+	t.activity = time.Now()
+	t.mu.Unlock()
+}
+
+func (t *scaler) callEnd() {
+	t.mu.Lock()
+	t.calls--
+	t.activity = time.Now()
+	t.mu.Unlock()
+	t.poke()
+}
+
+// wakeElsewhere scales Deployment ns/name from 0 to 1 for a Subscription
+// another replica serves.
+func (h *Hub) wakeElsewhere(ctx context.Context, ns, name, reason string) error {
+	for attempt := 0; ; attempt++ {
+		d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, name, err)
+		}
+		if replicasOf(d) != 0 {
+			return nil
+		}
+		err = h.scaleTo(ctx, d, 1)
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, name, err)
+		}
+		h.stats.targetWakes.Inc()
+		h.opts.Log.Info("woke an operator's Deployment served by another replica", "deployment", ns+"/"+name, "reason", reason)
+		return nil
+	}
+}
+
+// readyPods are the Deployment's ready pods with an address, not being
+// deleted.
+func (h *Hub) readyPods(ctx context.Context, ns, name string) ([]corev1.Pod, error) {
+	d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Deployment %s/%s: %w", ns, name, err)
+	}
+	items, err := h.deploymentPods(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("listing Deployment %s/%s's pods: %w", ns, name, err)
+	}
+	var out []corev1.Pod
+	for i := range items {
+		p := &items[i]
+		if p.GetDeletionTimestamp() != nil || !podReady(p) {
+			continue
+		}
+		var pod corev1.Pod
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.Object, &pod); err != nil || pod.Status.PodIP == "" {
+			continue
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
