@@ -119,6 +119,9 @@ covered by --max-sleep: the longest it stays at zero.`,
 				return err
 			}
 			o.HubNamespace, o.HubName, o.AggregateLabel = manifests.HubNamespace, manifests.HubName, manifests.HubAggregateLabel
+			if o.WebhookToken, err = manifests.NewWebhookToken(); err != nil {
+				return err
+			}
 			r, err := unchanged.Derive(objs, o)
 			if err != nil {
 				return err

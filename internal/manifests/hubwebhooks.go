@@ -62,8 +62,8 @@ func (g *gen) alwaysOnWebhooks() bool {
 	return g.in.Webhooks != nil && (!g.viaHub() || len(g.in.Webhooks.Conversion) > 0)
 }
 
-// newWebhookToken is a random path segment: 128 bits, base32, lower case.
-func newWebhookToken() (string, error) {
+// NewWebhookToken is a random path segment of the hub's admission paths: 128 bits, base32, lower case.
+func NewWebhookToken() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		return "", err

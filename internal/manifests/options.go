@@ -208,7 +208,7 @@ func (o Options) withDefaults(name, importPath string) (Options, error) {
 		o.Webhooks = WebhooksHub
 	}
 	if o.WebhookToken == "" {
-		t, err := newWebhookToken()
+		t, err := NewWebhookToken()
 		if err != nil {
 			return o, err
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -13,8 +15,8 @@ import (
 
 // FromCluster reads from the cluster what Derive reads from a release:
 // the Deployment, every RoleBinding and ClusterRoleBinding with the roles
-// they name, the CRDs, the Deployment's namespace's Services and the
-// webhook configurations.
+// they name, the CRDs, the Deployment's namespace's Services and
+// cert-manager Certificates, and the webhook configurations.
 func FromCluster(ctx context.Context, cfg *rest.Config, deployment string) ([]map[string]any, error) {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -49,6 +51,18 @@ func FromCluster(ctx context.Context, cfg *rest.Config, deployment string) ([]ma
 			}
 			out = append(out, it.Object)
 		}
+	}
+	// cert-manager's Certificates, whose Secrets hold the CA of webhooks
+	// it injects (none when cert-manager is not installed).
+	certs, err := dyn.Resource(schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificates"}).Namespace(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		for _, it := range certs.Items {
+			it.SetGroupVersionKind(schema.GroupVersionKind{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"})
+			out = append(out, it.Object)
+		}
+	case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+		return nil, fmt.Errorf("listing cert-manager's certificates in %s: %w", ns, err)
 	}
 	return out, nil
 }

@@ -26,10 +26,12 @@
 //     container's --metrics-bind-address (https unless --metrics-secure=false,
 //     as kubebuilder's manager does). Without one, the idle period alone
 //     decides, stated.
-//   - Webhooks the Deployment serves, and conversion webhooks of its CRDs,
-//     are listed: the hub does not yet hold their calls (they are refused
-//     while the Deployment is at zero unless their failurePolicy is
-//     Ignore), said in a note.
+//   - Admission webhooks the Deployment serves (configurations calling a
+//     Service of its namespace that selects its pods): rewritten to call
+//     the hub, which wakes the Deployment and forwards each call to that
+//     Service's ready pods, checked against the webhook's caBundle or the
+//     Secret of the cert-manager Certificate that injected it. Certain.
+//     Conversion webhooks of its CRDs keep it up: a warning.
 package unchanged
 
 import (
@@ -65,6 +67,9 @@ type Options struct {
 	HubNamespace, HubName string
 	// AggregateLabel marks the hub's aggregated ClusterRoles.
 	AggregateLabel string
+	// WebhookToken is the random path segment of the hub's admission paths
+	// (package admission) in the rewritten webhook configurations.
+	WebhookToken string
 }
 
 // Note is something derived, or left out, and how sure it is.
@@ -135,7 +140,10 @@ func Derive(objs []obj, o Options) (*Result, error) {
 	if hasArg(pod, "--leader-elect", "--leader-election", "--enable-leader-election") {
 		note("likely", "it elects a leader: a Lease held by one of its pods that is gone is released before the next pod waits on it")
 	}
-	webhookNotes(objs, dep, note)
+	webhooks, wt, err := viaHub(objs, dep, name, o, note)
+	if err != nil {
+		return nil, err
+	}
 
 	spec := obj{
 		"operator":           name,
@@ -150,7 +158,8 @@ func Derive(objs []obj, o Options) (*Result, error) {
 	sub := obj{"apiVersion": "opzero.dev/v1alpha1", "kind": "Subscription",
 		"metadata": obj{"namespace": ns, "name": name, "labels": labels}, "spec": spec}
 	r.Objects = append(r.Objects, sub)
-	r.Objects = append(r.Objects, hubRights(o, ns, name, plurals, scale["metrics"] != nil && scale["metrics"].(obj)["scheme"] == "https", labels)...)
+	r.Objects = append(r.Objects, hubRights(o, ns, name, plurals, scale["metrics"] != nil && scale["metrics"].(obj)["scheme"] == "https", wt, labels)...)
+	r.Objects = append(r.Objects, webhooks...)
 	return r, nil
 }
 
@@ -424,66 +433,23 @@ func hasArg(pod obj, flags ...string) bool {
 	return false
 }
 
-// webhookNotes says which admission and conversion webhooks call the
-// Deployment's pods.
-func webhookNotes(objs []obj, dep obj, note func(string, string, ...any)) {
-	podLabels := mapAt(dep, "spec", "template", "metadata", "labels")
-	ns := str(dep, "metadata", "namespace")
-	services := map[string]bool{}
-	for _, o := range objs {
-		if o["kind"] != "Service" || str(o, "metadata", "namespace") != ns {
-			continue
-		}
-		sel := mapAt(o, "spec", "selector")
-		if len(sel) == 0 {
-			continue
-		}
-		match := true
-		for k, v := range sel {
-			if podLabels[k] != v {
-				match = false
-			}
-		}
-		if match {
-			services[str(o, "metadata", "name")] = true
-		}
-	}
-	calls := func(cc obj) bool {
-		s := mapAt(cc, "service")
-		return s != nil && str(s, "namespace") == ns && services[str(s, "name")]
-	}
-	for _, o := range objs {
-		switch o["kind"] {
-		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
-			for _, w := range list(o["webhooks"]) {
-				if calls(mapAt(w, "clientConfig")) {
-					fp := str(w, "failurePolicy")
-					if fp == "" {
-						fp = "Fail"
-					}
-					note("warning", "%s %s webhook %s calls the Deployment's pods: while it is at zero the API server cannot reach it (failurePolicy %s); "+
-						"the hub does not hold these calls yet: keep it at 1 (delete the Subscription) if its writes must be admitted", o["kind"], str(o, "metadata", "name"), str(w, "name"), fp)
-				}
-			}
-		case "CustomResourceDefinition":
-			conv := mapAt(o, "spec", "conversion")
-			if str(conv, "strategy") == "Webhook" && calls(mapAt(conv, "webhook", "clientConfig")) {
-				note("warning", "CRD %s converts through the Deployment's pods: every read of another version calls it, so it must stay up (do not serve it at zero)", str(o, "metadata", "name"))
-			}
-		}
-	}
-}
-
 // hubRights lets the hub read the subscribed kinds (aggregated into its
 // ClusterRole) and scale the one Deployment, release its pods' Leases,
 // read its pods (and, over https, their metrics).
-func hubRights(o Options, ns, name string, resources []schema.GroupResource, metricsHTTPS bool, labels obj) []map[string]any {
+func hubRights(o Options, ns, name string, resources []schema.GroupResource, metricsHTTPS bool, wt webhookTargets, labels obj) []map[string]any {
 	var read []any
 	for _, gr := range resources {
 		read = append(read, obj{"apiGroups": []any{gr.Group}, "resources": []any{gr.Resource}, "verbs": []any{"get", "list", "watch"}})
 	}
 	if metricsHTTPS {
 		read = append(read, obj{"nonResourceURLs": []any{"/metrics"}, "verbs": []any{"get"}})
+	}
+	// its CA into the caBundles of the operator's rewritten configurations
+	if len(wt.mutating) > 0 {
+		read = append(read, obj{"apiGroups": []any{"admissionregistration.k8s.io"}, "resources": []any{"mutatingwebhookconfigurations"}, "resourceNames": anys(wt.mutating), "verbs": []any{"patch"}})
+	}
+	if len(wt.validating) > 0 {
+		read = append(read, obj{"apiGroups": []any{"admissionregistration.k8s.io"}, "resources": []any{"validatingwebhookconfigurations"}, "resourceNames": anys(wt.validating), "verbs": []any{"patch"}})
 	}
 	agg := obj{}
 	for k, v := range labels {
@@ -502,6 +468,12 @@ func hubRights(o Options, ns, name string, resources []schema.GroupResource, met
 			obj{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "verbs": []any{"get", "list", "update"}},
 			obj{"apiGroups": []any{"autoscaling"}, "resources": []any{"horizontalpodautoscalers"}, "verbs": []any{"list"}},
 		}}
+	if len(wt.services) > 0 { // admission calls: the operator's webhook Service and its CA
+		role["rules"] = append(role["rules"].([]any), obj{"apiGroups": []any{""}, "resources": []any{"services"}, "resourceNames": anys(wt.services), "verbs": []any{"get"}})
+	}
+	if len(wt.secrets) > 0 {
+		role["rules"] = append(role["rules"].([]any), obj{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": anys(wt.secrets), "verbs": []any{"get"}})
+	}
 	rb := obj{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
 		"metadata": obj{"namespace": ns, "name": roleName, "labels": labels},
 		"roleRef":  obj{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": roleName},

@@ -1,6 +1,7 @@
 package unchanged
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -246,4 +247,169 @@ rules:
 			}
 		})
 	}
+}
+
+// kubebuilder's webhook wiring (config/webhook, config/certmanager): a
+// Service selecting the manager's pods, a Certificate, configurations the
+// cainjector fills; one configuration of someone else's, and a CRD that
+// converts through the manager.
+const webhooked = `
+apiVersion: v1
+kind: Service
+metadata: {name: widget-webhook-service, namespace: widget-system}
+spec:
+  selector: {control-plane: controller-manager}
+  ports: [{port: 443, targetPort: 9443}]
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: widget-serving-cert, namespace: widget-system}
+spec: {secretName: webhook-server-cert, dnsNames: [widget-webhook-service.widget-system.svc]}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: widget-validating-webhook-configuration
+  annotations: {cert-manager.io/inject-ca-from: widget-system/widget-serving-cert}
+webhooks:
+- name: vwidget-v1.kb.io
+  clientConfig:
+    service: {name: widget-webhook-service, namespace: widget-system, path: /validate-example-com-v1-widget}
+  rules: [{operations: [CREATE, UPDATE], apiGroups: [example.com], apiVersions: [v1], resources: [widgets]}]
+  failurePolicy: Fail
+  sideEffects: None
+  timeoutSeconds: 5
+  admissionReviewVersions: [v1]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: widget-mutating-webhook-configuration}
+webhooks:
+- name: mwidget-v1.kb.io
+  clientConfig:
+    caBundle: Q0E=
+    service: {name: widget-webhook-service, namespace: widget-system, port: 443, path: /mutate-example-com-v1-widget}
+  rules: [{operations: [CREATE], apiGroups: [example.com], apiVersions: [v1], resources: [widgets]}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: someone-elses}
+webhooks:
+- name: v.other.io
+  clientConfig:
+    service: {name: other, namespace: other-system, path: /validate}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+
+// TestDeriveWebhooks: the configurations that call the Deployment's pods
+// are rewritten to call the hub (its Service, the install's token in the
+// path), with the operator's Service and CA in annotations (the
+// Certificate's Secret for an injected one, whose cainjector annotation
+// goes), and the hub may read that Service and Secret and write those
+// caBundles; someone else's configuration is left out; a short timeout
+// and a conversion webhook are warned of. Bad input: an injected CA whose
+// Certificate is not in the input, no CA at all.
+func TestDeriveWebhooks(t *testing.T) {
+	in := strings.Replace(release, "      serviceAccountName: widget\n", "      serviceAccountName: widget\n", 1)
+	in = strings.Replace(in, "kind: Deployment\nmetadata: {name: widget-controller, namespace: widget-system}\nspec:\n  template:\n",
+		"kind: Deployment\nmetadata: {name: widget-controller, namespace: widget-system}\nspec:\n  template:\n    metadata: {labels: {control-plane: controller-manager}}\n", 1)
+	o := opts()
+	o.WebhookToken = "tok"
+	r, err := Derive(objects(t, in+"\n---\n"+webhooked), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]obj{}
+	for _, x := range r.Objects {
+		got[x["kind"].(string)+" "+str(x, "metadata", "name")] = x
+	}
+	if _, ok := got["ValidatingWebhookConfiguration someone-elses"]; ok {
+		t.Error("someone else's configuration was rewritten")
+	}
+	v := got["ValidatingWebhookConfiguration widget-validating-webhook-configuration"]
+	m := got["MutatingWebhookConfiguration widget-mutating-webhook-configuration"]
+	if v == nil || m == nil {
+		t.Fatalf("the operator's configurations not in the output: %v", keys(got))
+	}
+	ann := mapAt(v, "metadata", "annotations")
+	if ann["cert-manager.io/inject-ca-from"] != nil || ann["opzero.dev/upstream-ca-secret"] != "webhook-server-cert" ||
+		ann["opzero.dev/upstream-service"] != "widget-webhook-service:443" || ann["opzero.dev/operator"] != "widget-system/widget-controller" ||
+		mapAt(v, "metadata", "labels")["opzero.dev/hub-webhooks"] != "true" {
+		t.Errorf("validating configuration's metadata: %v", v["metadata"])
+	}
+	cc := mapAt(list(v["webhooks"])[0], "clientConfig")
+	if s := mapAt(cc, "service"); str(s, "namespace") != "opzero-system" || str(s, "name") != "opzero-hub" ||
+		str(s, "path") != "/admission/widget-system/widget-controller/tok/validate-example-com-v1-widget" || cc["caBundle"] != nil {
+		t.Errorf("validating webhook's clientConfig: %v", cc)
+	}
+	if a := mapAt(m, "metadata", "annotations"); a["opzero.dev/upstream-ca-bundle"] != "Q0E=" || a["opzero.dev/upstream-ca-secret"] != nil {
+		t.Errorf("mutating configuration's annotations: %v (want its caBundle as the operator's CA)", a)
+	}
+	if list(m["webhooks"])[0]["failurePolicy"] != nil || list(v["webhooks"])[0]["failurePolicy"] != "Fail" {
+		t.Error("the webhooks' own settings were changed")
+	}
+	role := got["Role opzero-hub-target-widget-controller"]
+	rules := fmtRules(role["rules"])
+	for _, want := range []string{"[services] [widget-webhook-service] [get]", "[secrets] [webhook-server-cert] [get]"} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("the hub's Role lacks %q: %s", want, rules)
+		}
+	}
+	cr := fmtRules(got["ClusterRole opzero-hub:widget-system:widget-controller"]["rules"])
+	for _, want := range []string{"[validatingwebhookconfigurations] [widget-validating-webhook-configuration] [patch]", "[mutatingwebhookconfigurations] [widget-mutating-webhook-configuration] [patch]"} {
+		if !strings.Contains(cr, want) {
+			t.Errorf("the hub's ClusterRole lacks %q: %s", want, cr)
+		}
+	}
+	notes := notesText(r)
+	if !strings.Contains(notes, "timeoutSeconds 5") {
+		t.Errorf("no warning of the 5 s timeout in:\n%s", notes)
+	}
+
+	// A conversion webhook keeps it up: warned.
+	conv := strings.Replace(in, "  scope: Namespaced\n", "  scope: Namespaced\n  conversion: {strategy: Webhook, webhook: {conversionReviewVersions: [v1], clientConfig: {service: {name: widget-webhook-service, namespace: widget-system, path: /convert}}}}\n", 1)
+	r, err = Derive(objects(t, conv+"\n---\n"+webhooked), o)
+	if err != nil || !strings.Contains(notesText(r), "converts through the Deployment's pods") {
+		t.Errorf("conversion webhook: %v, notes:\n%s", err, notesText(r))
+	}
+
+	for _, tc := range []struct{ cut, want string }{
+		{"kind: Certificate\n", "not in the input: give it with -f"},
+		{"    caBundle: Q0E=\n", "no caBundle and no cert-manager.io/inject-ca-from"},
+	} {
+		bad := strings.Replace(webhooked, tc.cut, map[string]string{"kind: Certificate\n": "kind: NotACertificate\n"}[tc.cut], 1)
+		if _, err := Derive(objects(t, in+"\n---\n"+bad), o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("without %q: %v, want an error saying %q", strings.TrimSpace(tc.cut), err, tc.want)
+		}
+	}
+}
+
+func keys(m map[string]obj) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func fmtRules(v any) string {
+	var b strings.Builder
+	for _, r := range list(v) {
+		fmt.Fprintf(&b, "%v %v %v %v\n", r["apiGroups"], r["resources"], r["resourceNames"], r["verbs"])
+	}
+	return b.String()
+}
+
+func notesText(r *Result) string {
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "[%s] %s\n", n.Sure, n.Text)
+	}
+	return b.String()
 }
