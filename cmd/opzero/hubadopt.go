@@ -50,7 +50,14 @@ Narrow it as Subscriptions are narrowed: --watch-namespace, --selector
 Kind=<selector>, --owner Kind=<OwnerKind> (only objects whose controller
 owner is of that kind wake it), --ignore Kind (a kind it may watch whose
 changes need no reconcile). A RequeueAfter the hub cannot see is
-covered by --max-sleep: the longest it stays at zero.`,
+covered by --max-sleep: the longest it stays at zero.
+
+Its admission webhooks (configurations calling a Service that selects its
+pods) are written again to call the hub, which wakes the Deployment and
+forwards each call to a ready pod, checked against the webhook's caBundle
+or its cert-manager Certificate's Secret: apply the output after the
+release, whose configurations it replaces. A conversion webhook keeps the
+operator up: it is warned of.`,
 		Example: `  # a release YAML
   opzero hub adopt -f dist/install.yaml -o at-zero.yaml
   # a Helm chart, rendered
