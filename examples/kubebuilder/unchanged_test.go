@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,29 +49,7 @@ func TestUnchangedOnTheHub(t *testing.T) {
 		t.Fatal("the project's go.mod names opzero: it is not unchanged")
 	}
 	kbproject.ManagerEnv(t, dir, "MEMCACHED_IMAGE", configImage) // its config, not its code
-	manager := filepath.Join(t.TempDir(), "manager")
-	run(t, dir, "go", "build", "-o", manager, "./cmd")
-
-	release, err := kustomize.Render(filepath.Join(dir, "config", "default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := dev.ReadManifests("-", bytes.NewReader(release))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var maps []map[string]any
-	for _, u := range objs {
-		maps = append(maps, u.Object)
-	}
-	r, err := unchanged.Derive(maps, unchanged.Options{Owners: map[string]string{"Deployment": "Memcached"}, IdleAfter: 3 * time.Second,
-		HubNamespace: manifests.HubNamespace, HubName: manifests.HubName, AggregateLabel: manifests.HubAggregateLabel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range r.Notes {
-		t.Logf("[%s] %s", n.Sure, n.Text)
-	}
+	r, atZero := onDevUnchanged(t, dir, unchanged.Options{Owners: map[string]string{"Deployment": "Memcached"}, IdleAfter: 3 * time.Second})
 	spec := r.Objects[0]["spec"].(map[string]any)
 	var kinds []string
 	for _, res := range spec["resources"].([]any) {
@@ -85,33 +64,74 @@ func TestUnchangedOnTheHub(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "Deployment(owner Memcached),Memcached" {
 		t.Fatalf("derived resources %s, want Memcached and the Deployments a Memcached owns (leader election's ConfigMaps and Leases, Events left out)", got)
 	}
+	env := testenv.Get(t)
+	atZero("its start (nothing to reconcile)")
+	exercise(t, env.Client, env.Namespace(t), atZero)
+}
+
+// onDevUnchanged builds the project's manager unchanged, renders its
+// release (kustomize build config/default), derives its Subscription with
+// `opzero hub adopt`'s derivation and o, and runs it all through opzero
+// dev with the hub: the manager's process runs while its Deployment has
+// replicas. The release's own webhook configurations give way to the
+// derived ones of the same names (as applying the adopt output after the
+// release does). atZero waits for the Deployment to be back at 0.
+func onDevUnchanged(t *testing.T, dir string, o unchanged.Options) (r *unchanged.Result, atZero func(step string)) {
+	manager := filepath.Join(t.TempDir(), "manager")
+	run(t, dir, "go", "build", "-o", manager, "./cmd")
+	release, err := kustomize.Render(filepath.Join(dir, "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := dev.ReadManifests("-", bytes.NewReader(release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maps []map[string]any
+	for _, u := range objs {
+		maps = append(maps, u.Object)
+	}
+	o.HubNamespace, o.HubName, o.AggregateLabel, o.WebhookToken = manifests.HubNamespace, manifests.HubName, manifests.HubAggregateLabel, "devtoken"
+	if r, err = unchanged.Derive(maps, o); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range r.Notes {
+		t.Logf("[%s] %s", n.Sure, n.Text)
+	}
+	derived := map[string]bool{}
+	for _, d := range r.Objects {
+		derived[d["kind"].(string)+" "+d["metadata"].(map[string]any)["name"].(string)] = true
+	}
 
 	// dev runs the manager's process for its Deployment; its arguments are
 	// the container's but --leader-elect, which outside a pod cannot find
 	// its namespace (controller-runtime reads the service account's
 	// namespace file).
-	var deployment *unstructured.Unstructured
+	var keep []*unstructured.Unstructured
 	for _, u := range objs {
-		if u.GetKind() == "Deployment" {
-			deployment = u
+		if derived[u.GetKind()+" "+u.GetName()] {
+			continue
 		}
-	}
-	cs, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
-	c := cs[0].(map[string]any)
-	args, _, _ := unstructured.NestedStringSlice(c, "args")
-	command := []string{manager}
-	for _, a := range args {
-		if a != "--leader-elect" {
-			command = append(command, a)
+		keep = append(keep, u)
+		if u.GetKind() != "Deployment" {
+			continue
 		}
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+		command := []string{manager}
+		for _, a := range args {
+			if a != "--leader-elect" {
+				command = append(command, a)
+			}
+		}
+		cmdJSON, _ := json.Marshal(command)
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann["dev.opzero.dev/command"] = string(cmdJSON)
+		u.SetAnnotations(ann)
 	}
-	cmdJSON, _ := json.Marshal(command)
-	ann := deployment.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann["dev.opzero.dev/command"] = string(cmdJSON)
-	deployment.SetAnnotations(ann)
 
 	hubObjs, err := manifests.HubInstall(manifests.DefaultHubImage)
 	if err != nil {
@@ -121,8 +141,8 @@ func TestUnchangedOnTheHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range r.Objects {
-		y, err := yaml.Marshal(o)
+	for _, d := range r.Objects {
+		y, err := yaml.Marshal(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,11 +153,11 @@ func TestUnchangedOnTheHub(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := testenv.Get(t)
-	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: append(extra, objs...), Dir: t.TempDir(), CacheDir: t.TempDir(),
+	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: append(extra, keep...), Dir: t.TempDir(), CacheDir: t.TempDir(),
 		BuildDir: checkoutRoot(t)})
 
 	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Deployment}
-	atZero := func(step string) {
+	atZero = func(step string) {
 		testkit.Eventually(t, 90*time.Second, "the unchanged operator's Deployment back at 0 replicas after "+step, func(ctx context.Context) (bool, error) {
 			var d appsv1.Deployment
 			if err := env.Client.Get(ctx, key, &d); err != nil {
@@ -146,6 +166,55 @@ func TestUnchangedOnTheHub(t *testing.T) {
 			return d.Spec.Replicas != nil && *d.Spec.Replicas == 0 && d.Status.Replicas == 0, nil
 		})
 	}
-	atZero("its start (nothing to reconcile)")
-	exercise(t, env.Client, env.Namespace(t), atZero)
+	return r, atZero
+}
+
+// TestUnchangedWebhooksOnTheHub: kubebuilder's multigroup project with a
+// defaulting and a validating webhook (cert-manager's Certificate, as
+// kubebuilder enables them), built unchanged, served at zero by the hub
+// through opzero dev, which issues the Certificate's Secret in
+// cert-manager's place: each kind created, updated and deleted at zero,
+// the webhooks answering at zero (a battleship refused, a Frigate
+// labelled), and ten admission calls at zero, each waking the operator,
+// each answered by its own validator within the webhook's timeout.
+func TestUnchangedWebhooksOnTheHub(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kubebuilder, generates a project with webhooks and runs it unchanged through opzero dev and the hub")
+	}
+	kb, cg := kbproject.Tools(t)
+	dir, _ := kbproject.FleetGenerated(t, kb, cg)
+	// its make manifests
+	run(t, dir, cg, "rbac:roleName=manager-role", "crd", "webhook", "paths=./...", "output:crd:artifacts:config=config/crd/bases")
+	r, atZero := onDevUnchanged(t, dir, unchanged.Options{IdleAfter: 3 * time.Second})
+	var configs []string
+	for _, o := range r.Objects {
+		if k := o["kind"].(string); strings.HasSuffix(k, "WebhookConfiguration") {
+			configs = append(configs, k)
+		}
+	}
+	if len(configs) != 2 {
+		t.Fatalf("derived webhook configurations %v, want the project's mutating and validating ones", configs)
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	atZero("its start")
+	kbproject.FleetExercise(t, env.Client, ns, atZero)
+
+	const calls = 10
+	var answered []time.Duration
+	for i := range calls {
+		atZero(fmt.Sprintf("admission call %d", i))
+		o := kbproject.FleetObject("ship", "Frigate", ns, fmt.Sprintf("battleship-%d", i))
+		o.SetLabels(map[string]string{"class": "battleship"})
+		start := time.Now()
+		err := env.Client.Create(context.Background(), o)
+		took := time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), "a Frigate cannot be of class battleship") {
+			t.Fatalf("admission call %d at zero: %v (after %s), want the operator's own refusal", i, err, took.Round(time.Millisecond))
+		}
+		answered = append(answered, took)
+	}
+	slices.Sort(answered)
+	t.Logf("admission calls at zero (unchanged project, opzero dev): %d of %d answered by the operator before the webhook's timeoutSeconds (10 s); create to answer, a cold start included: p50 %s, max %s",
+		len(answered), calls, answered[len(answered)/2].Round(time.Millisecond), answered[len(answered)-1].Round(time.Millisecond))
 }

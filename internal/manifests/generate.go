@@ -30,8 +30,13 @@ type Input struct {
 	Operators []description.Controller
 	// CRDs of kinds in the description (and the Wakeup CRD for durable time).
 	CRDs []GeneratedCRD
-	// MarkerRules are the reconciler packages' +kubebuilder:rbac rules.
+	// MarkerRules are the +kubebuilder:rbac rules of the module's packages
+	// the binary is built from (its reconcilers', its API types', ...).
 	MarkerRules []rbacv1.PolicyRule
+	// ProjectRole is the project's own config/rbac/role.yaml (kubebuilder's
+	// make manifests writes it), if it has one: its rules are checked
+	// against the generated role (a warning for each it grants more).
+	ProjectRole *ProjectRole
 	// Flags are the operator binary's flags (extra arguments are checked
 	// against them; none: not checked).
 	Flags []string
@@ -158,15 +163,28 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if len(t.Desc.Operators) > 1 {
 		in.Operators = t.Desc.Operators
 	}
-	// one controller-gen run reads the markers of every reconciler package
+	// one controller-gen run reads the markers of every package of the
+	// module the binary is built from that has some, as the project's own
+	// `controller-gen rbac paths=./...` reads them (a reconciler's, its API
+	// package's, a helper's), and the reconciler packages
 	recs := map[string]bool{}
 	for _, c := range t.Desc.Operators {
 		if p := c.ReconcilerPackage; p != "" && p != "main" {
 			recs[p] = true
 		}
 	}
+	marked, err := rbacMarkerPackages(mpkgs)
+	if err != nil {
+		return Input{}, err
+	}
+	for _, p := range marked {
+		recs[p] = true
+	}
 	if in.MarkerRules, err = MarkerRules(t.Dir, sortedKeys(recs)...); err != nil {
 		return Input{}, err
+	}
+	if root, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Dir}}"); err == nil {
+		in.ProjectRole = ReadProjectRole(strings.TrimSpace(root), t.Dir)
 	}
 	return in, nil
 }
@@ -344,6 +362,7 @@ func (g *gen) operatorRBAC() []Object {
 	leases.add("coordination.k8s.io", "leases", leaseVerbs...)
 	l := g.labels("operator")
 	objs := []Object{serviceAccount(g.o.Namespace, g.name(), l)}
+	WarnRoleGaps(g.o.Warnings, g.name(), g.in.ProjectRole, r.list())
 	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.name(), r.list(), l)...)
 	return append(objs, role(g.name()+"-leases", g.o.Namespace, g.name(), leases.list(), l)...)
 }

@@ -95,12 +95,15 @@ type Platform struct {
 	// (webhooks.go).
 	webhookServers map[string]*webhookServer
 	webhookConfigs []webhookConfig
-	pingMu         sync.Mutex
-	pings          []ping // PingSources, for a sweep after an adapter's gap
-	servers        []*http.Server
-	stopOnce       sync.Once
-	readyMu        sync.Mutex
-	ready          []made // statuses written Ready=True, undone by Stop
+	// issued are the Secrets dev made for cert-manager's Certificates
+	// (namespace/name: file: content), for the processes that mount them.
+	issued   map[string]map[string][]byte
+	pingMu   sync.Mutex
+	pings    []ping // PingSources, for a sweep after an adapter's gap
+	servers  []*http.Server
+	stopOnce sync.Once
+	readyMu  sync.Mutex
+	ready    []made // statuses written Ready=True, undone by Stop
 }
 
 func (p *Platform) say(format string, args ...any) {

@@ -112,19 +112,104 @@ func (p *Platform) planWebhooks() error {
 			}
 		}
 	}
-	if len(p.webhookServers) > 0 {
-		// `opzero manifests --webhook-certs=cert-manager`: dev makes the
-		// certificate itself, and the control plane has no cert-manager
-		// (a new slice: the caller's stays whole)
-		var keep []*unstructured.Unstructured
-		for _, u := range p.opts.Objects {
-			if isKind(u, "cert-manager.io", "Issuer") || isKind(u, "cert-manager.io", "Certificate") {
-				p.say("%s %s: not applied: dev makes the webhooks' certificate itself", u.GetKind(), key(u))
-				continue
+	return p.issueCertificates()
+}
+
+// issueCertificates plays cert-manager, which the local control plane
+// does not run: each Certificate's Secret (spec.secretName) is made by dev
+// with a new CA and a serving certificate for its spec.dnsNames and
+// 127.0.0.1 (tls.crt, tls.key, ca.crt, as cert-manager writes them) and
+// applied in its place, where an unchanged operator's pods mount it (and
+// the hub reads its ca.crt to check the operator); Issuers and
+// Certificates are not applied. The webhook servers dev runs itself
+// (`opzero manifests --webhook-certs=cert-manager`) get dev's own
+// certificate as before. A new slice: the caller's stays whole.
+func (p *Platform) issueCertificates() error {
+	var keep []*unstructured.Unstructured
+	for _, u := range p.opts.Objects {
+		switch {
+		case isKind(u, "cert-manager.io", "Issuer"), isKind(u, "cert-manager.io", "ClusterIssuer"):
+			p.say("%s %s: not applied: dev issues the Certificates itself", u.GetKind(), key(u))
+			continue
+		case isKind(u, "cert-manager.io", "Certificate"):
+			secret, _, _ := unstructured.NestedString(u.Object, "spec", "secretName")
+			names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "dnsNames")
+			if secret == "" {
+				return fmt.Errorf("Certificate %s has no spec.secretName: cert-manager would refuse it too", key(u))
 			}
-			keep = append(keep, u)
+			ca, crt, k, err := localCert(append([]string{"localhost"}, names...))
+			if err != nil {
+				return fmt.Errorf("Certificate %s: %w", key(u), err)
+			}
+			ns := orDefault(u.GetNamespace(), p.opts.Namespace)
+			sec := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+				"metadata": map[string]any{"namespace": ns, "name": secret,
+					"annotations": map[string]any{"cert-manager.io/certificate-name": u.GetName(), "dev.opzero.dev/issued": "true"}},
+				"data": map[string]any{"tls.crt": base64.StdEncoding.EncodeToString(crt), "tls.key": base64.StdEncoding.EncodeToString(k),
+					"ca.crt": base64.StdEncoding.EncodeToString(ca)}}}
+			if p.issued == nil {
+				p.issued = map[string]map[string][]byte{}
+			}
+			p.issued[ns+"/"+secret] = map[string][]byte{"tls.crt": crt, "tls.key": k, "ca.crt": ca}
+			keep = append(keep, sec)
+			p.say("Certificate %s: not applied (no cert-manager here): dev issued Secret %s/%s itself (%s and 127.0.0.1)", key(u), ns, secret, strings.Join(names, ", "))
+			continue
 		}
-		p.opts.Objects = keep
+		keep = append(keep, u)
+	}
+	p.opts.Objects = keep
+	return nil
+}
+
+// mountIssued gives a process dev runs the Secrets dev issued that its
+// container mounts: their files in a local folder, and every argument
+// naming the mount path (kubebuilder's
+// --webhook-cert-path=/tmp/k8s-webhook-server/serving-certs) pointed at
+// it. Other Secret volumes are not mounted (said once).
+func (p *Platform) mountIssued(u *unstructured.Unstructured, c map[string]any, args ...[]string) error {
+	vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+	secrets := map[string]string{} // volume -> Secret
+	for _, v := range vols {
+		m, _ := v.(map[string]any)
+		if s, ok := m["secret"].(map[string]any); ok {
+			n, _ := m["name"].(string)
+			secrets[n], _ = s["secretName"].(string)
+		}
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	for _, mv := range mounts {
+		m, _ := mv.(map[string]any)
+		n, _ := m["name"].(string)
+		path, _ := m["mountPath"].(string)
+		secret, ok := secrets[n]
+		if !ok || path == "" {
+			continue
+		}
+		ns := orDefault(u.GetNamespace(), p.opts.Namespace)
+		files := p.issued[ns+"/"+secret]
+		if files == nil {
+			continue
+		}
+		dir := filepath.Join(p.opts.Dir, "secret-"+ns+"-"+secret)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		for f, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+				return err
+			}
+		}
+		named := false
+		for _, a := range args {
+			for i := range a {
+				if strings.Contains(a[i], path) {
+					a[i], named = strings.ReplaceAll(a[i], path, dir), true
+				}
+			}
+		}
+		if !named {
+			p.say("Deployment %s: Secret %s is mounted at %s, which no argument names: the process does not find it there (dev wrote its files to %s)", key(u), secret, path, dir)
+		}
 	}
 	return nil
 }
@@ -264,9 +349,28 @@ func (p *Platform) deleteWebhookConfigs() {
 // writeLocalCert writes a serving certificate for 127.0.0.1 and localhost,
 // signed by a new CA, as tls.crt and tls.key in dir; it returns the CA.
 func writeLocalCert(dir string) ([]byte, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, crt, key, err := localCert([]string{"localhost"})
 	if err != nil {
 		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), key, 0o600); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+// localCert makes a new CA and a serving certificate it signs for
+// 127.0.0.1 and dnsNames, valid 30 days; all PEM.
+func localCert(dnsNames []string) (caPEM, crtPEM, keyPEM []byte, _ error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	now := time.Now()
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "opzero dev webhooks CA"},
@@ -274,32 +378,24 @@ func writeLocalCert(dir string) ([]byte, error) {
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames,
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(30 * 24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	kb, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), nil
 }

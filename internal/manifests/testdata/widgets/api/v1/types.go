@@ -2,6 +2,11 @@
 //
 // +kubebuilder:object:generate=true
 // +groupName=widgets.opzero.dev
+//
+// A marker outside the controller's package, as some projects keep them
+// beside the types whose reconcile needs it:
+//
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;patch
 package v1
 
 import (
