@@ -30,10 +30,24 @@ type GeneratedCRD struct {
 // GenerateCRDs runs `controller-gen crd:crdVersions=v1` on the Go packages
 // pkgs, resolved in dir.
 func GenerateCRDs(dir string, pkgs ...string) ([]GeneratedCRD, error) {
+	return GenerateCRDsWith(dir, "", pkgs...)
+}
+
+// GenerateCRDsWith is GenerateCRDs with the crd generator's options of a
+// project (ProjectCRDOptions: "maxDescLen=0", ...); crdVersions is v1
+// unless they say otherwise.
+func GenerateCRDsWith(dir, options string, pkgs ...string) ([]GeneratedCRD, error) {
 	if len(pkgs) == 0 {
 		return nil, nil
 	}
-	files, err := controllergen.Generate(context.Background(), dir, "crd:crdVersions=v1", pkgs...)
+	gen := "crd:crdVersions=v1"
+	if options != "" {
+		gen = "crd:" + options
+		if !strings.Contains(options, "crdVersions=") {
+			gen += ",crdVersions=v1"
+		}
+	}
+	files, err := controllergen.Generate(context.Background(), dir, gen, pkgs...)
 	if err != nil {
 		return nil, fmt.Errorf("generating CRDs from %s: %w", strings.Join(pkgs, ", "), err)
 	}

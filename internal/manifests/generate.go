@@ -146,10 +146,41 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 			}
 		}
 	}
-	crds, err := GenerateCRDs(t.Dir, sortedKeys(pkgs)...)
+	// The project's kinds with the project's own crd options (its
+	// Makefile's controller-gen line), opzero's with none.
+	root, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Dir}}")
+	if err != nil {
+		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)
+	}
+	root = strings.TrimSpace(root)
+	crdOpts, optsFile, err := ProjectCRDOptions(root)
+	if err != nil {
+		return Input{}, fmt.Errorf("reading the project's controller-gen options: %w", err)
+	}
+	var own, theirs []string
+	for _, p := range sortedKeys(pkgs) {
+		if p == WakeupPackage {
+			own = append(own, p)
+		} else {
+			theirs = append(theirs, p)
+		}
+	}
+	crds, err := GenerateCRDsWith(t.Dir, crdOpts, theirs...)
 	if err != nil {
 		return Input{}, err
 	}
+	if crdOpts != "" {
+		optsFile = relTo(t.Dir, optsFile)
+	} else {
+		optsFile = ""
+	}
+	warnLargeCRDs(o.Warnings, crds, optsFile)
+	ownCRDs, err := GenerateCRDs(t.Dir, own...)
+	if err != nil {
+		return Input{}, err
+	}
+	crds = append(crds, ownCRDs...)
+	sort.Slice(crds, func(i, j int) bool { return crds[i].File < crds[j].File })
 	var wanted []GeneratedCRD
 	for _, c := range crds {
 		if want[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] {
@@ -183,9 +214,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if in.MarkerRules, err = MarkerRules(t.Dir, sortedKeys(recs)...); err != nil {
 		return Input{}, err
 	}
-	if root, err := goCmd(ctx, t.Dir, "list", "-m", "-f", "{{.Dir}}"); err == nil {
-		in.ProjectRole = ReadProjectRole(strings.TrimSpace(root), t.Dir)
-	}
+	in.ProjectRole = ReadProjectRole(root, t.Dir)
 	return in, nil
 }
 

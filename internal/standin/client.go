@@ -63,11 +63,15 @@ func (c Client) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		if apierrors.IsNotFound(err) {
 			s.versions.Gone(key)
+			if key == s.key {
+				s.sawGone(true)
+			}
 		}
 		return err
 	}
 	if key == s.key {
 		s.sawGeneration(obj.GetGeneration())
+		s.sawGone(false)
 	}
 	s.versions.Observed(key, obj.GetResourceVersion())
 	return nil

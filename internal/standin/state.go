@@ -19,6 +19,7 @@ type State struct {
 	standin    []byte // consumed by the first Get of key
 	generation int64  // of the primary object as last read
 	memory     bool   // a Get was answered from the stand-in or the Cache
+	gone       bool   // the last Get of key found no object
 }
 
 type stateKey struct{}
@@ -77,6 +78,20 @@ func (s *State) sawGeneration(g int64) {
 	s.mu.Lock()
 	s.generation = g
 	s.mu.Unlock()
+}
+
+func (s *State) sawGone(gone bool) {
+	s.mu.Lock()
+	s.gone = gone
+	s.mu.Unlock()
+}
+
+// Gone reports whether the reconcile's last Get of its own key from the
+// API server found no object.
+func (s *State) Gone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
 }
 
 // Generation is the generation of the primary object as the reconcile last

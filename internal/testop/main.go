@@ -5,6 +5,9 @@
 //	requeue-3s   RequeueAfter 3s on the first reconcile, then done
 //	fail-3       fail while fewer than 3 reconciles happened, then succeed
 //	fail-1       fail on the first reconcile, then succeed
+//	requeue-1h   RequeueAfter 1h on every reconcile (a schedule's next run)
+//	delete-self  delete the object, then write its status (which finds it
+//	             gone)
 //	converge     take 20 ms, then set status.observedGeneration (chaos test)
 //	external     take 50 ms (an external system's answer), then set
 //	             status.observedGeneration (scale-out)
@@ -92,6 +95,11 @@ func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 		time.Sleep(2 * time.Second)
 		cw.Status.ObservedGeneration = cw.Generation
 	}
+	if cw.Spec.ConfigMap == "delete-self" {
+		if err := r.Delete(ctx, cw.DeepCopy()); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	cw.Status.Restarts++
 	n := cw.Status.Restarts
 	now := metav1.Now()
@@ -103,6 +111,8 @@ func (r *scripted) Reconcile(ctx context.Context, req reconcile.Request) (reconc
 	switch {
 	case cw.Spec.ConfigMap == "requeue-3s" && n == 1:
 		return reconcile.Result{RequeueAfter: 3 * time.Second}, nil
+	case cw.Spec.ConfigMap == "requeue-1h":
+		return reconcile.Result{RequeueAfter: time.Hour}, nil
 	case cw.Spec.ConfigMap == "fail-3" && n < 4:
 		return reconcile.Result{}, errors.New("scripted failure")
 	case cw.Spec.ConfigMap == "fail-1" && n == 1:

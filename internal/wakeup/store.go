@@ -275,6 +275,19 @@ func (s *Store) Succeeded(ctx context.Context, key reconcile.Request) error {
 	return nil
 }
 
+// Gone deletes key's record whatever it holds (a RequeueAfter, a retry, an
+// acceptance): the reconciled object no longer exists, so nothing is left
+// to wake the operator for, and no record outlives it.
+func (s *Store) Gone(ctx context.Context, key reconcile.Request) error {
+	w := &v1alpha1.Wakeup{}
+	w.Namespace, w.Name = s.objectKey(key).Namespace, s.objectKey(key).Name
+	if err := s.c.Delete(ctx, w); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the wakeup of %s, whose object is gone: %w", key, err)
+	}
+	s.setClear(key, true)
+	return nil
+}
+
 // upsert reads key's record, lets mutate change it (returning false to keep
 // it as is) and writes it, retrying on conflicts.
 func (s *Store) upsert(ctx context.Context, key reconcile.Request, mutate func(w *v1alpha1.Wakeup, exists bool) bool) (*v1alpha1.Wakeup, error) {

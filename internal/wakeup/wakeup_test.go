@@ -278,3 +278,63 @@ func TestSuccessCancelsPendingRetry(t *testing.T) {
 		t.Fatalf("%d reconciles, want 2 (no retry after the success)", n)
 	}
 }
+
+// sendAction delivers an event of action for cw, in Reference mode (no
+// object in it: the reconcile reads the API server).
+func sendAction(t *testing.T, port int, cw *v1.ConfigWatcher, action cloudevent.Action) *http.Response {
+	t.Helper()
+	obj := cw.DeepCopy()
+	gvk, _ := apiutil.GVKForObject(obj, scheme)
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	b, _ := json.Marshal(obj)
+	ev, err := cloudevent.NewObjectEvent(cloudevent.Reference, action, b, "configwatchers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := cloudevent.NewRequest(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/", port), ev, false)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestWakeupsEndWithTheirObject: an object whose reconcile asked for a
+// RequeueAfter an hour away is deleted; the reconcile of its delete finds
+// it gone and its Wakeup goes with it (no cold start for it later, no
+// record left). A reconcile whose status write finds its object deleted
+// meanwhile is settled, not retried: no retry recorded.
+func TestWakeupsEndWithTheirObject(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	_, port := startOp(t, env)
+
+	cw := newCW(t, env, ns, "hourly", "requeue-1h")
+	key := client.ObjectKeyFromObject(cw)
+	if resp := sendAction(t, port, cw, cloudevent.Add); resp.StatusCode != 200 {
+		t.Fatalf("create event: %s", resp.Status)
+	}
+	if w, err := record(env, key); err != nil || w.Spec.Reason != v1alpha1.ReasonRequeueAfter {
+		t.Fatalf("no RequeueAfter record after the first reconcile: %v", err)
+	}
+	if err := env.Client.Delete(context.Background(), cw); err != nil {
+		t.Fatal(err)
+	}
+	if resp := sendAction(t, port, cw, cloudevent.Delete); resp.StatusCode != 200 {
+		t.Fatalf("delete event: %s (%s)", resp.Status, resp.Header.Get("Opzero-Result"))
+	}
+	if w, err := record(env, key); !apierrors.IsNotFound(err) {
+		t.Fatalf("the deleted object's Wakeup is still there (%v, due %v): it would wake the operator for nothing", err, w.Spec.Due)
+	}
+
+	gone := newCW(t, env, ns, "gone", "delete-self")
+	gkey := client.ObjectKeyFromObject(gone)
+	resp := sendAction(t, port, gone, cloudevent.Add)
+	if resp.StatusCode != 200 || strings.Contains(resp.Header.Get("Opzero-Result"), "retry") {
+		t.Fatalf("a reconcile whose status write found its object deleted: %s %q, want 200, settled", resp.Status, resp.Header.Get("Opzero-Result"))
+	}
+	if _, err := record(env, gkey); !apierrors.IsNotFound(err) {
+		t.Fatalf("a retry was recorded for an object that is gone: %v", err)
+	}
+}

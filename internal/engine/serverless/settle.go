@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -38,6 +40,13 @@ import (
 // is the one difference.
 func (e *Engine) settle(ctx context.Context, key reconcile.Request, st *standin.State, res reconcile.Result, err error) *Verdict {
 	logger := log.FromContext(ctx)
+	gone := err == nil && st != nil && st.Gone()
+	if err != nil && apierrors.IsNotFound(err) && !errors.Is(err, reconcile.TerminalError(nil)) && e.primaryGone(ctx, key) {
+		// A write of the object (its status, a finalizer) that found it
+		// deleted meanwhile: nothing is left to retry.
+		logger.Info("the object was deleted during its reconcile; its not-found is settled, not retried", "error", err.Error())
+		err, gone = nil, true
+	}
 	var requeued *Verdict // a success's requeue, recorded before observedGeneration
 	if err == nil && res.RequeueAfter > 0 {
 		if rerr := e.retry.requeue(ctx, key, res.RequeueAfter); rerr != nil {
@@ -80,9 +89,25 @@ func (e *Engine) settle(ctx context.Context, key reconcile.Request, st *standin.
 		return &Verdict{Key: key, Outcome: Retrying, Err: err, Next: next}
 	case requeued != nil:
 		return requeued
+	case gone:
+		// The object is gone: its pending wakeups (a RequeueAfter asked
+		// for before the delete) go with it, rather than waking the
+		// operator for nothing.
+		if err := e.retry.gone(ctx, key); err != nil {
+			logger.Error(err, "deleting the wakeups of a deleted object; they fire once, harmlessly")
+		}
+		return &Verdict{Key: key, Outcome: Reconciled, Note: "the object is gone"}
 	}
 	e.forget(ctx, key)
 	return &Verdict{Key: key, Outcome: Reconciled}
+}
+
+// primaryGone reports whether key's object does not exist (a GET of its
+// metadata says not found).
+func (e *Engine) primaryGone(ctx context.Context, key reconcile.Request) bool {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(e.op.Primary.GVK)
+	return apierrors.IsNotFound(e.c.Get(ctx, key.NamespacedName, m))
 }
 
 // forget cancels key's pending retry and resets its backoff; a failure
@@ -180,6 +205,9 @@ type retrier interface {
 	// limited like one) and schedules a reconcile after the key's backoff;
 	// it returns how long until it is due.
 	backoff(ctx context.Context, key reconcile.Request) (time.Duration, error)
+	// gone drops all that is pending for key, whose object no longer
+	// exists.
+	gone(ctx context.Context, key reconcile.Request) error
 	// stop cancels what is pending in memory (shutdown).
 	stop()
 }
@@ -210,6 +238,11 @@ func (m memoryRetry) backoff(_ context.Context, key reconcile.Request) (time.Dur
 	return d, nil
 }
 
+func (m memoryRetry) gone(_ context.Context, key reconcile.Request) error {
+	m.t.Success(key)
+	return nil
+}
+
 func (m memoryRetry) stop() { m.t.Stop() }
 
 // durableRetry is durable time: a Wakeup record per key.
@@ -228,6 +261,19 @@ func (r durableRetry) requeue(ctx context.Context, key reconcile.Request, d time
 func (r durableRetry) backoff(ctx context.Context, key reconcile.Request) (time.Duration, error) {
 	d, _, err := r.d.Failed(ctx, key)
 	return d, err
+}
+
+// goneAware is a Durable that deletes a key's record whatever it holds
+// (wakeup.Store); others only cancel a pending retry.
+type goneAware interface {
+	Gone(ctx context.Context, key reconcile.Request) error
+}
+
+func (r durableRetry) gone(ctx context.Context, key reconcile.Request) error {
+	if g, ok := r.d.(goneAware); ok {
+		return g.Gone(ctx, key)
+	}
+	return r.d.Succeeded(ctx, key)
 }
 
 func (durableRetry) stop() {}
