@@ -129,6 +129,10 @@ func (g *gen) checkWebhooks() error {
 		}
 	}
 	for _, p := range w.Paths {
+		if at := g.in.WebhookSources.Attached[p]; marked[p] == "" && at != "" {
+			return fmt.Errorf("the binary registers the webhook %s, and the +kubebuilder:webhook marker naming path=%s at %s is in the doc comment of the declaration below it (no blank line between them): "+
+				"controller-gen reads webhook markers only from comments that stand alone, so it ignores this one; put a blank line after the marker (kubebuilder writes it so); nothing written", p, p, at)
+		}
 		if marked[p] == "" {
 			return fmt.Errorf("the binary registers the webhook %s%s, and no +kubebuilder:webhook marker in its packages names path=%s, so its path cannot be discovered and no webhook configuration would send the API server there; "+
 				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1); nothing written", p, g.registeringFiles(), p, p)

@@ -201,6 +201,12 @@ func TestWebhooksBadInput(t *testing.T) {
 	}{
 		{"registered, no marker", func() manifests.Input { in := clone(); in.Validating = nil; return in }, manifests.Options{},
 			"the binary registers the webhook /validate-gadgets-opzero-dev-v2-gadget (registered in testdata/gadgets/main.go), and no +kubebuilder:webhook marker in its packages names path=/validate-gadgets-opzero-dev-v2-gadget, so its path cannot be discovered"},
+		{"marker in a declaration's doc comment", func() manifests.Input {
+			in := clone()
+			in.Validating = nil // controller-gen ignored it
+			in.WebhookSources.Attached = map[string]string{"/validate-gadgets-opzero-dev-v2-gadget": "testdata/gadgets/main.go:40"}
+			return in
+		}, manifests.Options{}, "the +kubebuilder:webhook marker naming path=/validate-gadgets-opzero-dev-v2-gadget at testdata/gadgets/main.go:40 is in the doc comment of the declaration below it (no blank line between them)"},
 		{"marker, not registered", func() manifests.Input {
 			in := clone()
 			in.Webhooks.Paths = in.Webhooks.Paths[:1]

@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,6 +26,11 @@ type WebhookSources struct {
 	// Registering are the files that register webhooks
 	// (ctrl.NewWebhookManagedBy, GetWebhookServer().Register), sorted.
 	Registering []string
+	// Attached maps a marker's path= to its file:line when the marker is
+	// in the doc comment of a declaration (no blank line between them):
+	// controller-gen reads +kubebuilder:webhook markers only from comments
+	// that stand alone, so it ignores that one.
+	Attached map[string]string
 }
 
 var (
@@ -67,7 +71,7 @@ func modulePackageList(ctx context.Context, dir, pkg, mod string) ([]modulePacka
 // scanWebhookSources reads the packages' Go files for markers and
 // registrations; file names are relative to dir.
 func scanWebhookSources(dir string, pkgs []modulePackage) (WebhookSources, error) {
-	ws := WebhookSources{MarkerPaths: map[string]string{}, MarkerNames: map[string]string{}}
+	ws := WebhookSources{MarkerPaths: map[string]string{}, MarkerNames: map[string]string{}, Attached: map[string]string{}}
 	for _, p := range pkgs {
 		for _, f := range p.GoFiles {
 			path := filepath.Join(p.Dir, f)
@@ -76,14 +80,15 @@ func scanWebhookSources(dir string, pkgs []modulePackage) (WebhookSources, error
 				return ws, err
 			}
 			rel := relTo(dir, path)
-			sc := bufio.NewScanner(bytes.NewReader(b))
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				line := sc.Text()
+			lines := strings.Split(string(b), "\n")
+			for n, line := range lines {
 				if i := strings.Index(line, "+kubebuilder:webhook:"); i >= 0 && strings.HasPrefix(strings.TrimSpace(line), "//") {
 					for _, m := range markerArg.FindAllStringSubmatch(line[i:], -1) {
 						if m[1] == "path" {
 							ws.MarkerPaths[m[2]] = rel
+							if docOfDeclaration(lines[n+1:]) {
+								ws.Attached[m[2]] = fmt.Sprintf("%s:%d", rel, n+1)
+							}
 						} else {
 							ws.MarkerNames[m[2]] = rel
 						}
@@ -97,6 +102,25 @@ func scanWebhookSources(dir string, pkgs []modulePackage) (WebhookSources, error
 	}
 	sort.Strings(ws.Registering)
 	return ws, nil
+}
+
+// docOfDeclaration reports whether the comment a marker line ends in
+// (rest: the lines after it) runs into a declaration with no blank line:
+// it is then that declaration's doc comment.
+func docOfDeclaration(rest []string) bool {
+	for _, l := range rest {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "//") {
+			continue
+		}
+		for _, kw := range []string{"type ", "func ", "var ", "const ", "type(", "var(", "const("} {
+			if strings.HasPrefix(t, kw) {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 func relTo(dir, path string) string {
