@@ -135,6 +135,10 @@ type Options struct {
 
 	// Logger receives the runtime's logs (logr.Discard()).
 	Logger logr.Logger
+
+	// standIns are the project's flags BindFlags found in place of
+	// opzero's (applyStandIns).
+	standIns []standIn
 }
 
 // DefaultAPITimeout is Options.APITimeout's default: longer than any call a
@@ -172,20 +176,70 @@ var projectFlags = map[string][]string{
 // for the same thing (kubebuilder's --metrics-bind-address,
 // --health-probe-bind-address, --leader-elect), so that -h lists one flag
 // per setting. Call it after the project's own flags are defined.
+//
+// Each flag of the project that stands in for one of opzero's is said at
+// start (operator.New logs it): its own --metrics-bind-address and
+// friends fill the ctrl.Options that count; a flag of the same name as
+// opzero's is the project's, and opzero reads its value only where the
+// meaning is the same (--max-concurrent-reconciles: distinct objects
+// reconciled at once, which the project's flag gives its controllers),
+// else opzero's setting keeps its default.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	ours := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	o.bindFlags(ours)
+	o.standIns = nil
 	ours.VisitAll(func(f *flag.Flag) {
-		if fs.Lookup(f.Name) != nil {
+		if theirs := fs.Lookup(f.Name); theirs != nil {
+			o.standIns = append(o.standIns, standIn{ours: f.Name, theirs: theirs})
 			return
 		}
-		for _, theirs := range projectFlags[f.Name] {
-			if fs.Lookup(theirs) != nil {
+		for _, name := range projectFlags[f.Name] {
+			if theirs := fs.Lookup(name); theirs != nil {
+				o.standIns = append(o.standIns, standIn{ours: f.Name, theirs: theirs})
 				return
 			}
 		}
 		fs.Var(f.Value, f.Name, f.Usage)
 	})
+}
+
+// standIn is a flag of the project registered where opzero's would be.
+type standIn struct {
+	ours   string
+	theirs *flag.Flag
+}
+
+// sameMeaning are opzero's flags whose value a project's flag of the same
+// name gives: it means the same there (controller-runtime's
+// controller.Options.MaxConcurrentReconciles, which kubebuilder-style
+// projects set from a flag of that name).
+var sameMeaning = map[string]bool{"max-concurrent-reconciles": true}
+
+// applyStandIns takes, after the flags were parsed, what the project's
+// stand-in flags give opzero's settings, and says each once.
+func (o *Options) applyStandIns(log logr.Logger) {
+	for _, s := range o.standIns {
+		v := s.theirs.Value.String()
+		switch {
+		case s.ours != s.theirs.Name:
+			log.Info("a project flag stands in for an opzero flag: its value fills the controller-runtime options that count, opzero's flag is not registered",
+				"project", "--"+s.theirs.Name, "opzero", "--"+s.ours, "value", v)
+		case sameMeaning[s.ours]:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				log.Info("the project's flag of an opzero flag's name does not hold a count: opzero's setting keeps its default", "flag", "--"+s.ours, "value", v)
+				continue
+			}
+			if o.MaxConcurrentReconciles == 0 && n > 0 {
+				o.MaxConcurrentReconciles = n
+			}
+			log.Info("the project's flag of an opzero flag's name, with the same meaning, sets opzero's too", "flag", "--"+s.ours, "value", v,
+				"maxConcurrentReconciles", o.MaxConcurrentReconciles)
+		default:
+			log.Info("the project has a flag of an opzero flag's name: it is the project's own, opzero's setting keeps its default (set it in operator.Options)",
+				"flag", "--"+s.ours, "value", v)
+		}
+	}
 }
 
 func (o *Options) bindFlags(fs *flag.FlagSet) {

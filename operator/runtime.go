@@ -92,6 +92,7 @@ func New(opts Options) (*Runtime, error) {
 	if t := describeTarget(); t != "" {
 		return newDescriber(opts, t), nil
 	}
+	opts.applyStandIns(opts.Logger) // a zero Logger discards
 	// Classic mode not linked is bad input: said before anything is read.
 	var newManager seam.NewManager[Options]
 	if opts.Mode == Classic {
