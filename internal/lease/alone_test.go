@@ -164,6 +164,49 @@ func TestAloneStepsDown(t *testing.T) {
 	testkit.Eventually(t, 15*time.Second, "no lease left", func(context.Context) (bool, error) { return len(leases(t, ns)) == 0, nil })
 }
 
+// TestAloneHandsOverWithout503: an instance reconciles alone (a slow
+// reconcile of a, 2 s); another gets an event for b, once, no retry. It
+// asks the holder to step down and waits for the sole Lease to be let go
+// rather than answering 503 (a draining instance lets go as soon as its
+// runs end): the one delivery is answered 200, b reconciled after a.
+func TestAloneHandsOverWithout503(t *testing.T) {
+	if testing.Short() {
+		t.Skip("processes")
+	}
+	ns := testenv.Get(t).Namespace(t)
+	spans := filepath.Join(t.TempDir(), "spans")
+	args := []string{"--max-scale=2", "--lease-duration=15s"}
+	holder := startInstance(t, ns, spans, nil, args...)
+	other := startInstance(t, ns, spans, nil, args...)
+	a, b := newCW(t, ns, "a", "slow"), newCW(t, ns, "b", "converge")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, body := send(t, holder.url, a); resp == nil || resp.StatusCode != 200 {
+			t.Errorf("a's event: %v %s", resp, body)
+		}
+	}()
+	testkit.Eventually(t, 10*time.Second, "the holder runs alone", func(context.Context) (bool, error) {
+		ls := leases(t, ns)
+		return len(ls) == 1 && ls[0].Name == lease.SoleName("testop"), nil
+	})
+	req, _ := event(t, other.url, b)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Opzero-Result"), "reconciled") {
+		t.Fatalf("b's one delivery while the holder ran alone: %d %q, want 200 reconciled once the holder let go", resp.StatusCode, resp.Header.Get("Opzero-Result"))
+	}
+	<-done
+	runs := readSpans(t, spans, nil)
+	ra, rb := runs[ns+"/a"][0], runs[ns+"/b"][0]
+	if rb.PID != other.Cmd.Process.Pid || rb.Start.Before(ra.End) {
+		t.Fatalf("b reconciled by pid %d from %s; a by pid %d until %s: want b by the other instance after a", rb.PID, rb.Start, ra.PID, ra.End)
+	}
+}
+
 // leaseWatch collects a namespace's Lease events.
 type leaseWatch struct {
 	w watch.Interface

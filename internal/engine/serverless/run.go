@@ -74,6 +74,14 @@ func (e *Engine) runLocked(ctx context.Context, key reconcile.Request, arrivals 
 			defer r.exit()
 			return e.reconcileInSlot(rctx, key, arrivals)
 		case errors.As(err, &he):
+			if !e.forwardable(arrivals, he) && !onlyChecks(arrivals) {
+				// Rather than 503: wait a moment for the holder, asked to
+				// step down, to let go (a draining instance does soon).
+				if r, rctx := e.sole.awaitHandOver(ctx); r != nil {
+					defer r.exit()
+					return e.reconcileInSlot(rctx, key, arrivals)
+				}
+			}
 			return e.soleVerdict(ctx, key, arrivals, he)
 		case !errors.Is(err, errNotAlone):
 			e.log.Error(err, "taking the operator's sole lease", "key", key.String())

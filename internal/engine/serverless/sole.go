@@ -39,6 +39,8 @@ const (
 	// soleTick paces the sole Lease's upkeep: renewal (every third of its
 	// duration), the idle release.
 	soleTick = 500 * time.Millisecond
+	// soleRetake paces the looks at the sole Lease meanwhile.
+	soleRetake = 200 * time.Millisecond
 )
 
 // errNotAlone: this instance does not hold the sole Lease and is not
@@ -164,6 +166,42 @@ func (s *sole) take(ctx context.Context, busy chan struct{}, ask bool) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// awaitHandOver waits for the holder of the sole Lease, asked to step
+// down, to let it go, and enters a run once this instance has taken it.
+// The holder reads the ask when it renews (every third of the Lease's
+// duration) and lets go a soleTick after its runs end, so a draining or
+// idle holder has let go within a third of the duration and two ticks:
+// the wait's bound (and ctx's deadline, less a second). Nil if it was not
+// let go in time (the holder is still reconciling, hung, or died holding
+// it until it expires), or this instance goes to per-key Leases meanwhile:
+// the run is then answered 503, the sender delivers again.
+func (s *sole) awaitHandOver(ctx context.Context) (*soleRun, context.Context) {
+	deadline := s.l.Clock().Now().Add(s.l.Duration()/3 + 3*soleTick)
+	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
+		deadline = d.Add(-time.Second) // answer the sender before it gives up
+	}
+	for {
+		if !s.l.Clock().Now().Add(soleRetake).Before(deadline) {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-s.l.Clock().After(soleRetake):
+		}
+		s.mu.Lock()
+		s.he = nil // look at the Lease again (asking again, which costs nothing more)
+		s.mu.Unlock()
+		r, rctx, err := s.enter(ctx)
+		if r != nil {
+			return r, rctx
+		}
+		if !errors.As(err, new(*lease.HeldElsewhere)) {
+			return nil, nil
+		}
+	}
 }
 
 // warm takes the sole Lease before any event if nobody holds it, without
@@ -357,6 +395,12 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+// forwardable says whether the run's requests go to the holder of the
+// sole Lease: it has an address, it is not this instance, and it is up.
+func (e *Engine) forwardable(arrivals []*arrival, he *lease.HeldElsewhere) bool {
+	return e.fwd != nil && forwardAll(arrivals) && he.Address != "" && he.Address != e.opts.Locker.Address() && e.fwd.up(he.Address, e.opts.Clock.Now())
+}
+
 // soleVerdict is the verdict of a run that may not reconcile because
 // another instance holds the sole Lease: forwarded there when the run's
 // requests can be, else a look again at its expiry (a Lease check, which
@@ -364,7 +408,7 @@ func minTime(a, b time.Time) time.Time {
 // again; the holder has been asked to step down).
 func (e *Engine) soleVerdict(ctx context.Context, key reconcile.Request, arrivals []*arrival, he *lease.HeldElsewhere) *Verdict {
 	he.Key = key
-	if e.fwd != nil && forwardAll(arrivals) && he.Address != "" && he.Address != e.opts.Locker.Address() && e.fwd.up(he.Address, e.opts.Clock.Now()) {
+	if e.forwardable(arrivals, he) {
 		he.Forward = true
 		return forwardVerdict(key, he)
 	}
