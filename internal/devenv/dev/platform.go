@@ -168,6 +168,13 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 		return nil, err
 	}
 	p.say("applied %d objects (server-side apply, field manager %s) in %s", len(p.opts.Objects), FieldManager, since(t))
+	pruned, err := p.prune(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(pruned) > 0 {
+		p.say("deleted %d objects an earlier session applied for another wiring of these operators: %s", len(pruned), strings.Join(pruned, ", "))
+	}
 	// mtping's namespace exists before any ApiServerSource adapter watches
 	// ConfigMaps, so its creation sends no event.
 	for _, u := range p.opts.Objects {
