@@ -3,14 +3,18 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"net/http"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -113,4 +117,66 @@ func TestEventWrittenBeforeTheAnswer(t *testing.T) {
 		}
 	}
 	t.Fatalf("no Seen Event once answered: %d Events", len(evs.Items))
+}
+
+// TestForbiddenIsAnEvent: a reconcile the API server refuses for the
+// operator's RBAC (403) leaves a Warning Event on its object, written
+// before the answer, where kubectl describe shows it; the error is still
+// the reconcile's (retried).
+func TestForbiddenIsAnEvent(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	rt, err := operator.New(operator.Options{Mode: operator.Serverless, Scheme: scheme, Config: env.Config, Addr: addr, InsecureNoAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = builder.ControllerManagedBy(rt).For(&v1.ConfigWatcher{}).
+		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			return reconcile.Result{}, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "web",
+				errors.New(`User "system:serviceaccount:x:op" cannot patch resource "deployments"`))
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Background(t, rt.Start)
+	cw := &v1.ConfigWatcher{ObjectMeta: metav1.ObjectMeta{Name: "refused", Namespace: ns},
+		Spec: v1.ConfigWatcherSpec{ConfigMap: "c", PodSelector: map[string]string{"a": "b"}}}
+	if err := env.Client.Create(context.Background(), cw); err != nil {
+		t.Fatal(err)
+	}
+	cw.TypeMeta = metav1.TypeMeta{APIVersion: "k8spatterns.io/v1", Kind: "ConfigWatcher"}
+	b, _ := json.Marshal(cw)
+	ev, err := cloudevent.NewObjectEvent(cloudevent.Resource, cloudevent.Add, b, "configwatchers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	testkit.Wait(30*time.Second, func() bool {
+		req, err := cloudevent.NewRequest(context.Background(), "http://"+addr, ev, false)
+		if err != nil {
+			return true
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		code = resp.StatusCode
+		return true
+	})
+	if code == http.StatusOK {
+		t.Fatalf("a refused reconcile answered 200: its error must stay a failure")
+	}
+	evs := &eventsv1.EventList{}
+	if err := env.Client.List(context.Background(), evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == operator.ReasonForbidden && e.Type == corev1.EventTypeWarning && e.Regarding.Name == "refused" && e.Regarding.UID == cw.UID &&
+			strings.Contains(e.Note, `cannot patch resource "deployments"`) {
+			return
+		}
+	}
+	t.Fatalf("no Warning Forbidden Event on the object once answered %d (%d Events)", code, len(evs.Items))
 }

@@ -205,6 +205,9 @@ func (r *Runtime) Register(op *builder.Controller) error {
 		r.ops = append(r.ops, op)
 		return nil
 	}
+	if r.opts.Mode != Classic { // classic reads go through the manager's cache: not for one Get
+		r.withForbiddenEvents(op)
+	}
 	switch r.opts.Mode {
 	case Classic:
 		if err := r.mgr.Setup(op, r.client); err != nil {
