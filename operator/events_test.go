@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
