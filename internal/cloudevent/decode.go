@@ -52,6 +52,11 @@ type ObjectEvent struct {
 	Object []byte
 	// Meta is parsed from Object (Resource mode only).
 	Meta *Meta
+	// Ref is the metadata a Reference-mode event of the opzero hub carries
+	// beside the reference (labels, annotations, owner references: what
+	// the watch last saw, a delete's included), nil when there is none
+	// (Knative's ApiServerSource sends the reference alone).
+	Ref *RefMeta
 	// Replay: the sender may have sent this change before (extension
 	// ReplayExtension "true": the opzero hub resending what a bucket's
 	// previous holder, or its own previous process, may have delivered).
@@ -206,7 +211,10 @@ func (oe *ObjectEvent) decodeResource(data []byte) error {
 }
 
 func (oe *ObjectEvent) decodeReference(data []byte) error {
-	var ref struct{ APIVersion, Kind, Namespace, Name string }
+	var ref struct {
+		APIVersion, Kind, Namespace, Name string
+		Metadata                          *RefMeta `json:"metadata"`
+	}
 	if err := json.Unmarshal(data, &ref); err != nil {
 		return fmt.Errorf("Reference-mode data of %s %s is not a JSON reference: %w", oe.Kind, oe.key(), err)
 	}
@@ -216,6 +224,7 @@ func (oe *ObjectEvent) decodeReference(data []byte) error {
 		return fmt.Errorf("the reference in the event (%s %s %s/%s) disagrees with the event's extensions (%s %s %s/%s)",
 			got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3])
 	}
+	oe.Ref = ref.Metadata
 	return nil
 }
 

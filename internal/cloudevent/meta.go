@@ -33,6 +33,36 @@ type OwnerRef struct {
 	APIVersion, Kind, Name, UID string
 }
 
+// RefMeta is what a Reference-mode event of the opzero hub carries of the
+// object's metadata (the "metadata" beside the reference), as the
+// object's own metadata spells it.
+type RefMeta struct {
+	UID             string            `json:"uid,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
+	OwnerReferences []RefOwner        `json:"ownerReferences,omitempty"`
+}
+
+// RefOwner is an owner reference of RefMeta.
+type RefOwner struct {
+	APIVersion         string `json:"apiVersion"`
+	Kind               string `json:"kind"`
+	Name               string `json:"name"`
+	UID                string `json:"uid"`
+	Controller         *bool  `json:"controller,omitempty"`
+	BlockOwnerDeletion *bool  `json:"blockOwnerDeletion,omitempty"`
+}
+
+// ControllerRef is r's owner reference with controller: true, if any.
+func (r *RefMeta) ControllerRef() *OwnerRef {
+	for _, o := range r.OwnerReferences {
+		if o.Controller != nil && *o.Controller {
+			return &OwnerRef{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID}
+		}
+	}
+	return nil
+}
+
 type wireMeta struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`

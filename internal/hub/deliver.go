@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -149,16 +150,19 @@ func (c *change) json() ([]byte, error) {
 func (d *dispatcher) enqueue(a *attachment, c *change, mk *mark) {
 	gvk, mode, plural, host := a.gvk, a.mode, a.key.gvr.Resource, d.s.h.host
 	var data []byte
+	var meta *cloudevent.RefMeta
 	var err error
 	if mode == v1alpha1.ModeResource {
 		data, err = c.json() // the object as the watch sent it (Unstructured)
+	} else {
+		meta = refMeta(c.m)
 	}
 	act, ns, name := c.act, c.m.GetNamespace(), c.m.GetName()
 	build := func() (*event.Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		return objectEvent(host, mode, act, gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, data)
+		return objectEvent(host, mode, act, gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, data, meta)
 	}
 	// One key per event an operator tells apart: the same object's changes
 	// in one mode carry the same event, and a newer one replaces the one
@@ -184,7 +188,7 @@ const (
 func (d *dispatcher) enqueueRef(a *attachment, ns, name string, holds []*mark) {
 	gvk, plural, host := a.gvk, a.key.gvr.Resource, d.s.h.host
 	build := func() (*event.Event, error) {
-		ev, err := objectEvent(host, v1alpha1.ModeReference, "update", gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, nil)
+		ev, err := objectEvent(host, v1alpha1.ModeReference, "update", gvk.GroupVersion().String(), gvk.Kind, ns, name, plural, nil, nil)
 		if err == nil {
 			ev.SetExtension(ReasonExtension, ReasonReferenced)
 		}
@@ -392,6 +396,25 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 	return true
 }
 
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// refMeta is what a Reference-mode event carries of m beside the
+// reference: its labels, annotations and owner references, as the watch
+// last saw them (a delete's are its last), for the operator's owner- and
+// label-mapped handlers.
+func refMeta(m metav1.Object) *cloudevent.RefMeta {
+	r := &cloudevent.RefMeta{UID: string(m.GetUID()), Labels: m.GetLabels(), Annotations: m.GetAnnotations()}
+	if _, ok := r.Annotations[lastApplied]; ok { // kubectl's copy of the object: up to 256 KiB, for no handler
+		r.Annotations = maps.Clone(r.Annotations)
+		delete(r.Annotations, lastApplied)
+	}
+	for _, o := range m.GetOwnerReferences() {
+		r.OwnerReferences = append(r.OwnerReferences, cloudevent.RefOwner{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: string(o.UID),
+			Controller: o.Controller, BlockOwnerDeletion: o.BlockOwnerDeletion})
+	}
+	return r
+}
+
 // wakeReason says, in a Deployment sink's status.target.lastWakeReason,
 // what woke it: the change's type and object, or the sweep.
 func wakeReason(ev *event.Event) string {
@@ -523,7 +546,7 @@ func (h *Hub) token(ctx context.Context, audience string) (string, error) {
 // objectEvent is the event Knative's ApiServerSource sends (EVENTS.md):
 // binary mode, its types, subject, extensions, and data (the object, or a
 // reference).
-func objectEvent(host, mode, act, apiVersion, kind, ns, name, plural string, object []byte) (*event.Event, error) {
+func objectEvent(host, mode, act, apiVersion, kind, ns, name, plural string, object []byte, meta *cloudevent.RefMeta) (*event.Event, error) {
 	ev := event.New()
 	ev.SetID(uuid.NewString())
 	pfx := "dev.knative.apiserver.ref."
@@ -531,9 +554,12 @@ func objectEvent(host, mode, act, apiVersion, kind, ns, name, plural string, obj
 	if mode == v1alpha1.ModeResource {
 		pfx = "dev.knative.apiserver.resource."
 	} else {
-		ref := map[string]string{"kind": kind, "name": name, "apiVersion": apiVersion}
+		ref := map[string]any{"kind": kind, "name": name, "apiVersion": apiVersion}
 		if ns != "" {
 			ref["namespace"] = ns
+		}
+		if meta != nil {
+			ref["metadata"] = meta // beside Knative's reference; its consumers read the four fields
 		}
 		data, _ = json.Marshal(ref)
 	}

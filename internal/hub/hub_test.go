@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
+	"github.com/opzero/opzero/internal/cloudevent"
 	"github.com/opzero/opzero/internal/hub"
 	"github.com/opzero/opzero/internal/testkit"
 	"github.com/opzero/opzero/internal/wakeup"
@@ -297,10 +298,17 @@ func TestDeliversInApiServerSourceFormat(t *testing.T) {
 			t.Errorf("extension %s = %q, want %q", k, got, want)
 		}
 	}
-	var data map[string]string
+	var data struct {
+		Kind, APIVersion, Name, Namespace string
+		Metadata                          cloudevent.RefMeta
+		ResourceVersion                   string
+	}
 	must(t, json.Unmarshal(ev.Data(), &data))
-	if want := map[string]string{"kind": "ConfigMap", "apiVersion": "v1", "name": "one", "namespace": ns}; fmt.Sprint(data) != fmt.Sprint(want) {
-		t.Errorf("Reference data %v, want %v (no uid, no resourceVersion)", data, want)
+	if data.Kind != "ConfigMap" || data.APIVersion != "v1" || data.Name != "one" || data.Namespace != ns || data.ResourceVersion != "" {
+		t.Errorf("Reference data %+v, want the reference to ConfigMap %s/one (no resourceVersion)", data, ns)
+	}
+	if data.Metadata.UID != string(cm.UID) || data.Metadata.Labels["app"] != "x" {
+		t.Errorf("Reference data's metadata %+v, want the object's uid and labels beside the reference", data.Metadata)
 	}
 	ref.find(t, "a ref.add of other", about("dev.knative.apiserver.ref.add", "other"))
 
@@ -320,7 +328,11 @@ func TestDeliversInApiServerSourceFormat(t *testing.T) {
 		t.Errorf("the update carries %v, want the new data", obj.Data)
 	}
 	must(t, env.Client.Delete(ctx, cm))
-	ref.find(t, "a ref.delete of one", about("dev.knative.apiserver.ref.delete", "one"))
+	del := ref.find(t, "a ref.delete of one", about("dev.knative.apiserver.ref.delete", "one"))
+	must(t, json.Unmarshal(del.Data(), &data))
+	if data.Metadata.Labels["app"] != "x" {
+		t.Errorf("the Reference delete's metadata %+v, want the labels the object had (its handlers map by them)", data.Metadata)
+	}
 	res.find(t, "a resource.delete of one", about("dev.knative.apiserver.resource.delete", "one"))
 	if n := res.count(func(ev event.Event) bool { n, _ := ev.Extensions()["name"].(string); return n == "other" }); n != 0 {
 		t.Errorf("the selector app=x let %d events of ConfigMap other through", n)

@@ -2,6 +2,7 @@ package serverless_test
 
 import (
 	"context"
+	"encoding/json"
 	"github.com/opzero/opzero/internal/testkit"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -308,5 +310,54 @@ func TestAntiEntropySweep(t *testing.T) {
 		if got := len(p.spansOf(req(h.ns, name))); got != want {
 			t.Errorf("after the full sweep %s was reconciled %d times, want %d", name, got, want)
 		}
+	}
+}
+
+// TestHubReferenceDeletesCarryMetadata: a Reference-mode delete from the
+// opzero hub carries the metadata its watch last saw: an owned child
+// deleted by hand reconciles its owner, and a label-mapped watched object
+// deleted reconciles what its labels name, with no read (the objects are
+// gone). Knative's reference alone still maps nothing for an owned delete.
+func TestHubReferenceDeletesCarryMetadata(t *testing.T) {
+	p := newProbe()
+	h := newHarness(t, p, func(b *builder.Builder) *builder.Builder {
+		return b.Owns(&corev1.ConfigMap{}).Watches(&corev1.Secret{}, mapSecretByLabel)
+	}, serverless.Options{})
+	w := newWidget(h.ns, "owner")
+	h.create(w)
+	withMeta := func(ev *event.Event, meta cloudevent.RefMeta) *event.Event {
+		var ref map[string]any
+		if err := json.Unmarshal(ev.Data(), &ref); err != nil {
+			t.Fatal(err)
+		}
+		ref["metadata"] = meta
+		if err := ev.SetData(event.ApplicationJSON, ref); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "deleted-child", Namespace: h.ns}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "deleted-secret", Namespace: h.ns}}
+	for _, tc := range []struct {
+		name   string
+		ev     *event.Event
+		wantRC int
+	}{
+		{"owned child deleted, the hub's metadata", withMeta(h.event(cloudevent.Reference, cloudevent.Delete, gone, "configmaps"), cloudevent.RefMeta{
+			OwnerReferences: []cloudevent.RefOwner{{APIVersion: "test.opzero.dev/v1", Kind: "Widget", Name: "owner", UID: string(w.GetUID()), Controller: ptrTrue()}}}), 1},
+		{"watched object deleted, its labels", withMeta(h.event(cloudevent.Reference, cloudevent.Delete, secret, "secrets"), cloudevent.RefMeta{
+			Labels: map[string]string{"widget": "owner"}}), 1},
+		{"owned child deleted, a reference alone", h.event(cloudevent.Reference, cloudevent.Delete, gone, "configmaps"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(p.spansOf(req(h.ns, "owner")))
+			a := h.post(tc.ev, false)
+			if a.code != 200 {
+				t.Fatalf("%d %s", a.code, a.body)
+			}
+			if got := len(p.spansOf(req(h.ns, "owner"))) - before; got != tc.wantRC {
+				t.Fatalf("%d reconciles of the owner, want %d (result %q)", got, tc.wantRC, a.result)
+			}
+		})
 	}
 }

@@ -208,6 +208,8 @@ func (e *Engine) routeOwned(ctx context.Context, ev *cloudevent.ObjectEvent, k b
 	switch {
 	case ev.Mode == cloudevent.Resource:
 		owner = ev.Meta.Controller
+	case ev.Ref != nil: // the hub's Reference mode: the metadata it last saw, a delete's included
+		owner = ev.Ref.ControllerRef()
 	case ev.Action == cloudevent.Delete:
 		rt.why += ": a deleted dependent in Reference mode names no owner (use Resource mode for owned kinds)"
 		return nil
@@ -280,7 +282,7 @@ func (e *Engine) pass(ev *cloudevent.ObjectEvent, obj client.Object) bool {
 
 // eventObject builds the Go object an event is about: its typed form when
 // the scheme knows the kind, unstructured otherwise. In Reference mode only
-// name and namespace are set.
+// name and namespace are set, and the metadata the hub sends beside them.
 func (e *Engine) eventObject(ev *cloudevent.ObjectEvent, gvk schema.GroupVersionKind) (client.Object, error) {
 	var obj client.Object = &unstructured.Unstructured{}
 	if ro, err := e.c.Scheme().New(gvk); err == nil {
@@ -295,6 +297,19 @@ func (e *Engine) eventObject(ev *cloudevent.ObjectEvent, gvk schema.GroupVersion
 	} else {
 		obj.SetNamespace(ev.Namespace)
 		obj.SetName(ev.Name)
+		if r := ev.Ref; r != nil {
+			// What the hub last saw of it: owner- and label-mapped handlers
+			// find their object, a deleted one's too.
+			obj.SetUID(types.UID(r.UID))
+			obj.SetLabels(r.Labels)
+			obj.SetAnnotations(r.Annotations)
+			refs := make([]metav1.OwnerReference, 0, len(r.OwnerReferences))
+			for _, o := range r.OwnerReferences {
+				refs = append(refs, metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: types.UID(o.UID),
+					Controller: o.Controller, BlockOwnerDeletion: o.BlockOwnerDeletion})
+			}
+			obj.SetOwnerReferences(refs)
+		}
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	return obj, nil
