@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/opzero/opzero/operator"
 )
 
@@ -84,5 +86,39 @@ func TestBindFlagsLeavesTheProjectsOwn(t *testing.T) {
 		if all.Lookup(f) == nil {
 			t.Errorf("an opzero main: -%s is missing", f)
 		}
+	}
+}
+
+// TestBindPFlagsLeavesTheProjectsOwn: a cobra/pflag project's flags are
+// seen as the standard library's are: its --leader-elect, probe and
+// metrics flags stand in for opzero's, which are not added; opzero's
+// others are, parse in pflag's --name=value form and set the Options.
+func TestBindPFlagsLeavesTheProjectsOwn(t *testing.T) {
+	fs := pflag.NewFlagSet("manager", pflag.ContinueOnError)
+	var metricsAddr, probeAddr string
+	var leaderElect bool
+	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election.")
+	var o operator.Options
+	o.BindPFlags(fs)
+	for _, gone := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+		if fs.Lookup(gone) != nil {
+			t.Errorf("--%s is bound next to the project's own flag for it", gone)
+		}
+	}
+	for _, kept := range []string{"mode", "audience", "wakeup-sink", "max-concurrent-reconciles"} {
+		if fs.Lookup(kept) == nil {
+			t.Errorf("--%s is missing: the project has no flag for it", kept)
+		}
+	}
+	if err := fs.Parse([]string{"--mode=classic", "--leader-elect", "--audience", "op", "--max-concurrent-reconciles=3"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Mode != operator.Classic || o.Audience != "op" || o.MaxConcurrentReconciles != 3 || !leaderElect {
+		t.Errorf("parsed mode %q, audience %q, concurrency %d, the project's leader-elect %v", o.Mode, o.Audience, o.MaxConcurrentReconciles, leaderElect)
+	}
+	if u := fs.FlagUsages(); !strings.Contains(u, "--wakeup-sink") || !strings.Contains(u, "--leader-elect") {
+		t.Errorf("-h lists:\n%s\nwant the project's flags and opzero's", u)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 )
@@ -190,12 +191,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	o.standIns = nil
 	ours.VisitAll(func(f *flag.Flag) {
 		if theirs := fs.Lookup(f.Name); theirs != nil {
-			o.standIns = append(o.standIns, standIn{ours: f.Name, theirs: theirs})
+			o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
 			return
 		}
 		for _, name := range projectFlags[f.Name] {
 			if theirs := fs.Lookup(name); theirs != nil {
-				o.standIns = append(o.standIns, standIn{ours: f.Name, theirs: theirs})
+				o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
 				return
 			}
 		}
@@ -203,10 +204,35 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	})
 }
 
+// BindPFlags is BindFlags for a project whose flags are cobra's or
+// pflag's: opzero's flags are added to fs (their --name form) except
+// those fs already has or has the project's own flag for, as BindFlags
+// does. Call it after the project's flags are defined, e.g. on
+// rootCmd.Flags() before Execute.
+func (o *Options) BindPFlags(fs *pflag.FlagSet) {
+	ours := flag.NewFlagSet("opzero", flag.ContinueOnError)
+	o.bindFlags(ours)
+	o.standIns = nil
+	ours.VisitAll(func(f *flag.Flag) {
+		if theirs := fs.Lookup(f.Name); theirs != nil {
+			o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
+			return
+		}
+		for _, name := range projectFlags[f.Name] {
+			if theirs := fs.Lookup(name); theirs != nil {
+				o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
+				return
+			}
+		}
+		fs.AddGoFlag(f)
+	})
+}
+
 // standIn is a flag of the project registered where opzero's would be.
 type standIn struct {
-	ours   string
-	theirs *flag.Flag
+	ours  string
+	name  string // the project's flag
+	value interface{ String() string }
 }
 
 // sameMeaning are opzero's flags whose value a project's flag of the same
@@ -219,11 +245,11 @@ var sameMeaning = map[string]bool{"max-concurrent-reconciles": true}
 // stand-in flags give opzero's settings, and says each once.
 func (o *Options) applyStandIns(log logr.Logger) {
 	for _, s := range o.standIns {
-		v := s.theirs.Value.String()
+		v := s.value.String()
 		switch {
-		case s.ours != s.theirs.Name:
+		case s.ours != s.name:
 			log.Info("a project flag stands in for an opzero flag: its value fills the controller-runtime options that count, opzero's flag is not registered",
-				"project", "--"+s.theirs.Name, "opzero", "--"+s.ours, "value", v)
+				"project", "--"+s.name, "opzero", "--"+s.ours, "value", v)
 		case sameMeaning[s.ours]:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
