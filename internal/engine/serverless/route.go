@@ -299,8 +299,9 @@ func (e *Engine) eventObject(ev *cloudevent.ObjectEvent, gvk schema.GroupVersion
 		obj.SetName(ev.Name)
 		if r := ev.Ref; r != nil {
 			// What the hub last saw of it: owner- and label-mapped handlers
-			// find their object, a deleted one's too.
-			obj.SetUID(types.UID(r.UID))
+			// find their object, a deleted one's too. No uid: it is still
+			// not the whole object (an adopted controller's handlers read
+			// that when the uid is empty).
 			obj.SetLabels(r.Labels)
 			obj.SetAnnotations(r.Annotations)
 			refs := make([]metav1.OwnerReference, 0, len(r.OwnerReferences))
