@@ -134,3 +134,51 @@ func TestAdoptLeavesOtherRunnables(t *testing.T) {
 		t.Fatalf("a plain Runnable: ok %v err %v, want not a controller", ok, err)
 	}
 }
+
+// TestSelfMappedKind: a controller built without For, whose ConfigMaps
+// are watched with EnqueueRequestForObject and Secrets mapped to a fixed
+// key, reconciles ConfigMaps; with two kinds that map to themselves, the
+// kind cannot be told and none is chosen.
+func TestSelfMappedKind(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	adopted := func(kinds ...client.Object) *adopt.Controller {
+		r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+		c, err := controller.NewUnmanaged("forless", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache := adopt.NewCache(nil, scheme)
+		for _, k := range kinds {
+			if err := c.Watch(source.Kind(cache, k, handler.EventHandler(&handler.EnqueueRequestForObject{}))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fixed := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "a", Name: "fixed"}}}
+		})
+		if err := c.Watch(source.Kind(cache, client.Object(&corev1.Secret{}), fixed)); err != nil {
+			t.Fatal(err)
+		}
+		a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
+		if err != nil || !ok {
+			t.Fatalf("Adopt = %v, %v", ok, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done, err := a.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); <-done })
+		return a
+	}
+	if _, ok := adopted(&corev1.ConfigMap{}).PrimaryKind(); ok {
+		t.Fatal("a controller without For has a For kind")
+	}
+	if gk, ok := adopted(&corev1.ConfigMap{}).SelfMappedKind(); !ok || gk.Kind != "ConfigMap" {
+		t.Errorf("SelfMappedKind = %v, %v; want ConfigMap", gk, ok)
+	}
+	if gk, ok := adopted(&corev1.ConfigMap{}, &corev1.Pod{}).SelfMappedKind(); ok {
+		t.Errorf("two self-mapped kinds: SelfMappedKind = %v, want none", gk)
+	}
+}

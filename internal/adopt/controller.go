@@ -148,6 +148,36 @@ func (c *Controller) PrimaryKind() (schema.GroupKind, bool) {
 	return schema.GroupKind{Group: group, Kind: kind}, true
 }
 
+// SelfMappedKind finds the kind a controller built without For reconciles
+// (Watches(&Kind{}, &handler.EnqueueRequestForObject{}), as some projects
+// write it): the one watched kind whose handlers map an object to its own
+// key, tried with a probe object of each kind through the controller's
+// handlers and predicates. ok is false when no kind, or more than one,
+// does.
+func (c *Controller) SelfMappedKind() (schema.GroupKind, bool) {
+	var found []schema.GroupKind
+	for _, inf := range c.cache.Informers() {
+		obj, ok := inf.Prototype().DeepCopyObject().(client.Object)
+		if !ok {
+			continue
+		}
+		obj.SetNamespace("opzero-probe")
+		obj.SetName("opzero-probe")
+		obj.GetObjectKind().SetGroupVersionKind(inf.GVK())
+		own := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "opzero-probe", Name: "opzero-probe"}}
+		for _, r := range c.Deliver(inf.GVK(), Added, obj) {
+			if r == own {
+				found = append(found, inf.GVK().GroupKind())
+				break
+			}
+		}
+	}
+	if len(found) != 1 {
+		return schema.GroupKind{}, false
+	}
+	return found[0], true
+}
+
 // Deliver plays one event through the handlers registered for its kind and
 // returns the requests they added (each once). An update is delivered with
 // the previous object seen for the key as the old one; with none, as a

@@ -33,7 +33,13 @@ import (
 func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	gk, ok := a.PrimaryKind()
 	if !ok {
-		return nil, fmt.Errorf("controller %s: serverless needs the kind it reconciles; build it with ctrl.NewControllerManagedBy(mgr).For(...)", a.Name())
+		// Built without For: the kind whose own handler maps an object to
+		// itself (Watches(&Kind{}, &handler.EnqueueRequestForObject{})).
+		gk, ok = a.SelfMappedKind()
+	}
+	if !ok {
+		return nil, fmt.Errorf("controller %s: serverless needs the kind it reconciles, and no watched kind maps an object to its own key; "+
+			"build it with ctrl.NewControllerManagedBy(mgr).For(...) or Watches(&Kind{}, &handler.EnqueueRequestForObject{})", a.Name())
 	}
 	var primary *adopt.Informer
 	c := a.Cache()
