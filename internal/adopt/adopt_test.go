@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -182,3 +183,36 @@ func TestSelfMappedKind(t *testing.T) {
 		t.Errorf("two self-mapped kinds: SelfMappedKind = %v, want none", gk)
 	}
 }
+
+// TestForeignCacheIsRefused: a controller whose source watches through a
+// cache other than the adopted one (the project's own, cache.New) is
+// refused at Start, at once, naming the controller and the kind.
+func TestForeignCacheIsRefused(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+	c, err := controller.NewUnmanaged("targets", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := adopt.NewCache(nil, scheme), projectCache{} // theirs stands for the project's cache.New
+	if err := c.Watch(source.Kind(ours, client.Object(&corev1.ConfigMap{}), handler.EventHandler(&handler.EnqueueRequestForObject{}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Watch(source.Kind(theirs, client.Object(&metav1.PartialObjectMetadata{}), handler.EventHandler(&handler.EnqueueRequestForObject{}))); err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := adopt.Adopt(c, ours, func(reconcile.Request, time.Duration) {})
+	if err != nil || !ok {
+		t.Fatalf("Adopt = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = a.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "controller targets watches v1.PartialObjectMetadata through a cache of its own (adopt_test.projectCache") || ctx.Err() != nil {
+		t.Fatalf("Start = %v (context: %v), want the foreign cache refused at once", err, ctx.Err())
+	}
+}
+
+// projectCache stands for a cache a project builds with cache.New.
+type projectCache struct{ crcache.Cache }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ func (c *Controller) Name() string { return c.name }
 // the Cache's shims. It returns once they have (the workers then wait on
 // the capture queue until ctx ends); done receives Start's result then.
 func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
+	if err := c.foreignCaches(); err != nil {
+		return nil, err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.ctrl.Start(ctx) }()
 	select {
@@ -133,6 +137,54 @@ func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
 		}
 		return nil, fmt.Errorf("starting controller %s: %w", c.name, err)
 	}
+}
+
+// foreignCaches refuses, before anything starts, a source.Kind on a cache
+// that is not one of this package's (the manager's Cache, its forks and
+// owned views): one the project built with cache.New for WatchesRawSource: nothing serves its events
+// serverless, and starting it would connect and wait for its sync (the
+// 30 s hang of a describe). The error names the controller and the kind.
+func (c *Controller) foreignCaches() error {
+	v := reflect.ValueOf(c.ctrl)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	watches := v.Elem().FieldByName("startWatches")
+	if !watches.IsValid() || watches.Kind() != reflect.Slice {
+		return nil
+	}
+	ours := reflect.TypeFor[Cache]().PkgPath() // the adopted Cache, its forks and views
+	for i := range watches.Len() {
+		src := watches.Index(i)
+		for src.Kind() == reflect.Interface || src.Kind() == reflect.Pointer {
+			if src.IsNil() {
+				break
+			}
+			src = src.Elem()
+		}
+		if src.Kind() != reflect.Struct {
+			continue
+		}
+		cf, tf := src.FieldByName("Cache"), src.FieldByName("Type")
+		if !cf.IsValid() || cf.Kind() != reflect.Interface || cf.IsNil() || !tf.IsValid() {
+			continue // not a source.Kind (a Channel, a Func)
+		}
+		cv := cf.Elem()
+		if t := cv.Type(); t.PkgPath() == ours || t.Kind() == reflect.Pointer && t.Elem().PkgPath() == ours {
+			continue
+		}
+		kind := tf.Type().String()
+		if tf.Kind() == reflect.Interface && !tf.IsNil() {
+			kind = tf.Elem().Type().String()
+		} else if tf.Kind() == reflect.Pointer && !tf.IsNil() {
+			kind = tf.Type().Elem().String()
+		}
+		kind = strings.TrimPrefix(kind, "*")
+		return fmt.Errorf("controller %s watches %s through a cache of its own (%s, built with cache.New), not the manager's: serverless mode serves a controller's watches "+
+			"through the manager's cache, whose events the hub or an ApiServerSource delivers, and that cache would connect and sync by itself; "+
+			"give the source mgr.GetCache() in serverless mode, or run --mode=classic", c.name, kind, cv.Type())
+	}
+	return nil
 }
 
 // PrimaryKind is the kind given to the builder's For, read from the
