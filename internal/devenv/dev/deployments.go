@@ -76,8 +76,10 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if len(exe) > 1 {
 			exe = slices.Clone(exe) // the annotation's arguments, changed below
 		}
-		if err := p.mountIssued(u, c, exe[1:], argv); err != nil {
-			return err
+		if wh == nil { // dev's own webhook servers get dev's certificate (webhookProcess)
+			if err := p.mountIssued(u, c, exe[1:], argv); err != nil {
+				return err
+			}
 		}
 		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
 			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL}, whEnv, p.opts.Env)...)

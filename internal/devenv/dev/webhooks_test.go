@@ -83,8 +83,8 @@ spec:
 	if other := hooks[1].(map[string]any)["clientConfig"].(map[string]any); other["url"] != nil || other["service"] == nil {
 		t.Errorf("a webhook of a Service dev does not run was rewritten: %v", other)
 	}
-	if len(p.opts.Objects) != 4 || p.opts.Objects[3].GetKind() != "CustomResourceDefinition" {
-		t.Errorf("objects to apply %d, want 4 without the cert-manager Certificate", len(p.opts.Objects))
+	if len(p.opts.Objects) != 5 || p.opts.Objects[3].GetKind() != "Secret" || p.opts.Objects[3].GetName() != "op-webhooks-cert" || p.opts.Objects[4].GetKind() != "CustomResourceDefinition" {
+		t.Errorf("objects to apply %d, want 5: the cert-manager Certificate replaced by the Secret dev issues for it", len(p.opts.Objects))
 	}
 	conv, _, _ := unstructured.NestedMap(objs[4].Object, "spec", "conversion", "webhook", "clientConfig")
 	if conv["url"] != base+"/convert" || conv["caBundle"] != ca {
