@@ -337,7 +337,14 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 			last = fmt.Errorf("the Deployment sink is not served (the Subscription is not Ready)")
 		} else {
 			s.noteAttempt(dl.rv)
-			wait, last = s.postSink(ctx, url, spec.Sink.Audience, ev)
+			var hdr http.Header
+			wait, hdr, last = s.postSink(ctx, url, spec.Sink.Audience, ev)
+			switch {
+			case last == nil && strings.HasPrefix(hdr.Get(resultHeader), "admitted "):
+				s.unvouch("answered before its reconcile (--answer=admitted): a SIGKILL would lose it")
+			case handedOver(last):
+				s.unvouch("its reconcile failed and the operator retries it in memory")
+			}
 		}
 		if last == nil || handedOver(last) {
 			s.h.stats.sent.Inc()
@@ -382,11 +389,13 @@ func (s *sub) send(ctx context.Context, dl *delivery, superseded func() bool, dr
 				ev.SetExtension("knativeerrorcode", strconv.Itoa(se.code))
 			}
 			if _, err := s.h.post(ctx, s.h.opts.HTTP, url, p.dls.Audience, ev); err == nil {
+				s.unvouch("an event was dead-lettered")
 				s.h.stats.deadLettered.Inc()
 				return true
 			}
 		}
 	}
+	s.unvouch("an event was dropped")
 	s.h.stats.dropped.Inc()
 	s.h.opts.Log.Error(last, "event not delivered after retries; dropped", "subscription", s.key.String(), "type", ev.Type(), "subject", ev.Subject())
 	s.mu.Lock()
@@ -501,31 +510,42 @@ func handedOver(err error) bool {
 // post sends ev in binary mode with a token for audience through c; it
 // returns how long a Retry-After asked to wait.
 func (h *Hub) post(ctx context.Context, c *http.Client, url, audience string, ev *event.Event) (time.Duration, error) {
+	w, _, err := h.postAnswer(ctx, c, url, audience, ev)
+	return w, err
+}
+
+// resultHeader is the header an opzero operator says what became of an
+// event in (the engine's ResultHeader); "admitted ..." when it answered
+// before reconciling (--answer=admitted).
+const resultHeader = "Opzero-Result"
+
+// postAnswer is post, with the answer's headers.
+func (h *Hub) postAnswer(ctx context.Context, c *http.Client, url, audience string, ev *event.Event) (time.Duration, http.Header, error) {
 	req, err := cloudevent.NewRequest(ctx, url, ev, false)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if audience != "" {
 		tok, err := h.token(ctx, audience)
 		if err != nil {
-			return 0, fmt.Errorf("getting a token for audience %q: %w", audience, err)
+			return 0, nil, fmt.Errorf("getting a token for audience %q: %w", audience, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 == 2 {
-		return 0, nil
+		return 0, resp.Header, nil
 	}
 	var wait time.Duration
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		wait = time.Duration(s) * time.Second
 	}
-	return wait, sendError{code: resp.StatusCode, body: strings.TrimSpace(string(body))}
+	return wait, resp.Header, sendError{code: resp.StatusCode, body: strings.TrimSpace(string(body))}
 }
 
 // token returns a token of the hub's service account for audience.

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -16,22 +17,23 @@ import (
 // counts when it settles the send as the route's would (2xx, or the
 // operator's 500 "failed, retry scheduled"); any other answer of the pod
 // (a 503 while it starts, a 4xx) leaves the send to the route.
-func (s *sub) postSink(ctx context.Context, url, audience string, ev *event.Event) (time.Duration, error) {
+func (s *sub) postSink(ctx context.Context, url, audience string, ev *event.Event) (time.Duration, http.Header, error) {
 	type answer struct {
 		wait time.Duration
+		hdr  http.Header
 		err  error
 	}
 	a, early := starting.Race(ctx, s.startingPods(),
 		func(ctx context.Context) answer {
-			w, err := s.h.post(ctx, s.h.opts.HTTP, url, audience, ev)
-			return answer{w, err}
+			w, h, err := s.h.postAnswer(ctx, s.h.opts.HTTP, url, audience, ev)
+			return answer{w, h, err}
 		},
 		func(ctx context.Context, base string) (answer, starting.Outcome) {
-			w, err := s.h.post(ctx, s.h.direct, base+"/", audience, ev)
+			w, h, err := s.h.postAnswer(ctx, s.h.direct, base+"/", audience, ev)
 			var se sendError
 			switch {
 			case err == nil || handedOver(err):
-				return answer{w, err}, starting.Settled
+				return answer{w, h, err}, starting.Settled
 			case errors.As(err, &se):
 				return answer{}, starting.GiveUp
 			}
@@ -40,7 +42,7 @@ func (s *sub) postSink(ctx context.Context, url, audience string, ev *event.Even
 	if early {
 		s.h.stats.early.Inc()
 	}
-	return a.wait, a.err
+	return a.wait, a.hdr, a.err
 }
 
 // startingPods is the sink's Knative Service to race (package starting),

@@ -934,3 +934,60 @@ func TestRetrySupersededByNewerChange(t *testing.T) {
 		t.Errorf("the first version was sent %d times (%v): its retries went on with a newer change waiting", n, seq)
 	}
 }
+
+// TestAntiEntropySweepWhenTheHubCannotVouch: the anti-entropy sweep (no
+// data) is sent once at the start, then not while every event is answered
+// as reconciled: the operator is not woken for it. An event answered 500
+// (a retry in the operator's memory, which dies with it) or answered
+// before its reconcile (admitted) brings the next tick back; the full
+// sweep (data) is sent on its schedule whatever.
+func TestAntiEntropySweepWhenTheHubCannotVouch(t *testing.T) {
+	env, ctx, ns := withReader(t)
+	s := newSink(t)
+	h, _ := startHub(t, hub.Options{NoWakeups: true})
+	sub := subscription(ns, "op", s.URL, v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}})
+	sub.Spec.Sweeps = []v1alpha1.Sweep{{Name: "op-sweep", Schedule: "* * * * * *"}, {Name: "op-full-sweep", Schedule: "* * * * * *", Data: `{"sweep":"all"}`}}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "op", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	sweeps := func(name string) func(event.Event) bool {
+		return func(ev event.Event) bool {
+			return ev.Type() == "dev.knative.sources.ping" && strings.HasSuffix(ev.Source(), "/pingsources/"+name)
+		}
+	}
+	s.find(t, "the first anti-entropy sweep", sweeps("op-sweep"))
+	full := s.count(sweeps("op-full-sweep"))
+	time.Sleep(3500 * time.Millisecond) // three ticks of each
+	if n := s.count(sweeps("op-sweep")); n != 1 {
+		t.Fatalf("%d anti-entropy sweeps sent while nothing failed, want the first only", n)
+	}
+	if n := s.count(sweeps("op-full-sweep")); n < full+2 {
+		t.Errorf("full sweeps %d then %d over 3.5 s: they go on their schedule whatever", full, n)
+	}
+	if h.Stats().SweepsSkipped() < 2 {
+		t.Errorf("sweeps skipped %v, want the ticks not sent counted", h.Stats().SweepsSkipped())
+	}
+
+	for i, answer := range []func(event.Event, int) (int, http.Header){
+		func(event.Event, int) (int, http.Header) { return http.StatusInternalServerError, nil },
+		func(event.Event, int) (int, http.Header) {
+			return http.StatusOK, http.Header{"Opzero-Result": []string{"admitted 1 key(s): update ConfigMap"}}
+		},
+	} {
+		before := s.count(sweeps("op-sweep"))
+		s.mu.Lock()
+		s.answer = func(ev event.Event, n int) (int, http.Header) {
+			if ev.Type() == "dev.knative.sources.ping" {
+				return http.StatusOK, nil
+			}
+			return answer(ev, n)
+		}
+		s.mu.Unlock()
+		must(t, env.Client.Create(ctx, configMap(ns, fmt.Sprintf("cm-%d", i), nil)))
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("an anti-entropy sweep after answer %d", i), func(context.Context) (bool, error) {
+			return s.count(sweeps("op-sweep")) > before, nil
+		})
+		s.mu.Lock()
+		s.answer = nil
+		s.mu.Unlock()
+	}
+}

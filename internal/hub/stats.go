@@ -9,9 +9,9 @@ import (
 
 // Stats are the hub's counters.
 type Stats struct {
-	sent, early, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, wakeups, replayed, referenced prometheus.Counter
-	watches, indexWatches, subscriptions, bucketsHeld                                                                prometheus.Gauge
-	otherVersions                                                                                                    prometheus.GaugeFunc
+	sent, early, retries, dropped, deadLettered, filtered, coalesced, relists, sweeps, sweepsSkipped, wakeups, replayed, referenced prometheus.Counter
+	watches, indexWatches, subscriptions, bucketsHeld                                                                               prometheus.Gauge
+	otherVersions                                                                                                                   prometheus.GaugeFunc
 	// Deployment sinks (target.go)
 	targetWakes, targetStops, targetLeases, targetUp prometheus.Counter
 	targetReady                                      prometheus.Histogram
@@ -37,6 +37,7 @@ func newStats(el elector) *Stats {
 		relists:       c("relists_total", "Watches that lost their resource version and listed what changed"),
 		referenced:    c("events_referenced_total", "Reference-mode updates of objects that became referenced (referencedBy): their changes while unreferenced were not sent"),
 		sweeps:        c("sweeps_total", "Sweep ticks sent"),
+		sweepsSkipped: c("sweeps_skipped_total", "Anti-entropy sweep ticks not sent: every event since the last one was answered as reconciled or recorded durably, so the operator was not woken for it"),
 		wakeups:       c("wakeups_total", "Wakeups delivered"),
 		watches:       g("watches", "Shared watches open"),
 		indexWatches:  g("index_watches", "Referrer indexes that watch their referrers themselves (the others are fed by a shared watch of the same objects)"),
@@ -60,7 +61,7 @@ func newStats(el elector) *Stats {
 
 // Collectors are the metrics to register.
 func (s *Stats) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.sent, s.early, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.wakeups, s.referenced,
+	return []prometheus.Collector{s.sent, s.early, s.retries, s.dropped, s.deadLettered, s.filtered, s.coalesced, s.relists, s.sweeps, s.sweepsSkipped, s.wakeups, s.referenced,
 		s.watches, s.indexWatches, s.subscriptions, s.replayed, s.bucketsHeld, s.otherVersions,
 		s.targetWakes, s.targetStops, s.targetLeases, s.targetUp, s.targetReady}
 }
@@ -106,3 +107,7 @@ func read(c prometheus.Counter) float64 {
 	_ = c.Write(&m)
 	return m.GetCounter().GetValue()
 }
+
+// SweepsSkipped is how many anti-entropy sweep ticks were not sent: the
+// hub vouched that they would find nothing.
+func (s *Stats) SweepsSkipped() float64 { return read(s.sweepsSkipped) }

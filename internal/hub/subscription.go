@@ -46,6 +46,14 @@ type sub struct {
 	// holder (bucket.HandoffAnnotation).
 	attempted string
 
+	// vouched: since the anti-entropy sweep was last sent, every event was
+	// answered as reconciled or durably recorded (sweep.go): the next
+	// scheduled one would find nothing and is not sent. False at the start
+	// (nothing vouches for the time before) and after a drop, a
+	// dead-letter, an in-memory retry (500) or an answer before the
+	// reconcile (admitted).
+	vouched bool
+
 	disp    *dispatcher
 	sweeps  *sweeper
 	target  *scaler // a Deployment sink's (target.go)

@@ -56,7 +56,7 @@ func newSweeper(s *sub, sweeps []v1alpha1.Sweep) *sweeper {
 				case <-ctx.Done():
 					return
 				case <-time.After(time.Until(next)):
-					s.tick(p)
+					s.scheduledTick(p)
 				}
 			}
 		}()
@@ -70,8 +70,44 @@ func (sw *sweeper) same(sweeps []v1alpha1.Sweep) bool {
 	return sw != nil && slices.Equal(sw.sweeps, sweeps)
 }
 
+// scheduledTick sends p's tick, unless p is the anti-entropy sweep (no
+// data) and the hub vouches that it would find nothing: every event since
+// the last one was answered as reconciled, or recorded durably (a Wakeup,
+// an acceptance), and none was dropped. What that sweep heals (events
+// lost on the way, a retry that died with its instance, a reconcile cut
+// short after an early answer) then did not happen, and the operator is
+// not woken for it; a full sweep (data) is sent on its schedule whatever.
+func (s *sub) scheduledTick(p v1alpha1.Sweep) {
+	if p.Data == "" {
+		s.mu.Lock()
+		vouched := s.vouched
+		s.mu.Unlock()
+		if vouched {
+			s.h.stats.sweepsSkipped.Inc()
+			return
+		}
+	}
+	s.tick(p)
+}
+
+// unvouch says why the next anti-entropy sweep must be sent.
+func (s *sub) unvouch(why string) {
+	s.mu.Lock()
+	was := s.vouched
+	s.vouched = false
+	s.mu.Unlock()
+	if was {
+		s.h.opts.Log.V(1).Info("the next anti-entropy sweep will be sent", "subscription", s.key.String(), "why", why)
+	}
+}
+
 // tick sends one PingSource event of p.
 func (s *sub) tick(p v1alpha1.Sweep) {
+	if p.Data == "" {
+		s.mu.Lock()
+		s.vouched = true // until an event says otherwise
+		s.mu.Unlock()
+	}
 	ns := s.key.Namespace
 	var data []byte
 	if p.Data != "" {
