@@ -186,21 +186,29 @@ var projectFlags = map[string][]string{
 // reconciled at once, which the project's flag gives its controllers),
 // else opzero's setting keeps its default.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	ours := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	o.bindBeside(fs.Name(), func(name string) (interface{ String() string }, bool) {
+		if f := fs.Lookup(name); f != nil {
+			return f.Value, true
+		}
+		return nil, false
+	}, func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+}
+
+// bindBeside adds opzero's flags with add, but those the project's flag
+// set has (lookup) under the same name or its own name for the setting,
+// which it records as stand-ins (applyStandIns).
+func (o *Options) bindBeside(name string, lookup func(string) (interface{ String() string }, bool), add func(*flag.Flag)) {
+	ours := flag.NewFlagSet(name, flag.ContinueOnError)
 	o.bindFlags(ours)
 	o.standIns = nil
 	ours.VisitAll(func(f *flag.Flag) {
-		if theirs := fs.Lookup(f.Name); theirs != nil {
-			o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
-			return
-		}
-		for _, name := range projectFlags[f.Name] {
-			if theirs := fs.Lookup(name); theirs != nil {
-				o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
+		for _, n := range append([]string{f.Name}, projectFlags[f.Name]...) {
+			if v, ok := lookup(n); ok {
+				o.standIns = append(o.standIns, standIn{ours: f.Name, name: n, value: v})
 				return
 			}
 		}
-		fs.Var(f.Value, f.Name, f.Usage)
+		add(f)
 	})
 }
 
@@ -210,22 +218,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // does. Call it after the project's flags are defined, e.g. on
 // rootCmd.Flags() before Execute.
 func (o *Options) BindPFlags(fs *pflag.FlagSet) {
-	ours := flag.NewFlagSet("opzero", flag.ContinueOnError)
-	o.bindFlags(ours)
-	o.standIns = nil
-	ours.VisitAll(func(f *flag.Flag) {
-		if theirs := fs.Lookup(f.Name); theirs != nil {
-			o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
-			return
+	o.bindBeside("opzero", func(name string) (interface{ String() string }, bool) {
+		if f := fs.Lookup(name); f != nil {
+			return f.Value, true
 		}
-		for _, name := range projectFlags[f.Name] {
-			if theirs := fs.Lookup(name); theirs != nil {
-				o.standIns = append(o.standIns, standIn{ours: f.Name, name: theirs.Name, value: theirs.Value})
-				return
-			}
-		}
-		fs.AddGoFlag(f)
-	})
+		return nil, false
+	}, fs.AddGoFlag)
 }
 
 // standIn is a flag of the project registered where opzero's would be.

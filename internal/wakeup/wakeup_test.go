@@ -153,21 +153,7 @@ func newCW(t *testing.T, env *testenv.Env, ns, name, script string) *v1.ConfigWa
 // send delivers the event an ApiServerSource would send for cw.
 func send(t *testing.T, port int, cw *v1.ConfigWatcher) *http.Response {
 	t.Helper()
-	obj := cw.DeepCopy()
-	gvk, _ := apiutil.GVKForObject(obj, scheme)
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	b, _ := json.Marshal(obj)
-	ev, err := cloudevent.NewObjectEvent(cloudevent.Reference, cloudevent.Update, b, "configwatchers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := cloudevent.NewRequest(context.Background(), fmt.Sprintf("http://127.0.0.1:%d/", port), ev, false)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp
+	return sendAction(t, port, cw, cloudevent.Update)
 }
 
 // reconciles reads the scripted operator's reconcile log.
