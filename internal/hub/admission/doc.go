@@ -22,7 +22,9 @@
 // A call:
 //
 //  1. must name a path in the table (else 404: nothing is said about
-//     which operators exist);
+//     which operators exist; a path of the table's shape is first given
+//     up to two seconds for the table to learn it, as the API server may
+//     call a configuration just created before the hub's watch brings it);
 //  2. must carry an AdmissionReview whose request (operation, group,
 //     version, resource, subresource) one of the path's webhooks declares
 //     in its rules (else 403): one operator's path cannot carry another

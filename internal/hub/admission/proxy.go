@@ -42,7 +42,12 @@ type proxy struct {
 	routes func() table
 	// synced, if set, is closed once the routes were first listed: a call
 	// for an unknown path waits for it.
-	synced   <-chan struct{}
+	synced <-chan struct{}
+	// changed, if set, returns a channel closed at the next change of the
+	// routes: a call for a path of the right shape that is not known yet
+	// waits for one, up to routeWait (a configuration just created: the API
+	// server may call it before the hub's watch has brought it).
+	changed  func() <-chan struct{}
 	resolve  Resolver
 	tokens   Tokens
 	http     *http.Client
@@ -87,6 +92,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-p.synced:
 			rt = p.routes()[r.URL.Path]
 		case <-r.Context().Done():
+		}
+	}
+	if rt == nil && p.changed != nil {
+		if _, _, _, ok := parsePath(r.URL.Path); ok {
+			rt = p.awaitRoute(r.Context(), r.URL.Path)
 		}
 	}
 	if rt == nil {
@@ -156,6 +166,29 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(answer)
+}
+
+// routeWait bounds how long a call for an unknown path waits for the
+// routes to change before it is answered 404.
+const routeWait = 2 * time.Second
+
+// awaitRoute waits, up to routeWait, for path to appear in the routes.
+func (p *proxy) awaitRoute(ctx context.Context, path string) *route {
+	deadline := time.NewTimer(routeWait)
+	defer deadline.Stop()
+	for {
+		ch := p.changed()
+		if rt := p.routes()[path]; rt != nil {
+			return rt
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // decodeReview reads an admission.k8s.io/v1 (or v1beta1, the same shape)

@@ -356,3 +356,36 @@ func TestUpstreamAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// TestNewConfigurationIsAwaited: a call for a path of the right shape that
+// the routes do not know yet (the API server saw a new configuration
+// before the hub did) waits for the routes to change and is forwarded once
+// they know it; one the routes never learn is 404 (after routeWait); a
+// path of another shape is 404 without waiting.
+func TestNewConfigurationIsAwaited(t *testing.T) {
+	op := newFakeOperator(t, false)
+	var mu sync.Mutex
+	tb := table{}
+	swapped := make(chan struct{})
+	p := newTestProxy(nil, staticResolver{opA: op.srv.URL}, 4)
+	p.routes = func() table { mu.Lock(); defer mu.Unlock(); return tb }
+	p.changed = func() <-chan struct{} { mu.Lock(); defer mu.Unlock(); return swapped }
+	path := Path(opA.Namespace, opA.Name, "tok-a", "/mutate-gadget")
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		tb = testTable(5 * time.Second)
+		close(swapped)
+		swapped = make(chan struct{})
+		mu.Unlock()
+	}()
+	if rec := call(p, http.MethodPost, path, review("u1", "example.com", "gadgets", admissionv1.Create)); rec.Code != http.StatusOK || op.calls.Load() != 1 {
+		t.Fatalf("a call for a configuration the hub learned of meanwhile: %d %s (operator called %d times), want it forwarded", rec.Code, rec.Body, op.calls.Load())
+	}
+	if rec := call(p, http.MethodPost, Path(opA.Namespace, opA.Name, "wrong-token", "/mutate-gadget"), review("u2", "example.com", "gadgets", admissionv1.Create)); rec.Code != http.StatusNotFound {
+		t.Fatalf("a path the routes never learn: %d, want 404", rec.Code)
+	}
+	if rec := call(p, http.MethodPost, "/admission/no-shape", "{}"); rec.Code != http.StatusNotFound {
+		t.Fatalf("a path of another shape: %d, want 404", rec.Code)
+	}
+}

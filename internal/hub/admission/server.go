@@ -65,12 +65,15 @@ type Options struct {
 
 // Server is the hub's admission endpoint: see the package documentation.
 type Server struct {
-	o       Options
-	dyn     dynamic.Interface
-	proxy   *proxy
-	cert    servingCert
-	certs   certSource
-	routes  atomic.Pointer[table]
+	o      Options
+	dyn    dynamic.Interface
+	proxy  *proxy
+	cert   servingCert
+	certs  certSource
+	routes atomic.Pointer[table]
+	// swapped is closed (and made again) at each change of the routes.
+	swapMu  sync.Mutex
+	swapped chan struct{}
 	configs atomic.Pointer[[]*unstructured.Unstructured]
 	inject  chan struct{}
 	synced  chan struct{} // closed once the configurations were first listed
@@ -98,7 +101,8 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, dyn: dyn, inject: make(chan struct{}, 1), tokens: map[string]func(context.Context) (string, error){}, synced: make(chan struct{})}
+	s := &Server{o: o, dyn: dyn, inject: make(chan struct{}, 1), tokens: map[string]func(context.Context) (string, error){}, synced: make(chan struct{}),
+		swapped: make(chan struct{})}
 	if o.CertDir != "" {
 		s.certs = fileCerts{dir: o.CertDir}
 	} else {
@@ -113,7 +117,7 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 	s.routes.Store(&empty)
 	s.proxy = &proxy{routes: func() table { return *s.routes.Load() }, synced: s.synced, resolve: newServiceResolver(dyn), tokens: s.token,
 		http: o.HTTP, inFlight: o.InFlight, log: o.Log.WithName("admission"), slots: map[types.NamespacedName]chan struct{}{},
-		targets: o.Targets, upstreams: newUpstreams(dyn)}
+		targets: o.Targets, upstreams: newUpstreams(dyn), changed: s.routesChanged}
 	if !o.NoEarly {
 		s.proxy.starting = o.Starting
 		if s.proxy.starting == nil {
@@ -121,6 +125,13 @@ func New(cfg *rest.Config, o Options) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// routesChanged is a channel closed at the next change of the routes.
+func (s *Server) routesChanged() <-chan struct{} {
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	return s.swapped
 }
 
 // Handler is the admission endpoint without TLS (tests).
@@ -237,6 +248,10 @@ func (s *Server) configsChanged(cfgs []config, objs []*unstructured.Unstructured
 		s.o.Log.Info("a webhook is not served through the hub", "reason", m)
 	}
 	s.routes.Store(&t)
+	s.swapMu.Lock()
+	close(s.swapped)
+	s.swapped = make(chan struct{})
+	s.swapMu.Unlock()
 	s.configs.Store(&objs)
 	s.kickInject()
 }
