@@ -31,9 +31,12 @@ func newRootCmd() *cobra.Command {
 deployed as a Knative Service that scales to zero.
 
 This CLI starts a project (init, create api), generates the CRDs, RBAC and
-Knative wiring of an operator (manifests), runs it serverless on a local
-control plane (controlplane, dev) or on a real one-node cluster (cluster), installs the pinned binaries that needs
-(install), and runs opzero's durable wakeup source (wakeup-source).`,
+event wiring of an operator (manifests), writes the cluster's opzero hub and
+serves operators nobody rebuilt at zero through it (hub), runs operators
+serverless on a local control plane (controlplane, dev) or on a real
+one-node cluster (cluster), installs the pinned programs these need
+(install), and runs the wakeup source of the --source=knative wiring
+(wakeup-source).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
