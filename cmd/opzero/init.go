@@ -30,15 +30,18 @@ opzero was built from (go build or go install from a local folder) is used.`,
   make test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			fromCheckout := false
 			if !cmd.Flags().Changed("opzero-replace") {
-				if o.OpzeroReplace = scaffold.LocalCheckout(); o.OpzeroReplace != "" {
-					fmt.Fprintf(cmd.ErrOrStderr(), "go.mod: replace %s => %s (the checkout this opzero was built from; --opzero-replace sets another)\n",
-						scaffold.Module, o.OpzeroReplace)
-				}
+				o.OpzeroReplace = scaffold.LocalCheckout()
+				fromCheckout = o.OpzeroReplace != ""
 			}
 			o.Out = cmd.ErrOrStderr()
 			if err := scaffold.Init(cmd.Context(), o); err != nil {
-				return err
+				return err // bad flags are said before anything else
+			}
+			if fromCheckout {
+				fmt.Fprintf(cmd.ErrOrStderr(), "go.mod: replace %s => %s (the checkout this opzero was built from; --opzero-replace sets another)\n",
+					scaffold.Module, o.OpzeroReplace)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "next: opzero create api --group <group> --version v1alpha1 --kind <Kind>\n")
 			return nil
