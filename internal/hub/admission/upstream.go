@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 )
@@ -41,47 +42,45 @@ var servicesGVR = schema.GroupVersionResource{Version: "v1", Resource: "services
 var secretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 
 // upstreams reads and keeps, for addressTTL, the unchanged operators'
-// webhook Services and CAs, and one TLS client per CA and server name
-// (its connections reused while the operator is up).
+// webhook Services and CA Secrets, and one TLS client per CA and server
+// name (its connections reused while the operator is up).
 type upstreams struct {
-	dyn dynamic.Interface
-	now func() time.Time
+	dyn  dynamic.Interface
+	objs *utilcache.Expiring // "<resource>/<namespace>/<name>": the object read
 
-	mu       sync.Mutex
-	services map[types.NamespacedName]cached[*corev1.Service]
-	cas      map[types.NamespacedName]cached[[]byte]
-	clients  map[string]*http.Client
-}
-
-type cached[T any] struct {
-	v    T
-	read time.Time
+	mu      sync.Mutex
+	clients map[string]*http.Client
 }
 
 func newUpstreams(dyn dynamic.Interface) *upstreams {
-	return &upstreams{dyn: dyn, now: time.Now, services: map[types.NamespacedName]cached[*corev1.Service]{},
-		cas: map[types.NamespacedName]cached[[]byte]{}, clients: map[string]*http.Client{}}
+	return &upstreams{dyn: dyn, objs: utilcache.NewExpiring(), clients: map[string]*http.Client{}}
+}
+
+// readCached reads object key of gvr as a T, or takes it from what was
+// read less than addressTTL ago.
+func readCached[T any](ctx context.Context, u *upstreams, gvr schema.GroupVersionResource, key types.NamespacedName) (*T, error) {
+	ck := gvr.Resource + "/" + key.String()
+	if v, ok := u.objs.Get(ck); ok {
+		return v.(*T), nil
+	}
+	obj, err := u.dyn.Resource(gvr).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var t T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &t); err != nil {
+		return nil, err
+	}
+	u.objs.Set(ck, &t, addressTTL)
+	return &t, nil
 }
 
 func (u *upstreams) service(ctx context.Context, key types.NamespacedName) (*corev1.Service, error) {
-	u.mu.Lock()
-	c, ok := u.services[key]
-	u.mu.Unlock()
-	if ok && u.now().Sub(c.read) < addressTTL {
-		return c.v, nil
-	}
-	obj, err := u.dyn.Resource(servicesGVR).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	svc, err := readCached[corev1.Service](ctx, u, servicesGVR, key)
 	if err != nil {
 		return nil, fmt.Errorf("reading the operator's webhook Service %s: %w", key, err)
 	}
-	var svc corev1.Service
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &svc); err != nil {
-		return nil, err
-	}
-	u.mu.Lock()
-	u.services[key] = cached[*corev1.Service]{&svc, u.now()}
-	u.mu.Unlock()
-	return &svc, nil
+	return svc, nil
 }
 
 func (u *upstreams) ca(ctx context.Context, up *upstream) ([]byte, error) {
@@ -89,27 +88,14 @@ func (u *upstreams) ca(ctx context.Context, up *upstream) ([]byte, error) {
 		return up.caPEM, nil
 	}
 	key := types.NamespacedName{Namespace: up.service.Namespace, Name: up.caSecret}
-	u.mu.Lock()
-	c, ok := u.cas[key]
-	u.mu.Unlock()
-	if ok && u.now().Sub(c.read) < addressTTL {
-		return c.v, nil
-	}
-	obj, err := u.dyn.Resource(secretsGVR).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	sec, err := readCached[corev1.Secret](ctx, u, secretsGVR, key)
 	if err != nil {
 		return nil, fmt.Errorf("reading Secret %s for the operator's CA (%s): %w", key, AnnotationUpstreamCASecret, err)
-	}
-	var sec corev1.Secret
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &sec); err != nil {
-		return nil, err
 	}
 	b := sec.Data["ca.crt"]
 	if len(b) == 0 {
 		return nil, fmt.Errorf("Secret %s has no ca.crt to check the operator's certificate against (%s)", key, AnnotationUpstreamCASecret)
 	}
-	u.mu.Lock()
-	u.cas[key] = cached[[]byte]{b, u.now()}
-	u.mu.Unlock()
 	return b, nil
 }
 
