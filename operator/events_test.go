@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,23 +73,7 @@ func TestEventWrittenBeforeTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	answered := make(chan int, 1)
-	go func() {
-		code := 0
-		testkit.Wait(30*time.Second, func() bool { // until the listener is up
-			req, err := cloudevent.NewRequest(context.Background(), "http://"+addr, ev, false)
-			if err != nil {
-				return true
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			code = resp.StatusCode
-			return true
-		})
-		answered <- code
-	}()
+	go func() { answered <- postOnceListening(addr, ev) }()
 
 	testkit.Eventually(t, 30*time.Second, "the status written while the Event's write is held", func(ctx context.Context) (bool, error) {
 		got := &v1.ConfigWatcher{}
@@ -151,20 +136,7 @@ func TestForbiddenIsAnEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code := 0
-	testkit.Wait(30*time.Second, func() bool {
-		req, err := cloudevent.NewRequest(context.Background(), "http://"+addr, ev, false)
-		if err != nil {
-			return true
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		code = resp.StatusCode
-		return true
-	})
+	code := postOnceListening(addr, ev)
 	if code == http.StatusOK {
 		t.Fatalf("a refused reconcile answered 200: its error must stay a failure")
 	}
@@ -179,4 +151,24 @@ func TestForbiddenIsAnEvent(t *testing.T) {
 		}
 	}
 	t.Fatalf("no Warning Forbidden Event on the object once answered %d (%d Events)", code, len(evs.Items))
+}
+
+// postOnceListening posts ev to addr once the operator listens there (up
+// to 30 s) and returns the answer's status code (0: never answered).
+func postOnceListening(addr string, ev *event.Event) int {
+	code := 0
+	testkit.Wait(30*time.Second, func() bool {
+		req, err := cloudevent.NewRequest(context.Background(), "http://"+addr, ev, false)
+		if err != nil {
+			return true
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		code = resp.StatusCode
+		return true
+	})
+	return code
 }
