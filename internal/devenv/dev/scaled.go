@@ -99,8 +99,19 @@ func (s *scaledProc) loop(ctx context.Context) {
 		case <-time.After(scalePoll):
 		}
 		d, err := p.apply.dyn.Resource(deploymentsGVR).Namespace(s.u.GetNamespace()).Get(ctx, s.u.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && cur != nil {
+			// Deleted: its pods go, and a kubelet would stop their
+			// processes (a hook's Deployment removed during the session).
+			pid := cur.PID()
+			cur.Stop()
+			cur, ready = nil, false
+			s.set(nil)
+			p.say("%s: deleted: pid %d stopped after %s", what, pid, since(started))
+			p.opts.Events.Write(Event{Event: EventProcessStopped, Deployment: key(s.u), PID: pid, Reason: "Deployment deleted"})
+			continue
+		}
 		if err != nil {
-			continue // deleted, or the API server away: as it was
+			continue // deleted with nothing running, or the API server away: as it was
 		}
 		want := replicasOf(d) > 0
 		if cur != nil {
