@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opzero/opzero/internal/devenv/interp"
@@ -132,7 +134,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		s := &supervised{what: "Deployment " + key(u), start: start, cur: r}
+		s := &supervised{what: "Deployment " + key(u), start: start, cur: r, gone: p.deploymentGone(u)}
 		p.supervise(s)
 		p.procs = append(p.procs, s)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (%s %s)", key(u), what, strings.Join(slices.Concat(command, argv), " ")))
@@ -318,4 +320,14 @@ func (p *Platform) configMap(ctx context.Context, ns, name string) (*unstructure
 func interpreted(u *unstructured.Unstructured) bool {
 	_, err := interp.Recognize(u)
 	return err == nil
+}
+
+// deploymentGone says whether Deployment u was deleted (a read that finds
+// it gone; an API server away says nothing).
+func (p *Platform) deploymentGone(u *unstructured.Unstructured) func(context.Context) bool {
+	ns, name := u.GetNamespace(), u.GetName()
+	return func(ctx context.Context) bool {
+		_, err := p.apply.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/testkit"
@@ -18,8 +19,9 @@ import (
 
 // TestDeletedDeploymentStopsItsProcess: a Deployment dev runs while it has
 // replicas (here a local command, as a hook's) runs once scaled to 1, and
-// its process is stopped when the Deployment is deleted, as a kubelet
-// stops a deleted pod's: no process outlives its Deployment.
+// an always-on one (replicas 1) runs from the start; each process is
+// stopped when its Deployment is deleted, as a kubelet stops a deleted
+// pod's: no process outlives its Deployment.
 func TestDeletedDeploymentStopsItsProcess(t *testing.T) {
 	env := testenv.Get(t)
 	ns := env.Namespace(t)
@@ -37,18 +39,28 @@ spec:
     metadata: {labels: {app: hook}}
     spec:
       containers: [{name: hook, image: python:3.12-slim}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: always
+  namespace: `+ns+`
+  annotations: {dev.opzero.dev/command: '["sleep", "600"]'}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: always}}
+  template:
+    metadata: {labels: {app: always}}
+    spec:
+      containers: [{name: always, image: python:3.12-slim}]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, buf := startWithEvents(t, env, objs)
 	ctx := context.Background()
-	d := &appsv1.Deployment{}
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "hook"}, d); err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = ptr.To(int32(1))
-	if err := env.Client.Update(ctx, d); err != nil {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"}}
+	if err := env.Client.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -56,16 +68,22 @@ spec:
 		pid = p.DeploymentPID(ns, "hook")
 		return pid != 0, nil
 	})
-	if err := env.Client.Delete(ctx, d); err != nil {
-		t.Fatal(err)
+	always := p.DeploymentPID(ns, "always")
+	if always == 0 {
+		t.Fatal("the always-on Deployment's process is not running")
 	}
-	testkit.Eventually(t, 30*time.Second, "the process stopped once its Deployment is deleted", func(context.Context) (bool, error) {
-		stopped := false
-		for _, e := range buf.events(t) {
-			if e.Event == dev.EventProcessStopped && e.PID == pid && e.Reason == "Deployment deleted" {
-				stopped = true
-			}
+	for name, pid := range map[string]int{"hook": pid, "always": always} {
+		if err := env.Client.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
 		}
-		return stopped && syscall.Kill(pid, 0) != nil, nil
-	})
+		testkit.Eventually(t, 30*time.Second, "the process of "+name+" stopped once its Deployment is deleted", func(context.Context) (bool, error) {
+			stopped := false
+			for _, e := range buf.events(t) {
+				if e.Event == dev.EventProcessStopped && e.PID == pid && e.Reason == "Deployment deleted" {
+					stopped = true
+				}
+			}
+			return stopped && syscall.Kill(pid, 0) != nil, nil
+		})
+	}
 }

@@ -47,6 +47,10 @@ type supervised struct {
 	// restarted, if set, runs after a restart once the new process has
 	// synced (the platform asks for a sweep: what fell in the gap).
 	restarted func(ctx context.Context, why string)
+	// gone, if set, says on each probe tick whether the object the process
+	// stands for was deleted: its process is then stopped for good, as a
+	// kubelet stops a deleted pod's.
+	gone func(ctx context.Context) bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -102,6 +106,12 @@ func (p *Platform) watch(s *supervised) {
 		case line := <-gap:
 			why = "its watch had a gap, so events were lost (its log: " + line + ")"
 		case <-tick.C:
+			if s.gone != nil && s.gone(s.ctx) {
+				r.Stop()
+				p.say("%s: deleted: pid %d stopped", s.what, r.PID())
+				p.opts.Events.Write(Event{Event: EventProcessStopped, Process: s.what, PID: r.PID(), Reason: "Deployment deleted"})
+				return
+			}
 			pr, ok := r.(probed)
 			if !ok {
 				continue
