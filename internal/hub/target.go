@@ -296,37 +296,50 @@ func (t *scaler) wake(ctx context.Context, reason string) error {
 	t.scaleMu.Lock()
 	defer t.scaleMu.Unlock()
 	h, ns := t.s.h, t.s.key.Namespace
+	woke, err := h.wakeFromZero(ctx, ns, t.name, func(d *unstructured.Unstructured) { t.releaseLeases(ctx, d) })
+	if apierrors.IsNotFound(err) {
+		h.poke() // checked again: SinkResolved False
+	}
+	if err != nil || !woke {
+		t.poke() // up, waking, or someone else's: its own watch sees the change
+		return err
+	}
+	h.opts.Log.Info("woke an operator's Deployment", "subscription", t.s.key.String(), "deployment", t.name, "reason", reason)
+	t.mu.Lock()
+	t.wokeAt, t.readyAt, t.zeroAt = now, time.Time{}, time.Time{}
+	t.mu.Unlock()
+	mt := metav1.NewTime(now)
+	t.update(func(st *v1alpha1.TargetStatus) {
+		st.State, st.Replicas, st.Wakes, st.LastWake, st.LastWakeReason, st.ReadyAfter = v1alpha1.TargetWaking, 1, st.Wakes+1, &mt, reason, ""
+	})
+	t.poke()
+	return nil
+}
+
+// wakeFromZero scales Deployment ns/name to 1 if it is at 0, through the
+// conditional write of scaleTo (a conflict: read again), after before (if
+// set) has seen the Deployment as read; woke says whether it did.
+func (h *Hub) wakeFromZero(ctx context.Context, ns, name string, before func(*unstructured.Unstructured)) (woke bool, _ error) {
 	for attempt := 0; ; attempt++ {
-		d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, t.name, metav1.GetOptions{})
+		d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			if apierrors.IsNotFound(err) {
-				h.poke() // checked again: SinkResolved False
-			}
-			return fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, t.name, err)
+			return false, fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, name, err)
 		}
 		if replicasOf(d) != 0 {
-			t.poke()
-			return nil // up, waking, or someone else's: its own watch sees the change
+			return false, nil
 		}
-		t.releaseLeases(ctx, d)
+		if before != nil {
+			before(d)
+		}
 		err = h.scaleTo(ctx, d, 1)
 		if apierrors.IsConflict(err) && attempt < 5 {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, t.name, err)
+			return false, fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, name, err)
 		}
 		h.stats.targetWakes.Inc()
-		h.opts.Log.Info("woke an operator's Deployment", "subscription", t.s.key.String(), "deployment", t.name, "reason", reason)
-		t.mu.Lock()
-		t.wokeAt, t.readyAt, t.zeroAt = now, time.Time{}, time.Time{}
-		t.mu.Unlock()
-		mt := metav1.NewTime(now)
-		t.update(func(st *v1alpha1.TargetStatus) {
-			st.State, st.Replicas, st.Wakes, st.LastWake, st.LastWakeReason, st.ReadyAfter = v1alpha1.TargetWaking, 1, st.Wakes+1, &mt, reason, ""
-		})
-		t.poke()
-		return nil
+		return true, nil
 	}
 }
 

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -55,8 +55,13 @@ func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason st
 		done()
 		return nil, nil, err
 	}
+	d, err := h.dyn.Resource(deploymentsGVR).Namespace(key.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("reading Deployment %s/%s: %w", key.Namespace, name, err)
+	}
 	for {
-		pods, err := h.readyPods(ctx, key.Namespace, name)
+		pods, err := h.readyPods(ctx, d)
 		if err != nil && ctx.Err() == nil {
 			done()
 			return nil, nil, err
@@ -101,37 +106,19 @@ func (t *scaler) callEnd() {
 // wakeElsewhere scales Deployment ns/name from 0 to 1 for a Subscription
 // another replica serves.
 func (h *Hub) wakeElsewhere(ctx context.Context, ns, name, reason string) error {
-	for attempt := 0; ; attempt++ {
-		d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, name, err)
-		}
-		if replicasOf(d) != 0 {
-			return nil
-		}
-		err = h.scaleTo(ctx, d, 1)
-		if apierrors.IsConflict(err) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, name, err)
-		}
-		h.stats.targetWakes.Inc()
+	woke, err := h.wakeFromZero(ctx, ns, name, nil)
+	if woke {
 		h.opts.Log.Info("woke an operator's Deployment served by another replica", "deployment", ns+"/"+name, "reason", reason)
-		return nil
 	}
+	return err
 }
 
-// readyPods are the Deployment's ready pods with an address, not being
+// readyPods are Deployment d's ready pods with an address, not being
 // deleted.
-func (h *Hub) readyPods(ctx context.Context, ns, name string) ([]corev1.Pod, error) {
-	d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading Deployment %s/%s: %w", ns, name, err)
-	}
+func (h *Hub) readyPods(ctx context.Context, d *unstructured.Unstructured) ([]corev1.Pod, error) {
 	items, err := h.deploymentPods(ctx, d)
 	if err != nil {
-		return nil, fmt.Errorf("listing Deployment %s/%s's pods: %w", ns, name, err)
+		return nil, fmt.Errorf("listing Deployment %s/%s's pods: %w", d.GetNamespace(), d.GetName(), err)
 	}
 	var out []corev1.Pod
 	for i := range items {
