@@ -1,10 +1,11 @@
 package unchanged
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/opzero/opzero/internal/hub/admission"
 )
@@ -62,10 +63,7 @@ func viaHub(objs []obj, dep obj, sub string, o Options, note func(string, string
 			continue
 		}
 		name := str(c, "metadata", "name")
-		cfg, err := deepCopy(c)
-		if err != nil {
-			return nil, t, err
-		}
+		cfg := runtime.DeepCopyJSON(c)
 		upstream, caBundle := "", ""
 		var served []string
 		for _, w := range list(cfg["webhooks"]) {
@@ -195,22 +193,11 @@ func certificateSecret(objs []obj, from string) (string, error) {
 	return "", fmt.Errorf("its caBundle comes from cert-manager's Certificate %s (annotation %s), which is not in the input: give it with -f (kubebuilder's config/certmanager)", from, certManagerInject)
 }
 
-func deepCopy(o obj) (obj, error) {
-	b, err := json.Marshal(o)
-	if err != nil {
-		return nil, err
-	}
-	var out obj
-	return out, json.Unmarshal(b, &out)
-}
-
 func appendNew(l []string, s string) []string {
-	for _, e := range l {
-		if e == s {
-			return l
-		}
+	if slices.Contains(l, s) {
+		return l
 	}
 	l = append(l, s)
-	sort.Strings(l)
+	slices.Sort(l)
 	return l
 }

@@ -3,6 +3,7 @@ package dev
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -72,13 +73,7 @@ func (p *Platform) prune(ctx context.Context) ([]string, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	req, err := labels.NewRequirement(labelName, selection.In, slices.Sorted(func(yield func(string) bool) {
-		for n := range names {
-			if !yield(n) {
-				return
-			}
-		}
-	}))
+	req, err := labels.NewRequirement(labelName, selection.In, slices.Sorted(maps.Keys(names)))
 	if err != nil {
 		return nil, err
 	}
