@@ -204,11 +204,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 			recs[p] = true
 		}
 	}
-	marked, err := rbacMarkerPackages(mpkgs)
-	if err != nil {
-		return Input{}, err
-	}
-	for _, p := range marked {
+	for _, p := range sources.RBACMarked {
 		recs[p] = true
 	}
 	if in.MarkerRules, err = MarkerRules(t.Dir, sortedKeys(recs)...); err != nil {

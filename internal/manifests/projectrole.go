@@ -1,8 +1,6 @@
 package manifests
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,34 +15,6 @@ import (
 
 // rbacMarker is a +kubebuilder:rbac marker line.
 var rbacMarker = regexp.MustCompile(`^\s*//\s*\+kubebuilder:rbac:`)
-
-// rbacMarkerPackages are the import paths of pkgs whose Go files hold a
-// +kubebuilder:rbac marker.
-func rbacMarkerPackages(pkgs []modulePackage) ([]string, error) {
-	var out []string
-	for _, p := range pkgs {
-		for _, f := range p.GoFiles {
-			b, err := os.ReadFile(filepath.Join(p.Dir, f))
-			if err != nil {
-				return nil, err
-			}
-			found := false
-			sc := bufio.NewScanner(bytes.NewReader(b))
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				if rbacMarker.MatchString(sc.Text()) {
-					found = true
-					break
-				}
-			}
-			if found {
-				out = append(out, p.ImportPath)
-				break
-			}
-		}
-	}
-	return out, nil
-}
 
 // ProjectRole is a project's own generated role (config/rbac/role.yaml).
 type ProjectRole struct {

@@ -26,6 +26,9 @@ type WebhookSources struct {
 	// Registering are the files that register webhooks
 	// (ctrl.NewWebhookManagedBy, GetWebhookServer().Register), sorted.
 	Registering []string
+	// RBACMarked are the packages with a +kubebuilder:rbac marker (read in
+	// the same pass: the markers of the generated ClusterRole).
+	RBACMarked []string
 	// Attached maps a marker's path= to its file:line when the marker is
 	// in the doc comment of a declaration (no blank line between them):
 	// controller-gen reads +kubebuilder:webhook markers only from comments
@@ -68,8 +71,9 @@ func modulePackageList(ctx context.Context, dir, pkg, mod string) ([]modulePacka
 	return pkgs, nil
 }
 
-// scanWebhookSources reads the packages' Go files for markers and
-// registrations; file names are relative to dir.
+// scanWebhookSources reads the packages' Go files for webhook markers and
+// registrations, and which hold +kubebuilder:rbac markers; file names are
+// relative to dir.
 func scanWebhookSources(dir string, pkgs []modulePackage) (WebhookSources, error) {
 	ws := WebhookSources{MarkerPaths: map[string]string{}, MarkerNames: map[string]string{}, Attached: map[string]string{}}
 	for _, p := range pkgs {
@@ -82,6 +86,9 @@ func scanWebhookSources(dir string, pkgs []modulePackage) (WebhookSources, error
 			rel := relTo(dir, path)
 			lines := strings.Split(string(b), "\n")
 			for n, line := range lines {
+				if rbacMarker.MatchString(line) && !slices.Contains(ws.RBACMarked, p.ImportPath) {
+					ws.RBACMarked = append(ws.RBACMarked, p.ImportPath)
+				}
 				if i := strings.Index(line, "+kubebuilder:webhook:"); i >= 0 && strings.HasPrefix(strings.TrimSpace(line), "//") {
 					for _, m := range markerArg.FindAllStringSubmatch(line[i:], -1) {
 						if m[1] == "path" {
