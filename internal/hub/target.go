@@ -289,6 +289,12 @@ func (t *scaler) setHealth(reason, format string, a ...any) {
 // wake is the send of a change to a Deployment sink: the Deployment is
 // scaled to 1 if it is at 0. Written before it returns.
 func (t *scaler) wake(ctx context.Context, reason string) error {
+	_, err := t.wakeRead(ctx, reason)
+	return err
+}
+
+// wakeRead is wake, returning the Deployment as it read it.
+func (t *scaler) wakeRead(ctx context.Context, reason string) (*unstructured.Unstructured, error) {
 	now := time.Now()
 	t.mu.Lock()
 	t.activity = now
@@ -296,13 +302,13 @@ func (t *scaler) wake(ctx context.Context, reason string) error {
 	t.scaleMu.Lock()
 	defer t.scaleMu.Unlock()
 	h, ns := t.s.h, t.s.key.Namespace
-	woke, err := h.wakeFromZero(ctx, ns, t.name, func(d *unstructured.Unstructured) { t.releaseLeases(ctx, d) })
+	d, woke, err := h.wakeFromZero(ctx, ns, t.name, func(d *unstructured.Unstructured) { t.releaseLeases(ctx, d) })
 	if apierrors.IsNotFound(err) {
 		h.poke() // checked again: SinkResolved False
 	}
 	if err != nil || !woke {
 		t.poke() // up, waking, or someone else's: its own watch sees the change
-		return err
+		return d, err
 	}
 	h.opts.Log.Info("woke an operator's Deployment", "subscription", t.s.key.String(), "deployment", t.name, "reason", reason)
 	t.mu.Lock()
@@ -313,20 +319,21 @@ func (t *scaler) wake(ctx context.Context, reason string) error {
 		st.State, st.Replicas, st.Wakes, st.LastWake, st.LastWakeReason, st.ReadyAfter = v1alpha1.TargetWaking, 1, st.Wakes+1, &mt, reason, ""
 	})
 	t.poke()
-	return nil
+	return d, nil
 }
 
 // wakeFromZero scales Deployment ns/name to 1 if it is at 0, through the
 // conditional write of scaleTo (a conflict: read again), after before (if
-// set) has seen the Deployment as read; woke says whether it did.
-func (h *Hub) wakeFromZero(ctx context.Context, ns, name string, before func(*unstructured.Unstructured)) (woke bool, _ error) {
+// set) has seen the Deployment as read; woke says whether it did, d is the
+// Deployment as last read (nil on an error).
+func (h *Hub) wakeFromZero(ctx context.Context, ns, name string, before func(*unstructured.Unstructured)) (d *unstructured.Unstructured, woke bool, _ error) {
 	for attempt := 0; ; attempt++ {
 		d, err := h.dyn.Resource(deploymentsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, name, err)
+			return nil, false, fmt.Errorf("reading Deployment %s/%s to wake it: %w", ns, name, err)
 		}
 		if replicasOf(d) != 0 {
-			return false, nil
+			return d, false, nil
 		}
 		if before != nil {
 			before(d)
@@ -336,10 +343,10 @@ func (h *Hub) wakeFromZero(ctx context.Context, ns, name string, before func(*un
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, name, err)
+			return nil, false, fmt.Errorf("scaling Deployment %s/%s to 1: %w", ns, name, err)
 		}
 		h.stats.targetWakes.Inc()
-		return true, nil
+		return d, true, nil
 	}
 }
 

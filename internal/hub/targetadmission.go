@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,26 +38,22 @@ func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason st
 	}
 	name := obj.Spec.Sink.Ref.Name
 	done := func() {}
+	var d *unstructured.Unstructured // as the wake read it: its selector finds the pods
 	var err error
 	if t := s.scalerOrNil(); t != nil {
 		t.callBegin()
 		done = t.callEnd
-		err = t.wake(ctx, reason)
+		d, err = t.wakeRead(ctx, reason)
 	} else if s != nil || !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.SubscriptionReady) {
 		// Served here but not Ready, or not Ready where it is served: the
 		// Deployment is left as it is (a condition says why).
 		err = fmt.Errorf("Subscription %s is not Ready (kubectl describe subscription -n %s %s): Deployment %s is not woken", key, key.Namespace, key.Name, name)
 	} else {
-		err = h.wakeElsewhere(ctx, key.Namespace, name, reason)
+		d, err = h.wakeElsewhere(ctx, key.Namespace, name, reason)
 	}
 	if err != nil {
 		done()
 		return nil, nil, err
-	}
-	d, err := h.dyn.Resource(deploymentsGVR).Namespace(key.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		done()
-		return nil, nil, fmt.Errorf("reading Deployment %s/%s: %w", key.Namespace, name, err)
 	}
 	for {
 		pods, err := h.readyPods(ctx, d)
@@ -105,12 +100,12 @@ func (t *scaler) callEnd() {
 
 // wakeElsewhere scales Deployment ns/name from 0 to 1 for a Subscription
 // another replica serves.
-func (h *Hub) wakeElsewhere(ctx context.Context, ns, name, reason string) error {
-	woke, err := h.wakeFromZero(ctx, ns, name, nil)
+func (h *Hub) wakeElsewhere(ctx context.Context, ns, name, reason string) (*unstructured.Unstructured, error) {
+	d, woke, err := h.wakeFromZero(ctx, ns, name, nil)
 	if woke {
 		h.opts.Log.Info("woke an operator's Deployment served by another replica", "deployment", ns+"/"+name, "reason", reason)
 	}
-	return err
+	return d, err
 }
 
 // readyPods are Deployment d's ready pods with an address, not being
