@@ -565,11 +565,7 @@ func (h *Hub) handBack(ctx context.Context, key types.NamespacedName) {
 	h.opts.Log.Info("its Subscription deleted: the Deployment runs always on again", "deployment", key.Namespace+"/"+t.name)
 }
 
-// pods lists the Deployment's pods (its selector).
-func (t *scaler) pods(ctx context.Context, d *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
-	return t.s.h.deploymentPods(ctx, d)
-}
-
+// deploymentPods lists the Deployment's pods (its selector).
 func (h *Hub) deploymentPods(ctx context.Context, d *unstructured.Unstructured) ([]unstructured.Unstructured, error) {
 	sel, _, _ := unstructured.NestedMap(d.Object, "spec", "selector")
 	var ls metav1.LabelSelector
@@ -644,7 +640,7 @@ func (t *scaler) workInFlight(ctx context.Context, d *unstructured.Unstructured,
 	if o.metrics == nil {
 		return false, "none declared: the idle period alone decides"
 	}
-	pods, err := t.pods(ctx, d)
+	pods, err := t.s.h.deploymentPods(ctx, d)
 	if err != nil {
 		return false, "listing the pods: " + err.Error()
 	}
