@@ -17,6 +17,12 @@
 // (GetClient, GetScheme, GetEventRecorder, GetEventRecorderFor), so a
 // reconciler written for a manager runs unchanged.
 //
+// A binary started with OPZERO_PLAN set (`opzero plan`, docs/plan.md)
+// plans instead of serving, in either mode: Start reconciles the objects
+// the request names once, every write sent as server-side dry-run and
+// recorded, writes the plan and returns; Planning(ctx) tells a reconciler
+// it is planned, so that it skips what opzero cannot dry-run.
+//
 // # Guarantees
 //
 //   - Serverless: the client reads from the API server (no cache, no

@@ -42,7 +42,7 @@ func TestFlagHelpReadsRight(t *testing.T) {
 // BindFlags (called after the project's flags) adds only what the project
 // does not have, so -h shows one flag per setting: the project's
 // --metrics-bind-address, --health-probe-bind-address and --leader-elect,
-// no opzero --metrics-addr, --health-probe-addr, --disable-leader-election
+// no opzero --metrics-addr, --health-addr, --disable-leader-election
 // or --leader-election-namespace; a flag of the same name stays the
 // project's (no panic).
 func TestBindFlagsLeavesTheProjectsOwn(t *testing.T) {
@@ -60,7 +60,7 @@ func TestBindFlagsLeavesTheProjectsOwn(t *testing.T) {
 
 	var o operator.Options
 	o.BindFlags(fs)
-	for _, gone := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+	for _, gone := range []string{"metrics-addr", "health-addr", "disable-leader-election", "leader-election-namespace"} {
 		if fs.Lookup(gone) != nil {
 			t.Errorf("-%s is bound next to the project's own flag for it", gone)
 		}
@@ -82,7 +82,7 @@ func TestBindFlagsLeavesTheProjectsOwn(t *testing.T) {
 	all := flag.NewFlagSet("operator", flag.ContinueOnError)
 	var o2 operator.Options
 	o2.BindFlags(all)
-	for _, f := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace", "backoff-base"} {
+	for _, f := range []string{"metrics-addr", "health-addr", "disable-leader-election", "leader-election-namespace", "backoff-base"} {
 		if all.Lookup(f) == nil {
 			t.Errorf("an opzero main: -%s is missing", f)
 		}
@@ -102,7 +102,7 @@ func TestBindPFlagsLeavesTheProjectsOwn(t *testing.T) {
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election.")
 	var o operator.Options
 	o.BindPFlags(fs)
-	for _, gone := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+	for _, gone := range []string{"metrics-addr", "health-addr", "disable-leader-election", "leader-election-namespace"} {
 		if fs.Lookup(gone) != nil {
 			t.Errorf("--%s is bound next to the project's own flag for it", gone)
 		}
@@ -120,5 +120,48 @@ func TestBindPFlagsLeavesTheProjectsOwn(t *testing.T) {
 	}
 	if u := fs.FlagUsages(); !strings.Contains(u, "--wakeup-sink") || !strings.Contains(u, "--leader-elect") {
 		t.Errorf("-h lists:\n%s\nwant the project's flags and opzero's", u)
+	}
+}
+
+// TestOldFlagNamesStillWork: a flag's old name (--health-probe-addr, which
+// generated manifests and running Deployments pass) sets what the new one
+// (--health-addr) sets, on a standard flag set and on a pflag one, and
+// help shows only the new name.
+func TestOldFlagNamesStillWork(t *testing.T) {
+	var o operator.Options
+	fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+	o.BindFlags(fs)
+	var help bytes.Buffer
+	fs.SetOutput(&help)
+	if err := fs.Parse([]string{"--health-probe-addr=:9", "-h"}); err != flag.ErrHelp {
+		t.Fatalf("parse: %v", err)
+	}
+	if o.HealthProbeAddr != ":9" {
+		t.Errorf("--health-probe-addr=:9 set %q", o.HealthProbeAddr)
+	}
+	if h := help.String(); !strings.Contains(h, "--health-addr string") || strings.Contains(h, "health-probe-addr") {
+		t.Errorf("-h shows the old name, or not the new one:\n%s", h)
+	}
+
+	var p operator.Options
+	pfs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	p.BindPFlags(pfs)
+	if err := pfs.Parse([]string{"--health-probe-addr", ":7", "--async"}); err != nil {
+		t.Fatal(err)
+	}
+	if p.HealthProbeAddr != ":7" || !p.Async {
+		t.Errorf("pflag: --health-probe-addr :7 --async set %q, %v", p.HealthProbeAddr, p.Async)
+	}
+	if u := pfs.FlagUsages(); strings.Contains(u, "health-probe-addr") || !strings.Contains(u, "--mode string") {
+		t.Errorf("pflag -h shows the old name, or --mode's type wrong:\n%s", u)
+	}
+
+	// A project with its own flag of the old name keeps it.
+	proj := flag.NewFlagSet("manager", flag.ContinueOnError)
+	mine := proj.String("health-probe-addr", "mine", "the project's own")
+	var q operator.Options
+	q.BindFlags(proj)
+	if err := proj.Parse([]string{"--health-probe-addr=x"}); err != nil || *mine != "x" || q.HealthProbeAddr != "" {
+		t.Errorf("the project's --health-probe-addr: %v, %q, opzero's %q", err, *mine, q.HealthProbeAddr)
 	}
 }

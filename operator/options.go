@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+
+	"github.com/opzero/opzero/internal/clihelp"
 )
 
 // Mode is how the operator runs.
@@ -72,8 +74,9 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 
 	// WakeupSink, if set, turns on durable time (serverless): RequeueAfter
-	// and retries are recorded as Wakeups that the wakeup source delivers to
-	// this URL (the operator's own), surviving scale to zero.
+	// and retries are recorded as Wakeups, which the opzero hub (with
+	// --source=knative, the wakeup source) delivers to this URL (the
+	// operator's own) when due, surviving scale to zero.
 	WakeupSink string
 	// Async answers as soon as an event is durably recorded (needs WakeupSink).
 	Async bool
@@ -90,9 +93,14 @@ type Options struct {
 	WakeupNamespace string
 
 	// MaxScale is the most instances the operator may run as (Knative's
-	// max-scale; env OPZERO_MAX_SCALE). Above 1, each key is serialized
-	// across instances with a coordination.k8s.io Lease (two writes per
-	// reconcile); at 0 or 1, in memory only.
+	// max-scale; env OPZERO_MAX_SCALE); negative is unbounded (Knative's
+	// max-scale 0, which the manifests write as -1 for
+	// builder.WithScale(min, 0)). Above 1 or unbounded, each key is serialized
+	// across instances with coordination.k8s.io Leases: one instance
+	// reconciling alone holds the operator-wide sole Lease, and per-key
+	// Leases, kept between a key's reconciles while its events keep coming
+	// (LeaseKeepIdle), are taken once several reconcile (see PerKeyLeases);
+	// at 0 or 1, in memory only.
 	MaxScale int
 	// LeaseDuration is how long a key's Lease outlives its holder (15 s).
 	LeaseDuration time.Duration
@@ -167,7 +175,7 @@ func (o *Options) withTimeout(cfg *rest.Config) *rest.Config {
 // so in an adopted binary they are the ones that count.
 var projectFlags = map[string][]string{
 	"metrics-addr":              {"metrics-bind-address"},
-	"health-probe-addr":         {"health-probe-bind-address"},
+	"health-addr":               {"health-probe-bind-address"},
 	"disable-leader-election":   {"leader-elect"},
 	"leader-election-namespace": {"leader-elect"}, // controller-runtime's default: the pod's namespace
 }
@@ -192,6 +200,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return nil, false
 	}, func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+	clihelp.HideAliases(fs)
 }
 
 // bindBeside adds opzero's flags with add, but those the project's flag
@@ -201,7 +210,11 @@ func (o *Options) bindBeside(name string, lookup func(string) (interface{ String
 	ours := flag.NewFlagSet(name, flag.ContinueOnError)
 	o.bindFlags(ours)
 	o.standIns = nil
+	added := map[string]bool{}
 	ours.VisitAll(func(f *flag.Flag) {
+		if _, ok := clihelp.AliasOf(f); ok {
+			return
+		}
 		for _, n := range append([]string{f.Name}, projectFlags[f.Name]...) {
 			if v, ok := lookup(n); ok {
 				o.standIns = append(o.standIns, standIn{ours: f.Name, name: n, value: v})
@@ -209,8 +222,23 @@ func (o *Options) bindBeside(name string, lookup func(string) (interface{ String
 			}
 		}
 		add(f)
+		added[f.Name] = true
+	})
+	// An old name (a hidden alias) goes where its flag went, and only if
+	// the project has no flag of that name.
+	ours.VisitAll(func(f *flag.Flag) {
+		if of, ok := clihelp.AliasOf(f); ok && added[of] {
+			if _, taken := lookup(f.Name); !taken {
+				add(f)
+			}
+		}
 	})
 }
+
+// oldNames are opzero's flags' old names (old: new), which still set
+// them: generated manifests and running Deployments pass them. Help
+// shows only the new name.
+var oldNames = map[string]string{"health-probe-addr": "health-addr"}
 
 // BindPFlags is BindFlags for a project whose flags are cobra's or
 // pflag's: opzero's flags are added to fs (their --name form) except
@@ -223,7 +251,7 @@ func (o *Options) BindPFlags(fs *pflag.FlagSet) {
 			return f.Value, true
 		}
 		return nil, false
-	}, fs.AddGoFlag)
+	}, func(f *flag.Flag) { fs.AddFlag(clihelp.PFlag(f)) })
 }
 
 // standIn is a flag of the project registered where opzero's would be.
@@ -270,23 +298,23 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 	if o.Mode == "" {
 		o.Mode = Mode(envOr("OPZERO_MODE", string(Serverless)))
 	}
-	fs.Func("mode", "how to run: serverless (HTTP CloudEvents receiver, e.g. a Knative Service), classic (controller-runtime manager), or webhooks (an adopted project's webhooks only, always on, for controllers that run serverless); env OPZERO_MODE (default "+string(o.Mode)+")",
+	fs.Func("mode", "how to run: serverless (HTTP CloudEvents receiver, e.g. a Knative Service), classic (controller-runtime manager), webhooks (an adopted project's webhooks only, always on, for controllers that run serverless), or plan (reconcile every object once with every write dry-run, print what would change and exit: docs/plan.md; opzero plan runs it); env OPZERO_MODE (default "+string(o.Mode)+")",
 		func(s string) error {
 			switch Mode(s) {
-			case Serverless, Classic, Webhooks:
+			case Serverless, Classic, Webhooks, Plan:
 				o.Mode = Mode(s)
 				return nil
 			}
-			return fmt.Errorf("unknown mode %q: want serverless, classic or webhooks", s)
+			return fmt.Errorf("unknown mode %q: want serverless, classic, webhooks or plan", s)
 		})
 	fs.StringVar(&o.Addr, "addr", o.Addr, "serverless: listen address (default :$PORT as Knative sets it, else :8080)")
-	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound on each call to the API server, so one that accepts connections but does not answer cannot hold a reconcile (default 30s; a negative duration such as -1ns: no bound)")
-	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once: reconciler calls (default 8 serverless, 1 classic); taking and releasing per-key Leases (max-scale > 1) does not count")
+	fs.DurationVar(&o.APITimeout, "api-timeout", o.APITimeout, "bound on each call to the API server, so one that accepts connections but does not answer cannot hold a reconcile; a negative duration such as -1ns: no bound (default "+DefaultAPITimeout.String()+")")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "distinct objects reconciled at once: reconciler calls; taking and releasing per-key Leases (max-scale > 1) does not count (default 8 serverless, 1 classic)")
 	if o.Audience == "" {
 		o.Audience = os.Getenv("OPZERO_AUDIENCE")
 	}
 	fs.StringVar(&o.Audience, "audience", o.Audience, "serverless (and classic with Broker events): OIDC audience that senders' bearer tokens must carry (Knative sink.audience); env OPZERO_AUDIENCE")
-	fs.Func("allowed-senders", "serverless (and classic with Broker events): comma-separated senders allowed to deliver (system:serviceaccount:<ns>:<name>); default any authenticated sender",
+	fs.Func("allowed-senders", "serverless (and classic with Broker events): comma-separated senders allowed to deliver, system:serviceaccount:<ns>:<name> (default any authenticated sender)",
 		func(s string) error {
 			for _, v := range strings.Split(s, ",") {
 				if v = strings.TrimSpace(v); v != "" {
@@ -298,11 +326,11 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "serverless (and classic with Broker events): accept events without a bearer token (anyone who reaches the port can drive the operator)")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serverless: serve HTTPS with this certificate (PEM)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
-	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile (default 2ms; a negative duration such as -1ns never holds)")
+	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile; a negative duration such as -1ns never holds (default 2ms)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
 	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this URL (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
-	fs.Func("answer", "serverless: when to answer an ApiServerSource event: reconciled (after its reconciles, the default) or admitted (once its objects are queued; faster with one source, but a SIGKILL can lose queued reconciles until the next sweep)",
+	fs.Func("answer", "serverless: when to answer an ApiServerSource event: reconciled (after its reconciles) or admitted (once its objects are queued; faster with one source, but a SIGKILL can lose queued reconciles until the next sweep) (default reconciled)",
 		func(s string) error {
 			switch s {
 			case "reconciled", "admitted":
@@ -318,19 +346,22 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 			o.MaxScale = n
 		}
 	}
-	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE); above 1, per-key Leases serialize reconciles across instances")
+	fs.IntVar(&o.MaxScale, "max-scale", o.MaxScale, "serverless: most instances that may run at once (Knative max-scale; env OPZERO_MAX_SCALE, which the generated manifests set); above 1, per-key Leases serialize reconciles across instances, as does a negative value (unbounded); 0 or 1 in memory (default 0)")
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "serverless, max-scale > 1: how long a key's Lease outlives an instance that died holding it (default 15s)")
-	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile (default 1s; a negative duration such as -1ns releases after each reconcile)")
+	fs.DurationVar(&o.LeaseKeepIdle, "lease-keep-idle", o.LeaseKeepIdle, "serverless, max-scale > 1: keep a key's Lease between its reconciles until it has had none for this long, so a stream of events costs two Lease writes, not two per reconcile; a negative duration such as -1ns releases after each reconcile (default 1s)")
 	fs.BoolVar(&o.PerKeyLeases, "per-key-leases", o.PerKeyLeases, "serverless, max-scale > 1: take a Lease per key always; by default an instance that finds no other reconciling holds every key with one operator-wide Lease (one create, renewals and one delete while it is busy, instead of two writes per key) and steps down to per-key Leases when another instance needs to reconcile")
 	fs.StringVar(&o.InstanceID, "instance-id", o.InstanceID, "serverless, max-scale > 1: this instance's Lease holder identity (default $POD_NAME, else host name[-pid])")
-	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "serverless, max-scale > 1: URL where the other instances reach this one, recorded on the Leases it holds so that they forward it the events of its keys instead of marking the Lease; env OPZERO_ADVERTISE_ADDRESS (default in a pod without TLS http://<pod IP>:<port>; none: off)")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", o.AdvertiseAddress, "serverless, max-scale > 1: URL where the other instances reach this one, recorded on the Leases it holds so that they forward it the events of its keys instead of marking the Lease; env OPZERO_ADVERTISE_ADDRESS; none: off (default in a pod without TLS http://<pod IP>:<port>)")
 	fs.DurationVar(&o.BackoffBase, "backoff-base", o.BackoffBase, "first retry delay after a failed reconcile (default 1s)")
 	fs.DurationVar(&o.BackoffCap, "backoff-cap", o.BackoffCap, "longest retry delay (default 5m)")
 	fs.BoolVar(&o.DisableLeaderElection, "disable-leader-election", o.DisableLeaderElection, "classic: run without leader election (only one replica!)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "classic: namespace of the leader-election Lease (default $POD_NAMESPACE, else default)")
-	fs.StringVar(&o.HealthProbeAddr, "health-probe-addr", o.HealthProbeAddr, "classic: health probe address (0 disables)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics address, e.g. :9090 (0 disables; serverless: off by default, and OTLP push follows the OTEL_* environment variables)")
-	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "classic: where an operator with WatchesEvents takes its Broker's CloudEvents (default :8082; 0 takes none), authenticated as in serverless mode (--audience, --allowed-senders)")
+	fs.StringVar(&o.HealthProbeAddr, "health-addr", o.HealthProbeAddr, "classic: serve /healthz and /readyz on this address, e.g. :8081; 0: not served (default 0)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "serve Prometheus /metrics on this address, e.g. :9090; 0: not served; OTLP push follows the OTEL_* environment variables (default 0)")
+	fs.StringVar(&o.EventsAddr, "events-addr", o.EventsAddr, "classic: where an operator with WatchesEvents takes its Broker's CloudEvents, authenticated as in serverless mode (--audience, --allowed-senders); 0 takes none (default :8082)")
+	for old, name := range oldNames {
+		clihelp.Alias(fs, old, name)
+	}
 }
 
 func envOr(k, def string) string {
@@ -339,3 +370,7 @@ func envOr(k, def string) string {
 	}
 	return def
 }
+
+// manyInstances says whether more than one instance may reconcile at once:
+// MaxScale above 1, or negative (unbounded).
+func (o Options) manyInstances() bool { return o.MaxScale > 1 || o.MaxScale < 0 }

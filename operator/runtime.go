@@ -56,6 +56,11 @@ type Runtime struct {
 	authed func(http.Handler) http.Handler
 	// webhooks, describing an adopted project, are its webhooks (manager.go).
 	webhooks *description.Webhooks
+	// cache is an adopted project's cache options as the hub's filters,
+	// for the description (seam.SetCache).
+	cache *description.CacheScope
+	// plan is set from OPZERO_PLAN: plan, do not serve (plan.go).
+	plan *planMode
 }
 
 var _ builder.Runtime = (*Runtime)(nil)
@@ -64,8 +69,13 @@ var _ builder.Runtime = (*Runtime)(nil)
 // main does not import package operator/classic.
 var ErrClassicNotLinked = errors.New(`--mode=classic: classic mode is not linked into this binary (serverless only, the default); ` +
 	`add  import _ "github.com/opzero/opzero/operator/classic"  to package main and rebuild ` +
-	`(it links controller-runtime's manager: about 3 MiB more RSS per instance, in either mode)`)
+	`(it links controller-runtime's manager: 2-3 MiB more RSS per instance, in either mode)`)
 
+// init is package operator's end of operator/internal/seam: it lets
+// operator/classic (manager.go, adopted_events.go) reach a Runtime's
+// engines, routes and description without exporting them. The other way,
+// New finds classic mode in seam.Classic, which operator/classic/mode.go's
+// init sets when the binary imports it.
 func init() {
 	seam.Engine = func(rt any, name string) http.Handler {
 		for _, e := range rt.(*Runtime).engines {
@@ -78,6 +88,7 @@ func init() {
 	seam.SetRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).routes = routes }
 	seam.SetAuthenticatedRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).authed = routes }
 	seam.SetWebhooks = func(rt any, w *description.Webhooks) { rt.(*Runtime).webhooks = w }
+	seam.SetCache = func(rt any, c *description.CacheScope) { rt.(*Runtime).cache = c }
 }
 
 // New connects to the API server and prepares the mode's machinery; nothing
@@ -92,11 +103,15 @@ func New(opts Options) (*Runtime, error) {
 	if t := describeTarget(); t != "" {
 		return newDescriber(opts, t), nil
 	}
+	if r, err := newPlanRuntime(opts); r != nil || err != nil {
+		return r, err
+	}
 	opts.applyStandIns(opts.Logger) // a zero Logger discards
 	// Classic mode not linked is bad input: said before anything is read.
 	var newManager seam.NewManager[Options]
 	if opts.Mode == Classic {
 		var ok bool
+		// set by operator/classic/mode.go's init (operator/internal/seam)
 		if newManager, ok = seam.Classic.(seam.NewManager[Options]); !ok {
 			return nil, ErrClassicNotLinked
 		}
@@ -193,6 +208,9 @@ func (r *Runtime) GetEventRecorderFor(name string) record.EventRecorder {
 
 // eventClient is the client the serverless recorders write Events with.
 func (r *Runtime) eventClient() client.Client {
+	if r.plan != nil {
+		return r.plan.events // kept in the plan, never sent
+	}
 	if r.events == nil {
 		return r.client
 	}
@@ -201,7 +219,7 @@ func (r *Runtime) eventClient() client.Client {
 
 // Register adds an operator description (builder.Complete calls it).
 func (r *Runtime) Register(op *builder.Controller) error {
-	if r.describeTo != "" {
+	if r.describeTo != "" || r.plan != nil {
 		r.ops = append(r.ops, op)
 		return nil
 	}
@@ -237,9 +255,9 @@ func (r *Runtime) Register(op *builder.Controller) error {
 			}
 			so.Durable = wakeup.NewStore(r.client, wakeup.StoreOptions{Operator: op.Name, Target: op.Primary.GVK,
 				Sink: r.opts.WakeupSink, Policy: p, Namespace: firstOf(r.opts.WakeupNamespace, os.Getenv("POD_NAMESPACE")),
-				Shared: r.opts.MaxScale > 1})
+				Shared: r.opts.manyInstances()})
 		}
-		if r.opts.MaxScale > 1 {
+		if r.opts.manyInstances() {
 			if err := coordinationv1.AddToScheme(r.opts.Scheme); err != nil {
 				return err
 			}
@@ -277,6 +295,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 	}
 	if r.describeTo != "" {
 		return r.writeDescription()
+	}
+	if r.plan != nil {
+		return r.runPlan(ctx)
 	}
 	stop, err := r.startTelemetry(ctx)
 	if err != nil {

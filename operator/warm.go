@@ -1,3 +1,7 @@
+// warm.go: the runtime's warm-up before the first event (the API connection
+// and discovery); internal/engine/serverless/warm.go is the engine's part
+// (Engine.Warm), which warmEngines calls.
+
 package operator
 
 import (
@@ -100,7 +104,7 @@ func (r *Runtime) warmGroupVersions() []schema.GroupVersion {
 			add(w.GVK.GroupVersion())
 		}
 	}
-	if r.opts.MaxScale > 1 {
+	if r.opts.manyInstances() {
 		add(coordinationv1.SchemeGroupVersion)
 	}
 	if r.opts.WakeupSink != "" {

@@ -82,6 +82,10 @@ func TestWarmBeforeFirstEvent(t *testing.T) {
 		{name: "authenticated, several instances", opts: operator.Options{Audience: "warm-test", MaxScale: 3}, first: "GET /apis/authentication.k8s.io/v1",
 			want: []string{"GET /apis/authentication.k8s.io/v1", "GET /apis/k8spatterns.io/v1", "GET /api/v1",
 				"GET /apis/coordination.k8s.io/v1", "GET /apis/events.k8s.io/v1"}},
+		// Unbounded (the manifests' OPZERO_MAX_SCALE=-1 for WithScale(min, 0)):
+		// several instances too, so Leases.
+		{name: "unbounded instances", opts: operator.Options{InsecureNoAuth: true, MaxScale: -1}, first: "GET /apis/k8spatterns.io/v1",
+			want: []string{"GET /apis/k8spatterns.io/v1", "GET /api/v1", "GET /apis/coordination.k8s.io/v1", "GET /apis/events.k8s.io/v1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testenv.Get(t)

@@ -63,7 +63,7 @@ func fleet(ctx context.Context, r *report, dir string) error {
 	if err := w.setup(ctx); err != nil {
 		return err
 	}
-	classicFile, zeroFile, oneFile, err := w.fleetManifests(ctx)
+	classicFile, zeroFile, oneFile, narrowFile, err := w.fleetManifests(ctx)
 	if err != nil {
 		return err
 	}
@@ -102,6 +102,25 @@ func fleet(ctx context.Context, r *report, dir string) error {
 		fmt.Printf("    the hub serving 1 operator: %.1f MiB; each of the 9 more added %.2f MiB\n", oneRSS, (hubRSS-oneRSS)/float64(worthOps-1))
 		rows = append(rows, row{n, crRSS, classicRSS, hubRSS, oneRSS, len(hub)})
 	}
+	type churnRow struct {
+		what string
+		res  churnResult
+	}
+	var churns []churnRow
+	if worthChurn > 0 {
+		for _, c := range []struct{ what, file string }{
+			{"as `opzero hub adopt` derives it (every ConfigMap its role may watch wakes it)", oneFile},
+			{"narrowed to its namespace (`--watch-namespace`)", narrowFile},
+		} {
+			fmt.Printf("  fleet: one unchanged operator %s, under unrelated churn for %s ...\n", c.what, worthChurn)
+			res, err := w.fleetChurn(ctx, c.file, worthChurn)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("    up %.2f%% of %s, %d starts for %d unrelated updates\n", 100*res.up.Seconds()/res.window.Seconds(), res.window.Round(time.Second), res.starts, res.updates)
+			churns = append(churns, churnRow{c.what, res})
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ten operators, RSS under `opzero dev` (MiB), measured side by side in one run (`go run ./bench/suite -only fleet`): "+
 		"the repo's ConfigWatcher built classic (controller-runtime's manager, unchanged for the hub) in ten namespaces, every ConfigMap of the "+
@@ -112,39 +131,85 @@ func fleet(ctx context.Context, r *report, dir string) error {
 		fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.1f (%d processes) | %.3fx | %.3fx | %.1f | %.2f |\n", x.n, x.classicRSS, x.crRSS, x.hub, x.hubProcs,
 			x.hub/x.classicRSS, x.hub/x.crRSS, x.oneHub, (x.hub-x.oneHub)/float64(worthOps-1))
 	}
-	b.WriteString("\nNot measured here: the node's working set (kubelet's) on the real cluster, and operators of other shapes (kubebuilder projects, non-Go).\n")
+	if len(churns) > 0 {
+		fmt.Fprintf(&b, "\nOne of them served at zero while only ConfigMaps it does not need change (%d updates/s in other namespaces, for %s; instance time is the share of the window with its process running):\n\n", worthChurnHz, worthChurn)
+		b.WriteString("| its Subscription | instance time | starts | unrelated updates |\n|---|---|---|---|\n")
+		for _, c := range churns {
+			fmt.Fprintf(&b, "| %s | %.2f%% | %d | %d |\n", c.what, 100*c.res.up.Seconds()/c.res.window.Seconds(), c.res.starts, c.res.updates)
+		}
+	}
+	b.WriteString("\nNot measured here: the node's working set (kubelet's; `make e2e-knative` measures a fleet of unchanged kubebuilder projects there), and non-Go operators.\n")
 	r.add(fleetTitle, b.String())
 	return nil
 }
 
-// fleetManifests writes the ten classic releases (one file) and the same
-// releases with the hub and each one's `opzero hub adopt` output.
-func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZero string, err error) {
+// fleetManifests writes the ten classic releases (one file), the same
+// releases with the hub and each one's `opzero hub adopt` output, the
+// first release alone with the hub and its adopt output, and that again
+// with the adopt output narrowed to its namespace.
+func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZero, oneNarrowed string, err error) {
 	hub, err := w.opzeroOut(ctx, nil, "hub", "manifests", "-o", "-")
 	if err != nil {
-		return "", "", "", err
+		return "", "", "", "", err
 	}
 	var releases, adopted []string
 	for i := range worthOps {
 		rel, err := w.opzeroOut(ctx, nil, "manifests", "--operator", "./examples/configwatcher", "--mode=classic", "--namespace", opNamespace(i), "-o", "-")
 		if err != nil {
-			return "", "", "", err
+			return "", "", "", "", err
 		}
 		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle-after", "5s")
 		if err != nil {
-			return "", "", "", err
+			return "", "", "", "", err
 		}
 		releases, adopted = append(releases, rel), append(adopted, sub)
 	}
-	classic, atZero, oneAtZero = filepath.Join(w.dir, "classic.yaml"), filepath.Join(w.dir, "at-zero.yaml"), filepath.Join(w.dir, "one-at-zero.yaml")
-	if err := os.WriteFile(classic, []byte(joinManifests(releases)), 0o644); err != nil {
-		return "", "", "", err
+	narrowed, err := w.opzeroOut(ctx, strings.NewReader(releases[0]), "hub", "adopt", "-f", "-", "--idle-after", "5s", "--watch-namespace", opNamespace(0))
+	if err != nil {
+		return "", "", "", "", err
 	}
-	if err := os.WriteFile(oneAtZero, []byte(joinManifests([]string{hub, releases[0], adopted[0]})), 0o644); err != nil {
-		return "", "", "", err
-	}
+	classic, atZero = filepath.Join(w.dir, "classic.yaml"), filepath.Join(w.dir, "at-zero.yaml")
+	oneAtZero, oneNarrowed = filepath.Join(w.dir, "one-at-zero.yaml"), filepath.Join(w.dir, "one-narrowed.yaml")
 	all := append(append([]string{hub}, releases...), adopted...)
-	return classic, atZero, oneAtZero, os.WriteFile(atZero, []byte(joinManifests(all)), 0o644)
+	for file, docs := range map[string][]string{
+		classic:     releases,
+		oneAtZero:   {hub, releases[0], adopted[0]},
+		oneNarrowed: {hub, releases[0], narrowed},
+		atZero:      all,
+	} {
+		if err := os.WriteFile(file, []byte(joinManifests(docs)), 0o644); err != nil {
+			return "", "", "", "", err
+		}
+	}
+	return classic, atZero, oneAtZero, oneNarrowed, nil
+}
+
+// fleetChurn runs the first release served by the hub (file), waits until
+// its Deployment is at zero, then measures its instance time under d of
+// unrelated churn.
+func (w *worthPart) fleetChurn(ctx context.Context, file string, d time.Duration) (churnResult, error) {
+	s, err := w.startDev(ctx, "fleet-churn-"+strings.TrimSuffix(filepath.Base(file), ".yaml"), file)
+	if err != nil {
+		return churnResult{}, err
+	}
+	defer s.stop()
+	if err := w.deleteSubscriptions(ctx, 1); err != nil {
+		return churnResult{}, err
+	}
+	if err := w.subscriptionsReady(ctx, 1); err != nil {
+		return churnResult{}, fmt.Errorf("fleet churn: %w", err)
+	}
+	key := client.ObjectKey{Namespace: opNamespace(0), Name: "configwatcher"}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var dep appsv1.Deployment
+		if err := w.c.Get(ctx, key, &dep); err != nil || dep.Spec.Replicas == nil || *dep.Spec.Replicas != 0 {
+			return false, nil
+		}
+		return len(classicProcs(s.cmd.Process.Pid)) == 0, nil
+	}); err != nil {
+		return churnResult{}, fmt.Errorf("fleet churn: %s not at zero within 5 minutes", key)
+	}
+	return w.churnFor(ctx, s, d, ofDeployment(key.String()))
 }
 
 func (w *worthPart) opzeroOut(ctx context.Context, stdin *strings.Reader, args ...string) (string, error) {

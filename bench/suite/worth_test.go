@@ -58,9 +58,15 @@ func TestChurnWindow(t *testing.T) {
 		{Time: at(20), Event: dev.EventProcessStarted, Service: svc, ColdStart: true}, // after it
 	}
 	var res churnResult
-	churnWindow(evs, t0, at(10), &res)
+	churnWindow(evs, t0, at(10), &res, ofServices)
 	if res.up != 5*time.Second || res.coldStarts != 1 || res.starts != 1 || res.deliveries != 1 || res.reconciles != 2 {
 		t.Errorf("got %+v, want 5s up, 1 cold start, 1 delivery, 2 reconciles", res)
+	}
+	// A served Deployment's processes are its instances.
+	res = churnResult{}
+	churnWindow(evs, t0, at(10), &res, ofDeployment("wo-01/w"))
+	if res.up != 10*time.Second || res.starts != 0 {
+		t.Errorf("the Deployment's: got %+v, want 10s up (started before the window), no start in it", res)
 	}
 }
 

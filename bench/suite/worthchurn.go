@@ -45,7 +45,7 @@ func (w *worthPart) runChurn(ctx context.Context, wiring string, d time.Duration
 	// At zero: no instance running for worthIdle (dev starts none at ready;
 	// this waits out one woken by the start).
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if instances(readEvents(s.events), time.Now()) == 0 {
+		if instances(readEvents(s.events), time.Now(), ofServices) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -53,6 +53,14 @@ func (w *worthPart) runChurn(ctx context.Context, wiring string, d time.Duration
 		}
 		time.Sleep(time.Second)
 	}
+	return w.churnFor(ctx, s, d, ofServices)
+}
+
+// churnFor updates the churn ConfigMaps (in the wcm-N namespaces)
+// worthChurnHz times a second for d and reads the instances of the
+// operator (the process events of matches) from s's event stream over
+// that window.
+func (w *worthPart) churnFor(ctx context.Context, s *devSession, d time.Duration, matches func(dev.Event) bool) (churnResult, error) {
 	res := churnResult{}
 	t0 := time.Now()
 	tick := time.NewTicker(time.Second / worthChurnHz)
@@ -73,17 +81,25 @@ func (w *worthPart) runChurn(ctx context.Context, wiring string, d time.Duration
 	t1 := time.Now()
 	time.Sleep(2 * time.Second) // the last updates' deliveries are answered
 	res.window = t1.Sub(t0)
-	churnWindow(readEvents(s.events), t0, t1, &res)
+	churnWindow(readEvents(s.events), t0, t1, &res, matches)
 	return res, nil
 }
 
+// ofServices matches the events of Knative Services' instances (not of
+// ko:// Deployments).
+func ofServices(e dev.Event) bool { return e.Service != "" }
+
+// ofDeployment matches the events of Deployment ns/name's processes.
+func ofDeployment(key string) func(dev.Event) bool {
+	return func(e dev.Event) bool { return e.Deployment == key }
+}
+
 // instances is how many operator instances run at t, from the stream's
-// process-started and process-stopped events of Services (not ko://
-// Deployments).
-func instances(evs []dev.Event, t time.Time) int {
+// process-started and process-stopped events that match.
+func instances(evs []dev.Event, t time.Time, matches func(dev.Event) bool) int {
 	n := 0
 	for _, e := range evs {
-		if e.Service == "" || e.Time.After(t) {
+		if !matches(e) || e.Time.After(t) {
 			continue
 		}
 		switch e.Event {
@@ -98,10 +114,11 @@ func instances(evs []dev.Event, t time.Time) int {
 
 // churnWindow fills res from the events in [t0, t1]: the time with at
 // least one instance (a step function of the process events), the starts,
-// deliveries and reconciles.
-func churnWindow(evs []dev.Event, t0, t1 time.Time, res *churnResult) {
+// deliveries and reconciles; matches says which process events are the
+// operator's.
+func churnWindow(evs []dev.Event, t0, t1 time.Time, res *churnResult, matches func(dev.Event) bool) {
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time.Before(evs[j].Time) })
-	n := instances(evs, t0)
+	n := instances(evs, t0, matches)
 	last := t0
 	for _, e := range evs {
 		if e.Time.Before(t0) || e.Time.After(t1) {
@@ -109,7 +126,7 @@ func churnWindow(evs []dev.Event, t0, t1 time.Time, res *churnResult) {
 		}
 		switch e.Event {
 		case dev.EventProcessStarted, dev.EventProcessStopped:
-			if e.Service == "" {
+			if !matches(e) {
 				continue
 			}
 			if n > 0 {

@@ -146,12 +146,12 @@ func newClusterApplyCmd(dir *string) *cobra.Command {
 		Use:   "apply -f MANIFESTS | -k KUSTOMIZATION",
 		Short: "Build the ko:// images manifests name, load them into the node and kubectl apply the manifests",
 		Long: `apply does what 'ko apply' does, without a registry: every ko://<import path>
-image in the manifests (a file or a folder, e.g. what 'opzero manifests' wrote, or with
--k a kustomization rendered with kustomize's library as kubectl apply -k does) is
-built with 'go build' in --build-dir as a static binary, put on an empty base,
-imported into the node's containerd as opzero.local/<import path>:<digest> and
-the reference replaced; the manifests are then applied server-side with the
-pinned kubectl, otherwise unchanged.
+image in the manifests (a file or a folder, e.g. what 'opzero manifests'
+wrote, or with -k a kustomization rendered with kustomize's library as kubectl
+apply -k does) is built with 'go build' in --build-dir as a static binary, put
+on an empty base, imported into the node's containerd as opzero.local/<import
+path>:<digest> and the reference replaced; the manifests are then applied
+server-side with the pinned kubectl, otherwise unchanged.
 
 A Knative Service or Deployment annotated dev.opzero.dev/command (what 'opzero
 dev' runs as a local process, e.g. a hook in Python or JavaScript) gets that

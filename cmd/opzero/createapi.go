@@ -23,17 +23,19 @@ func newCreateAPICmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "api --group <group> --version <version> --kind <Kind>",
 		Short: "Add a kind (its Go type and CRD) and its controller to the project",
-		Long: `create api adds a kind to the project in the current folder, as kubebuilder does:
+		Long: `create api adds a kind to the project in the current folder, as kubebuilder
+does:
 
-  api/<version>/<kind>_types.go          the type, with +kubebuilder markers (status
-                                         subresource, printer columns)
-  api/<version>/groupversion_info.go     the group and version
-  api/<version>/zz_generated.deepcopy.go DeepCopy methods (controller-gen object)
+  api/<version>/<kind>_types.go
+      the type, with +kubebuilder markers (status subresource, printer columns)
+  api/<version>/groupversion_info.go
+      the group and version
+  api/<version>/zz_generated.deepcopy.go
+      DeepCopy methods (controller-gen object)
   internal/controller/<kind>_controller.go
-                                         a reconciler with +kubebuilder:rbac markers,
-                                         set up with opzero's builder
+      a reconciler with +kubebuilder:rbac markers, set up with opzero's builder
   internal/controller/<kind>_controller_test.go, suite_test.go
-                                         a test against a real control plane (testenv)
+      a test against a real control plane (testenv)
   config/samples/<group>_<version>_<kind>.yaml
 
 It registers the kind and the controller in cmd/main.go (at the

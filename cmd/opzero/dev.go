@@ -34,17 +34,18 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev -f <manifests> | -k <kustomization folder>",
 		Short: "Run serverless operators locally: apply their manifests and play Knative's part",
 		Long: `dev is a local serverless platform. It server-side applies the manifests
-(normally from 'opzero manifests'; -k, or -f of a folder with a kustomization.yaml,
-renders a kustomization with kustomize's library as kubectl apply -k does)
-on a local control plane with Knative's CRDs, then plays Knative's part for
-the objects it reads back:
+(normally from 'opzero manifests'; -k, or -f of a folder with a
+kustomization.yaml, renders a kustomization with kustomize's library as
+kubectl apply -k does) on a local control plane with Knative's CRDs, then
+plays Knative's part for the objects it reads back:
 
   Knative Service   an activator at a local URL (written to status.url): the
                     first request starts the operator process (ko:// image,
                     built once with go build, or the command of a
                     dev.opzero.dev/command annotation; its args and env; PORT
-                    set) and is buffered meanwhile; more instances up to max-scale when
-                    all are busy at containerConcurrency; scale to zero after
+                    set) and is buffered meanwhile; more instances up to
+                    max-scale when all are busy at containerConcurrency; scale
+                    to zero after
                     the autoscaling.knative.dev/window annotation, else 60s
                     (Knative's stable window), plus the
                     scale-to-zero-pod-retention-period annotation, as real
@@ -109,8 +110,8 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
 	fs.DurationVar(&f.coldStartDelay, "cold-start-delay", 0, "hold each cold start until this long after the operator's process started, as a pod on a node takes seconds where a local process takes milliseconds (e.g. 2.5s, what make e2e-knative measured for a trivial Knative Service; 0: the local process start, a floor)")
 	fs.StringVar(&f.cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
-	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default: the working directory)")
-	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default: a new temporary folder)")
+	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default the working directory)")
+	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default a new temporary folder)")
 	fs.BoolVar(&f.noStatus, "no-status", false, "do not print the live status line")
 	fs.BoolVar(&f.otel, "otel", false, "start a local OpenTelemetry collector (the Collector's OTLP receiver; see 'opzero install otelcol') and point the operators and the wakeup source at it with the OTEL_* variables: their traces and metrics land as OTLP/JSON lines in the log folder's otel/")
 	fs.StringVar(&f.events, "events", "", "also write what happens as machine-readable events: json writes one JSON object per line (session ready, process started/ready/stopped, delivery, reconciled, reconcile failed, scaled to zero, error, stopped) to standard output, and the human log to standard error")

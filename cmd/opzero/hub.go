@@ -1,12 +1,15 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/opzero/opzero/internal/clihelp"
+	"github.com/opzero/opzero/internal/hub/hubcmd"
 	"github.com/opzero/opzero/internal/manifests"
 )
 
@@ -17,15 +20,41 @@ func newHubCmd() *cobra.Command {
 		Long: `The opzero hub (cmd/opzero-hub) is one always-on Deployment per cluster,
 in namespace opzero-system, that watches what every serverless operator
 subscribes to and wakes each one only for its own changes, sweeps and
-Wakeups. ` + "`opzero manifests`" + ` writes it into every operator's hub.yaml (applying
-it again is harmless); a platform team that installs it once uses
-` + "`opzero hub manifests`" + ` and generates the operators with --install-hub=false.
+Wakeups. ` + "`opzero manifests`" + ` writes it into every operator's hub.yaml
+(applying it again is harmless); a platform team that installs it once
+uses ` + "`opzero hub manifests`" + ` and generates the operators with
+--install-hub=false. ` + "`opzero hub run`" + ` runs a hub in this shell.
 
 The hub also serves operators nobody rebuilt: ` + "`opzero hub adopt`" + ` reads an
 operator's release YAML and writes the Subscription that keeps its own
 Deployment at zero replicas until something it watches changes.`,
 	}
-	cmd.AddCommand(newHubManifestsCmd(), newHubAdoptCmd())
+	cmd.AddCommand(newHubRunCmd(), newHubManifestsCmd(), newHubAdoptCmd())
+	return cmd
+}
+
+// newHubRunCmd is cmd/opzero-hub inside the CLI: the same flags and code
+// path (package hubcmd), to run a hub against any cluster from a shell.
+func newHubRunCmd() *cobra.Command {
+	var f hubcmd.Flags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: hubcmd.Short,
+		Long: hubcmd.Long + `
+
+The generated manifests run the same code as its own small binary,
+github.com/opzero/opzero/cmd/opzero-hub, as a Deployment in opzero-system.
+Run in a shell, it serves the cluster of $KUBECONFIG: every Subscription
+(outside a pod --lease-namespace is empty: one replica), its deliveries
+sent to the sinks' addresses, which must be reachable from this machine,
+and without --service-account no tokens.`,
+		Example: "  opzero hub run " + hubcmd.Example,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return f.Run(cmd.Context()) },
+	}
+	fs := flag.NewFlagSet("hub run", flag.ContinueOnError)
+	f.Bind(fs)
+	cmd.Flags().AddFlagSet(clihelp.PFlags(fs))
 	return cmd
 }
 

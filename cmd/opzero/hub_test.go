@@ -79,3 +79,27 @@ func TestHubAdoptBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestHubRunIsTheHub: `opzero hub run` runs the hub's own code with its
+// flags (package hubcmd, as cmd/opzero-hub): the hub's checks answer, and
+// the old names --replica-id and --webhook-in-flight still parse.
+func TestHubRunIsTheHub(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kc)
+	out, err := runOpzero(t, "hub", "run", "--buckets", "0", "--replica-id", "r", "--webhook-in-flight", "3")
+	if err == nil || !strings.Contains(err.Error(), "--buckets 0: want 1 or more") {
+		t.Fatalf("hub run --buckets 0: %v\n%s", err, out)
+	}
+	if _, err := runOpzero(t, "hub", "run", "--service-account", "no-slash"); err == nil || !strings.Contains(err.Error(), "want <namespace>/<name>") {
+		t.Errorf("hub run --service-account no-slash: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opzero/opzero/internal/clihelp"
 	"github.com/opzero/opzero/internal/kustomize"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/unchanged"
@@ -29,15 +30,15 @@ func newHubAdoptCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "adopt (-f <release.yaml>... | -k <kustomize dir> | --from-cluster --deployment <ns/name>)",
-		Short: "Serve an operator nobody rebuilt at zero: write the Subscription that wakes its own Deployment",
-		Long: `adopt reads what an operator ships (its release YAML, a rendered Helm chart,
-a kustomize folder, or its Deployment already running in the cluster) and
+		Short: "Keep an operator nobody rebuilt at zero: write its Subscription",
+		Long: `adopt reads what an operator ships (its release YAML, a rendered Helm chart, a
+kustomize folder, or its Deployment already running in the cluster) and
 writes, without its source, the hub Subscription that serves its unchanged
-Deployment: the Deployment stays at 0 replicas while nothing it needs changes, a change the Subscription lets through scales it
-to 1 (the operator's own list and watch then see it), and after
---idle-after with nothing let through and no work in flight it goes back
-to 0. Apply the output beside the release, with the hub installed
-(opzero hub manifests).
+Deployment: the Deployment stays at 0 replicas while nothing it needs changes,
+a change the Subscription lets through scales it to 1 (the operator's own list
+and watch then see it), and after --idle with nothing let through and no work
+in flight it goes back to 0. Apply the output beside the release, with the hub
+installed (opzero hub manifests).
 
 What it watches comes from its RBAC: every kind its service account may
 list and watch (a RoleBinding's rules in its namespace, a
@@ -61,7 +62,7 @@ operator up: it is warned of.`,
 		Example: `  # a release YAML
   opzero hub adopt -f dist/install.yaml -o at-zero.yaml
   # a Helm chart, rendered
-  helm template my-op ./chart -n my-op | opzero hub adopt -f - --idle-after 2m
+  helm template my-op ./chart -n my-op | opzero hub adopt -f - --idle 2m
   # a kubebuilder project's own deployment, unchanged
   opzero hub adopt -k config/default --owner Deployment=Memcached | kubectl apply -f -
   # an operator already installed
@@ -166,11 +167,12 @@ operator up: it is warned of.`,
 	f.BoolVar(&fromCluster, "from-cluster", false, "read the operator's Deployment (--deployment <ns/name>), the RBAC bound to its service account, the CRDs and webhook configurations from the cluster")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "with --from-cluster: the cluster's kubeconfig (default $KUBECONFIG)")
 	f.StringSliceVar(&o.Namespaces, "watch-namespace", nil, "wake it only for changes in these namespaces (namespaced kinds; repeatable or comma-separated)")
-	f.StringArrayVar(&selectors, "selector", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
+	f.StringArrayVarP(&selectors, "selector", "l", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
 	f.StringArrayVar(&ownersArg, "owner", nil, "Kind=<OwnerKind>: wake it only for objects of that kind whose controller owner is an OwnerKind (repeatable)")
 	f.StringSliceVar(&o.Ignore, "ignore", nil, "Kind (or group/Kind) it may watch but whose changes need no reconcile, such as pods it only lists: they do not wake it (repeatable or comma-separated)")
-	f.DurationVar(&o.IdleAfter, "idle-after", 0, "how long it runs with nothing let through and no work in flight before it goes back to 0 (0: the hub's default, 1m)")
-	f.DurationVar(&o.MaxSleep, "max-sleep", 0, "the longest it stays at zero, for what the hub cannot see such as a RequeueAfter (0: the hub's default, 1h)")
+	f.DurationVar(&o.IdleAfter, "idle", 0, "how long it runs with nothing let through and no work in flight before it goes back to 0; 0: the hub's (default 1m)")
+	clihelp.PAlias(f, "idle-after", "idle")
+	f.DurationVar(&o.MaxSleep, "max-sleep", 0, "the longest it stays at zero, for what the hub cannot see such as a RequeueAfter; 0: the hub's (default 1h)")
 	return cmd
 }
 

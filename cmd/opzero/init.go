@@ -17,9 +17,10 @@ func newInitCmd() *cobra.Command {
 empty (a .git folder is fine): go.mod, PROJECT (kubebuilder's format),
 cmd/main.go (operator.New with BindFlags: one binary, --mode=serverless or
 --mode=classic; it imports operator/classic for classic mode, which make run
-uses: delete that import for a serverless-only binary), a Makefile (generate, manifests, test, run, dev, build),
-README.md, hack/boilerplate.go.txt and .gitignore; then it runs go mod tidy.
-Add a kind and its controller with opzero create api.
+uses: delete that import for a serverless-only binary), a Makefile (generate,
+manifests, test, run, dev, build), README.md, hack/boilerplate.go.txt and
+.gitignore; then it runs go mod tidy. Add a kind and its controller with
+opzero create api.
 
 opzero is not on a module proxy yet, so go.mod replaces it with a local
 checkout: --opzero-replace names one; without the flag, the checkout this
@@ -51,8 +52,8 @@ opzero was built from (go build or go install from a local folder) is used.`,
 	f.StringVar(&o.Domain, "domain", "", "suffix of the project's API groups: --group cache gives cache.<domain> (required)")
 	f.StringVar(&o.Repo, "repo", "", "Go module path of the project, e.g. github.com/you/memcached-operator (required)")
 	f.StringVar(&o.Owner, "owner", "", "owner named in the copyright line of the generated files' header")
-	f.StringVar(&o.ProjectName, "project-name", "", "name of the project (default: the folder's name)")
+	f.StringVar(&o.ProjectName, "project-name", "", "name of the project (default the folder's name)")
 	f.BoolVar(&o.Force, "force", false, "write into a folder that is not empty, overwriting files of the same names")
-	f.StringVar(&o.OpzeroReplace, "opzero-replace", "", "folder of an opzero checkout that go.mod's replace directive points at (default: the checkout this opzero was built from, if any)")
+	f.StringVar(&o.OpzeroReplace, "opzero-replace", "", "folder of an opzero checkout that go.mod's replace directive points at (default the checkout this opzero was built from, if any)")
 	return cmd
 }

@@ -126,7 +126,8 @@ func seedFrom(t *testing.T) []string {
 // TestOutsideTheCheckout is a user's first steps with an installed CLI, in
 // a folder outside the checkout, with no OPZERO_BIN_DIR: install fills a
 // fresh user cache (here by linking this checkout's binaries, which carry
-// the same pins), controlplane up --knative-crds / status / down find
+// the same pins) and links the pinned kubectl beside the CLI (on PATH as
+// the README has it), controlplane up --knative-crds / status / down find
 // everything there, and opzero dev runs opzero's own wakeup-source images
 // from the CLI in a module that has no dependency on opzero.
 func TestOutsideTheCheckout(t *testing.T) {
@@ -141,6 +142,12 @@ func TestOutsideTheCheckout(t *testing.T) {
 	}
 	if got := strings.TrimSpace(o.must("install", "--print-dir")); got != want {
 		t.Fatalf("install --print-dir = %q, want %q", got, want)
+	}
+	// kubectl as the docs type it: the pinned one, beside the installed CLI
+	kubectl := exec.Command("/bin/sh", "-c", "command -v kubectl && kubectl version --client")
+	kubectl.Env = append(slices.Clone(o.env), "PATH="+filepath.Dir(o.exe)+":/usr/bin:/bin")
+	if b, err := kubectl.CombinedOutput(); err != nil || !strings.HasPrefix(string(b), filepath.Join(filepath.Dir(o.exe), "kubectl")) || !strings.Contains(string(b), "v1.34.3") {
+		t.Fatalf("kubectl on PATH beside the installed opzero: %v\n%s\nwant the pinned v1.34.3", err, b)
 	}
 
 	plane := filepath.Join(t.TempDir(), "plane")

@@ -90,10 +90,26 @@ func TestManifestsBadFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"OPZERO_DESCRIBE", "ApiServerSource", "least-privilege", "--mode", "deterministic", "--source=hub", "--hub-image"} {
+	for _, w := range []string{"OPZERO_DESCRIBE", "ApiServerSource", "--mode", "deterministic", "--source=hub", "--hub-image", "--help-files"} {
 		if !strings.Contains(help, w) {
 			t.Errorf("help does not mention %q", w)
 		}
+	}
+	// -h is a usage; --help-files says what each file holds, and writes nothing
+	files, err := runOpzero(t, "manifests", "--help-files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"crds.yaml", "rbac.yaml", "least-privilege", "operator.yaml", "sources.yaml", "hub.yaml", "wakeup-source.yaml", "broker.yaml", "webhooks.yaml", "deterministic"} {
+		if !strings.Contains(files, w) {
+			t.Errorf("--help-files does not mention %q", w)
+		}
+		if strings.Contains(help, w) && w == "least-privilege" {
+			t.Errorf("-h still holds the file table (%q)", w)
+		}
+	}
+	if n := strings.Count(help, "\n"); n > 140 {
+		t.Errorf("manifests -h is %d lines: a usage, the file table is --help-files's", n)
 	}
 }
 

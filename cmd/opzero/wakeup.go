@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/opzero/opzero/internal/clihelp"
 	"github.com/opzero/opzero/internal/wakeup/sourcecmd"
 )
 
@@ -22,6 +23,6 @@ func newWakeupSourceCmd() *cobra.Command {
 	}
 	fs := flag.NewFlagSet("wakeup-source", flag.ContinueOnError)
 	f.Bind(fs)
-	cmd.Flags().AddGoFlagSet(fs)
+	cmd.Flags().AddFlagSet(clihelp.PFlags(fs))
 	return cmd
 }

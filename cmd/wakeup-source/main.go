@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/opzero/opzero/internal/clihelp"
 	"github.com/opzero/opzero/internal/wakeup/sourcecmd"
 )
 
@@ -20,12 +21,7 @@ func main() {
 	fs := flag.NewFlagSet("wakeup-source", flag.ExitOnError)
 	var f sourcecmd.Flags
 	f.Bind(fs)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "%s.\n\n%s\n\nUsage:\n  wakeup-source [flags]\n\nExample:\n  wakeup-source %s\n\nFlags:\n",
-			sourcecmd.Short, sourcecmd.Long, sourcecmd.Example)
-		fs.PrintDefaults()
-	}
+	fs.Usage = clihelp.Usage(fs, clihelp.Wrap(sourcecmd.Short+".", 0, clihelp.Width)+"\n\n"+sourcecmd.Long+"\n\nUsage:\n  wakeup-source [flags]\n\nExample:\n  wakeup-source "+sourcecmd.Example+"\n\n")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "error: unexpected argument %q: wakeup-source takes only flags (see -help)\n", fs.Arg(0))

@@ -56,7 +56,7 @@ func run(m *testing.M) int {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
-	return testenv.Main(m, testenv.Options{CRDDirs: []string{"config/crd", "../../config/crd/opzero.dev_wakeups.yaml"}, Scheme: scheme})
+	return testenv.Main(m, testenv.Options{CRDDirs: []string{"config/crd", "../../config/crd/opzero.dev_wakeups.yaml"}, Scheme: scheme, KnativeCRDs: true}) // Knative's for TestSwitchingWiring
 }
 
 // startOperator runs the configwatcher binary in mode on a free port

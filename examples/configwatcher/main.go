@@ -7,7 +7,7 @@
 // Outside a cluster it uses KUBECONFIG. Its default build is serverless
 // only, as every opzero operator's is: classic mode is linked by importing
 // package operator/classic, which this example does in classic.go, built
-// with -tags opzero_classic (about 3 MiB more RSS per instance, in either
+// with -tags opzero_classic (2-3 MiB more RSS per instance, in either
 // mode; docs/benchmarks.md).
 package main
 

@@ -91,9 +91,12 @@ func oneFlagPerSetting(t *testing.T, dir string) {
 	run(t, dir, "go", "build", "-o", bin, "./cmd")
 	out, _ := exec.Command(bin, "-h").CombinedOutput() // exit 0 or 2, as the flag package has it
 	flags := map[string]bool{}
+	// a flag's line, in pflag's form (opzero's help: "      --name type")
+	// or the flag package's ("  -name type")
+	flagLine := regexp.MustCompile(`^(?:  -[a-zA-Z], |      )--([a-z0-9-]+)|^  -([a-z][a-z0-9-]*)`)
 	for _, line := range strings.Split(string(out), "\n") {
-		if f, ok := strings.CutPrefix(line, "  -"); ok {
-			flags[strings.Fields(f)[0]] = true
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			flags[m[1]+m[2]] = true
 		}
 	}
 	for _, want := range []string{"metrics-bind-address", "health-probe-bind-address", "leader-elect", "mode", "audience"} {
@@ -101,7 +104,7 @@ func oneFlagPerSetting(t *testing.T, dir string) {
 			t.Errorf("-h has no -%s:\n%s", want, out)
 		}
 	}
-	for _, dup := range []string{"metrics-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
+	for _, dup := range []string{"metrics-addr", "health-addr", "health-probe-addr", "disable-leader-election", "leader-election-namespace"} {
 		if flags[dup] {
 			t.Errorf("-h lists opzero's -%s next to the project's own flag for it", dup)
 		}

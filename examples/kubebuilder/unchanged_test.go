@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/opzero/opzero/examples/kubebuilder/kbproject"
 	"github.com/opzero/opzero/internal/devenv/dev"
@@ -50,18 +49,7 @@ func TestUnchangedOnTheHub(t *testing.T) {
 	}
 	kbproject.ManagerEnv(t, dir, "MEMCACHED_IMAGE", configImage) // its config, not its code
 	r, atZero := onDevUnchanged(t, dir, unchanged.Options{Owners: map[string]string{"Deployment": "Memcached"}, IdleAfter: 3 * time.Second})
-	spec := r.Objects[0]["spec"].(map[string]any)
-	var kinds []string
-	for _, res := range spec["resources"].([]any) {
-		m := res.(map[string]any)
-		k := m["kind"].(string)
-		if o, ok := m["owner"].(map[string]any); ok {
-			k += "(owner " + o["kind"].(string) + ")"
-		}
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	if got := strings.Join(kinds, ","); got != "Deployment(owner Memcached),Memcached" {
+	if got := devtest.SubscribedKinds(r.Objects[0]); got != "Deployment(owner Memcached),Memcached" {
 		t.Fatalf("derived resources %s, want Memcached and the Deployments a Memcached owns (leader election's ConfigMaps and Leases, Events left out)", got)
 	}
 	env := testenv.Get(t)
@@ -133,25 +121,7 @@ func onDevUnchanged(t *testing.T, dir string, o unchanged.Options) (r *unchanged
 		u.SetAnnotations(ann)
 	}
 
-	hubObjs, err := manifests.HubInstall(manifests.DefaultHubImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := manifests.Stream(hubObjs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range r.Objects {
-		y, err := yaml.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stream = append(append(stream, "---\n"...), y...)
-	}
-	extra, err := dev.ReadManifests("-", bytes.NewReader(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
+	extra := devtest.HubAndAdopted(t, r.Objects)
 	env := testenv.Get(t)
 	devtest.Start(t, context.Background(), dev.Options{Kubeconfig: env.Kubeconfig, Objects: append(extra, keep...), Dir: t.TempDir(), CacheDir: t.TempDir(),
 		BuildDir: checkoutRoot(t)})

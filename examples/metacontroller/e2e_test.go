@@ -253,7 +253,7 @@ func exercise(t *testing.T, mode string) {
 
 	// A hook that answers garbage: condition and Event, no child touched.
 	patchSpec(t, c, hw, `{"spec":{"who":"garbage"}}`)
-	testkit.Eventually(t, 60*time.Second, "Synced=False HookAnswerInvalid and a Warning Event on the HelloWorld", func(ctx context.Context) (bool, error) {
+	testkit.Eventually(t, 60*time.Second, "Synced=False HookAnswerInvalid and a Warning Event SyncError (Metacontroller's reason) on the HelloWorld", func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, hw); err != nil {
 			return false, err
 		}
@@ -269,7 +269,8 @@ func exercise(t *testing.T, mode string) {
 		}
 		ev := false
 		for _, e := range evs.Items {
-			ev = ev || (e.InvolvedObject.Name == "your-name" && e.Reason == "HookAnswerInvalid" && e.Type == "Warning")
+			ev = ev || (e.InvolvedObject.Name == "your-name" && e.Reason == "SyncError" && e.Type == "Warning" &&
+				strings.HasPrefix(e.Message, "Sync error: HookAnswerInvalid: "))
 		}
 		return found && ev, nil
 	})

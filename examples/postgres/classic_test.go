@@ -42,7 +42,7 @@ func TestDatabaseClassic(t *testing.T) {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
 	port := testkit.FreePort(t)
-	op := exec.Command(bin, "--mode=classic", "--disable-leader-election", "--health-probe-addr=0", "--metrics-addr=0",
+	op := exec.Command(bin, "--mode=classic", "--disable-leader-election", "--health-addr=0", "--metrics-addr=0",
 		"--events-addr=127.0.0.1:"+strconv.Itoa(port), "--insecure-no-auth")
 	op.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig, "PG_ADMIN_DSN="+pg.AdminDSN("postgres"))
 	opChild, err := testkit.StartChild(t, op, "", time.Minute)

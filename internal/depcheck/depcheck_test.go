@@ -69,6 +69,10 @@ func TestDependencyBudget(t *testing.T) {
 		{pkg: mod + "internal/eventfilter", forbidden: []string{"sigs.k8s.io/controller-runtime", "k8s.io/", "knative.dev"}},
 		// the wire format of an operator's self-description
 		{pkg: mod + "internal/description", stdlib: true},
+		// the wire format of a plan, which the CLI reads (and plan mode's
+		// machinery, linked into every operator: no manager, no CLI)
+		{pkg: mod + "internal/plan", stdlib: true},
+		{pkg: mod + "internal/planner", forbidden: append(append([]string(nil), cliOnly...), managerOnly...)},
 		// The public packages (what a user imports) and an operator binary
 		// link neither the CLI's tools nor the local platform.
 		{pkg: mod + "operator", forbidden: append(append([]string(nil), cliOnly...), managerOnly...)},

@@ -73,6 +73,60 @@ type Description struct {
 	// `opzero manifests` writes their CRDs with every version, and refuses
 	// versions that differ with no conversion.
 	Versions []ConversionKind `json:"versions,omitempty"`
+	// Cache is what an adopted controller-runtime project's manager cache
+	// holds (its cache.Options): the hub watches no wider for it. Absent
+	// when the project restricts nothing, and in binaries older than it.
+	Cache *CacheScope `json:"cache,omitempty"`
+}
+
+// CacheScope is a project's cache.Options as filters the hub applies
+// before it wakes the operator.
+type CacheScope struct {
+	// Namespaces are DefaultNamespaces' (empty: every namespace).
+	Namespaces []string `json:"namespaces,omitempty"`
+	// LabelSelector is DefaultLabelSelector in its string form.
+	LabelSelector string `json:"labelSelector,omitempty"`
+	// ByObject are the kinds with options of their own, which replace
+	// the defaults for that kind, as controller-runtime's ByObject does.
+	ByObject []CacheKind `json:"byObject,omitempty"`
+	// Untranslated are the options the hub cannot apply (field
+	// selectors, transforms, per-namespace selectors), each said as
+	// "<kind or default>: <option>": the hub watches wider than the cache
+	// there, and the operator's cache options apply after it is woken.
+	Untranslated []string `json:"untranslated,omitempty"`
+}
+
+// CacheKind is one kind's ByObject entry: namespaces (empty: the
+// defaults') and a label selector ("" with LabelSet false: the default's).
+type CacheKind struct {
+	Group         string   `json:"group"`
+	Version       string   `json:"version"`
+	Kind          string   `json:"kind"`
+	Namespaces    []string `json:"namespaces,omitempty"`
+	LabelSelector string   `json:"labelSelector,omitempty"`
+	// LabelSet: the entry sets its own label selector (which may be
+	// everything: "").
+	LabelSet bool `json:"labelSet,omitempty"`
+}
+
+// For returns the namespaces (empty: all) and the label selector ("":
+// everything) the cache holds of kind g/k.
+func (c *CacheScope) For(group, kind string) (namespaces []string, selector string) {
+	if c == nil {
+		return nil, ""
+	}
+	namespaces, selector = c.Namespaces, c.LabelSelector
+	for _, b := range c.ByObject {
+		if b.Group == group && b.Kind == kind {
+			if len(b.Namespaces) > 0 {
+				namespaces = b.Namespaces
+			}
+			if b.LabelSet {
+				selector = b.LabelSelector
+			}
+		}
+	}
+	return namespaces, selector
 }
 
 // Webhooks are an adopted project's admission and conversion webhooks.
@@ -182,6 +236,8 @@ type Rule struct {
 	APIGroups []string `json:"apiGroups"`
 	Resources []string `json:"resources"`
 	Verbs     []string `json:"verbs"`
+	// ResourceNames, if set, limit the rule to objects of these names.
+	ResourceNames []string `json:"resourceNames,omitempty"`
 }
 
 // EnvVar is one environment variable of the operator's container: a

@@ -1,4 +1,4 @@
-// Package genskip holds the generation-aware skip rule both engines apply to
+// Package genskip (generation skip) holds the generation-aware skip rule both engines apply to
 // updates of the primary kind: an update whose metadata.generation <=
 // status.observedGeneration, that is not a deletion and changes none of the
 // metadata the operator cares about (finalizers always; labels and

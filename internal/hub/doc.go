@@ -2,7 +2,7 @@
 // feeds every serverless operator in it, in place of one Knative
 // ApiServerSource adapter per watched kind, the sweep PingSources and a
 // wakeup source per operator. What an operator needs is a Subscription
-// (opzero.dev/v1alpha1) that `opzero manifests --source=hub` writes.
+// (opzero.dev/v1alpha1), which `opzero manifests` writes by default.
 //
 // # Expected flow
 //
@@ -84,6 +84,45 @@
 //     resumes from the progress last written (every Options.Flush, 2 s).
 //     A container restarted in its pod takes its own Leases back at once
 //     (its identity is the pod name).
+//
+// # Files, in the order a change travels
+//
+//	hub.go         Run; watchSubscriptions: every Subscription, as a sub
+//	               (subscription.go); update, wire: attached to watches
+//	replicas.go    which buckets this replica serves (package bucket),
+//	               hand-offs, whose Wakeups go where
+//	check.go       check: the spec, the sink (resolve), kinds (api.go:
+//	               discovery of those group-versions only), authorize
+//	               (SubjectAccessReviews); plan: the spec as attachments
+//	watch.go       sharedWatch: one watch per watchKey, streamed (raw.go
+//	               decodes without a scheme), relisted after 410 Gone;
+//	               dispatch: each attachment that wants (owner filter;
+//	               referencedBy through refindex.go) and does not skip
+//	               (skipObserved) the change
+//	refindex.go    the referrer index of a referencedBy; tell: an object
+//	               that became referenced is sent once
+//	deliver.go     dispatcher: one pending change per object and mode,
+//	               spec.delivery.concurrency sends; sub.send: the
+//	               ApiServerSource CloudEvent, the hub's token, retries,
+//	               dead letter; settled
+//	epoch.go       the Opzero-Hub-Epoch header of every send
+//	early.go       postSink: the route, and the starting pod (package
+//	               starting) as soon as it listens
+//	sweep.go       the sweeps' cron ticks; when the anti-entropy sweep is
+//	               skipped (unvouch)
+//	target.go      a Deployment sink (an unchanged operator): scaled from
+//	               0 to 1 for a change, back to 0 when idle
+//	targetadmission.go  an admission call for a Deployment sink: its
+//	               running pods (package admission calls ServingPods)
+//	watch.go       attachment.pass, mark.done: progress past each settled
+//	               change; subscription.go: setProgress, writeStatus and
+//	               flush (status.progress, every Options.Flush)
+//	stats.go       the opzero_hub_* metrics; health.go /healthz, /readyz
+//
+// A Subscription's methods (type sub) live in subscription.go (state,
+// progress, status), deliver.go (send), early.go (postSink), sweep.go
+// (ticks) and targetadmission.go; docs/flow.md draws the whole path, the
+// operator's side included.
 //
 // # Guarantees
 //

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -230,6 +231,14 @@ func (s *sub) writeStatus(ctx context.Context, gen int64) {
 	}
 	s.mu.Unlock()
 	if _, err := s.h.dyn.Resource(subscriptionsGVR).Namespace(s.key.Namespace).Patch(ctx, s.key.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted (or its namespace): its delete event ends it; no
+			// write is retried until then.
+			s.mu.Lock()
+			s.written, s.dirty = body, false
+			s.mu.Unlock()
+			return
+		}
 		s.h.opts.Log.Error(err, "writing the Subscription's status", "subscription", s.key.String())
 		return
 	}

@@ -201,6 +201,7 @@ type scaler struct {
 	wokeAt   time.Time // the hub's last scale-up ("": not since this holder serves it)
 	readyAt  time.Time // when a pod was first seen ready since the last scale-up
 	zeroAt   time.Time // when it was first seen at 0
+	draining bool      // stopped by the hub, its pods not all gone: their Leases to release
 	calls    int       // admission calls under way (admission.go): never stopped meanwhile
 	health   metav1.Condition
 }
@@ -425,8 +426,20 @@ func (t *scaler) tick(ctx context.Context) time.Duration {
 			}
 			return time.Second
 		}
-		if st, _, _ := unstructured.NestedInt64(d.Object, "status", "replicas"); st > 0 {
-			return time.Second // pods still stopping: release their Leases once gone
+		t.mu.Lock()
+		draining := t.draining
+		t.mu.Unlock()
+		if draining {
+			// The stopped pod's leader Lease is released as soon as the pod
+			// is gone (status.replicas leaves out terminating pods: the pods
+			// are listed), so the next wake does not wait for it.
+			if pods, err := h.deploymentPods(ctx, d); err != nil || len(pods) > 0 {
+				return time.Second
+			}
+			t.releaseLeases(ctx, d)
+			t.mu.Lock()
+			t.draining = false
+			t.mu.Unlock()
 		}
 		return 5 * time.Second
 	}
@@ -527,7 +540,7 @@ func (t *scaler) stopIfIdle(ctx context.Context, o targetOptions, until time.Tim
 	if !t.wokeAt.IsZero() {
 		up = now.Sub(t.wokeAt)
 	}
-	t.wokeAt, t.readyAt, t.zeroAt = time.Time{}, time.Time{}, now
+	t.wokeAt, t.readyAt, t.zeroAt, t.draining = time.Time{}, time.Time{}, now, true
 	t.mu.Unlock()
 	h.stats.targetStops.Inc()
 	h.stats.targetUp.Add(up.Seconds())

@@ -138,11 +138,13 @@ func TestDeploymentSink(t *testing.T) {
 		v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}})
 	sub.Spec.ScaleToZero = &v1alpha1.ScaleToZero{IdleAfter: &metav1.Duration{Duration: 2 * time.Second},
 		Metrics: &v1alpha1.MetricsEndpoint{Port: port, Scheme: "http"}}
-	must(t, c.Create(ctx, sub))
 	// A peer operator that watches the namespace's pods and Deployments:
 	// op's wakes and stops must not wake it (nor would they a classic
-	// one, whose peers run on).
+	// one, whose peers run on). Its Deployment is there before op's
+	// Subscription, which would be woken by its creation (op watches
+	// the namespace's Deployments).
 	must(t, c.Create(ctx, operatorDeployment(ns, "peer", 0)))
+	must(t, c.Create(ctx, sub))
 	must(t, c.Create(ctx, deploymentSub(ns, "peer", "peer", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}},
 		v1alpha1.SubscribedResource{APIVersion: "apps/v1", Kind: "Deployment", Namespaces: []string{ns}})))
 	condition(t, ns, "op", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
@@ -191,6 +193,16 @@ func TestDeploymentSink(t *testing.T) {
 		err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod}, &corev1.Pod{})
 		return apierrors.IsNotFound(err), nil
 	})
+	// At zero, its pod gone: the stale Lease is released before any wake.
+	testkit.Eventually(t, 10*time.Second, "Lease "+lease.Name+" released at zero, its holder gone", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			return false, err
+		}
+		return lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", nil
+	})
+	if n := h.Stats().DeploymentWakes(); n != 1 {
+		t.Errorf("opzero_hub_deployment_wakes_total %v before the change at zero, want 1", n)
+	}
 
 	// A change at zero wakes it again, the stale Lease released first.
 	cm.Data = map[string]string{"k": "v"}

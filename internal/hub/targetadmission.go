@@ -18,10 +18,11 @@ import (
 // looks for a ready pod.
 const podPoll = 200 * time.Millisecond
 
-// ReadyPods is the hub's side of an admission call for an unchanged
+// ServingPods is the hub's side of an admission call for an unchanged
 // operator (package admission, a webhook configuration naming a
 // Deployment sink's Subscription): the Deployment is woken if it is at
-// zero, and the call waits until one of its pods is ready, or ctx ends.
+// zero, and the call waits until one of its pods may serve (servingPods),
+// or ctx ends.
 // done ends the call: until then the replica serving the Subscription
 // does not stop the Deployment, and the call counts as activity.
 //
@@ -29,7 +30,7 @@ const podPoll = 200 * time.Millisecond
 // bucket is another's) scales the Deployment to 1 itself when it is at
 // 0, through the same conditional write, and the serving replica finds
 // it up and counts its idle period from then.
-func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason string) ([]corev1.Pod, func(), error) {
+func (h *Hub) ServingPods(ctx context.Context, key types.NamespacedName, reason string) ([]corev1.Pod, func(), error) {
 	h.mu.Lock()
 	obj, s := h.all[key], h.subs[key]
 	h.mu.Unlock()
@@ -56,7 +57,7 @@ func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason st
 		return nil, nil, err
 	}
 	for {
-		pods, err := h.readyPods(ctx, d)
+		pods, err := h.servingPods(ctx, d)
 		if err != nil && ctx.Err() == nil {
 			done()
 			return nil, nil, err
@@ -67,7 +68,7 @@ func (h *Hub) ReadyPods(ctx context.Context, key types.NamespacedName, reason st
 		select {
 		case <-ctx.Done():
 			done()
-			return nil, nil, fmt.Errorf("Deployment %s/%s has no ready pod yet: %w", key.Namespace, name, ctx.Err())
+			return nil, nil, fmt.Errorf("Deployment %s/%s has no running pod yet: %w", key.Namespace, name, ctx.Err())
 		case <-time.After(podPoll):
 		}
 	}
@@ -108,24 +109,37 @@ func (h *Hub) wakeElsewhere(ctx context.Context, ns, name, reason string) (*unst
 	return d, err
 }
 
-// readyPods are Deployment d's ready pods with an address, not being
-// deleted.
-func (h *Hub) readyPods(ctx context.Context, d *unstructured.Unstructured) ([]corev1.Pod, error) {
+// servingPods are the pods of Deployment d an admission call may go to:
+// its ready pods with an address, not being deleted, else its running
+// ones. A webhook server answers long before a readiness probe says so:
+// kubebuilder's scaffold probes first after 5 s, then every 10 s, so a
+// woken operator whose first probe came too early is Ready only after
+// 15 s, past the API server's 10 s webhook timeout. The caller dials the
+// pod directly and tries again while it refuses the connection.
+func (h *Hub) servingPods(ctx context.Context, d *unstructured.Unstructured) ([]corev1.Pod, error) {
 	items, err := h.deploymentPods(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("listing Deployment %s/%s's pods: %w", d.GetNamespace(), d.GetName(), err)
 	}
-	var out []corev1.Pod
+	var ready, running []corev1.Pod
 	for i := range items {
 		p := &items[i]
-		if p.GetDeletionTimestamp() != nil || !podReady(p) {
+		if p.GetDeletionTimestamp() != nil {
 			continue
 		}
 		var pod corev1.Pod
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.Object, &pod); err != nil || pod.Status.PodIP == "" {
 			continue
 		}
-		out = append(out, pod)
+		switch {
+		case podReady(p):
+			ready = append(ready, pod)
+		case pod.Status.Phase == corev1.PodRunning:
+			running = append(running, pod)
+		}
 	}
-	return out, nil
+	if len(ready) > 0 {
+		return ready, nil
+	}
+	return running, nil
 }

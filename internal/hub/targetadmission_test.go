@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/opzero/opzero/api/v1alpha1"
 	"github.com/opzero/opzero/internal/hub"
@@ -156,7 +157,10 @@ func TestUnchangedWebhookAtZero(t *testing.T) {
 		admission.AnnotationUpstreamCA: base64.StdEncoding.EncodeToString(op.ca)})))
 
 	// create makes a ConfigMap the webhook sees while the test plays the
-	// kubelet for the woken pod; it returns the API server's answer.
+	// kubelet for the woken pod (Ready, or running with its readiness
+	// probe not passed yet: the webhook server answers before it); it
+	// returns the API server's answer.
+	ready := true
 	create := func(name string, bad bool) error {
 		cm := configMap(ns, name, nil)
 		cm.Labels = map[string]string{"webhooked-by": "op"}
@@ -171,12 +175,19 @@ func TestUnchangedWebhookAtZero(t *testing.T) {
 		case <-time.After(300 * time.Millisecond):
 		}
 		waitReplicas(t, ns, "op", 1, "an admission call at zero")
-		readyPod(t, ns, "op")
+		if ready {
+			readyPod(t, ns, "op")
+		} else {
+			runningPod(t, ns, "op")
+			defer readyPod(t, ns, "op") // its probe passes later
+		}
 		return <-errc
 	}
 
-	// Three calls at zero, each after the operator went back to zero.
+	// Three calls at zero, each after the operator went back to zero; the
+	// second one's pod is running, not Ready.
 	for i := range 3 {
+		ready = i != 1
 		waitReplicas(t, ns, "op", 0, "idle")
 		before := op.calls.Load()
 		err := create(fmt.Sprintf("bad-%d", i), true)
@@ -250,4 +261,30 @@ func TestUnchangedWebhookAtZero(t *testing.T) {
 		})
 	}
 	stays(t, ns, "noca", 0, time.Second, "its webhook is not served")
+}
+
+// runningPod plays the kubelet for the Deployment's pod as a readiness
+// probe lagging behind the container leaves it: running, with an
+// address, not Ready.
+func runningPod(t *testing.T, ns, deployment string) {
+	t.Helper()
+	c := testenv.Get(t).Client
+	testkit.Eventually(t, 30*time.Second, "a pod of "+deployment+" to mark running", func(ctx context.Context) (bool, error) {
+		var l corev1.PodList
+		if err := c.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{"app": deployment}); err != nil {
+			return false, err
+		}
+		for _, p := range l.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			now := metav1.Now()
+			p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
+			if c.Status().Update(ctx, &p) == nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }

@@ -7,12 +7,22 @@ import (
 )
 
 // The flags of a kubebuilder project for what opzero's --disable-leader-election
-// and --health-probe-addr set: an adopted binary has these instead
+// and --health-addr set: an adopted binary has these instead
 // (operator.Options.BindFlags leaves its own out).
 const (
 	projectLeaderFlag = "leader-elect"
 	projectProbeFlag  = "health-probe-bind-address"
 )
+
+// probeFlag is the operator's flag for its health probe address:
+// --health-addr, or its old name --health-probe-addr for a binary built
+// with an opzero that has only that (which still takes it).
+func (g *gen) probeFlag() string {
+	if g.hasFlag("health-probe-addr") && !g.hasFlag("health-addr") {
+		return "health-probe-addr"
+	}
+	return "health-addr"
+}
 
 // hasFlag reports whether the operator binary has flag name.
 func (g *gen) hasFlag(name string) bool {
@@ -51,7 +61,7 @@ func (g *gen) deployment() Object {
 	if g.hasFlag(projectProbeFlag) {
 		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
 	} else {
-		args = append(args, fmt.Sprintf("--health-probe-addr=:%d", classicProbePort))
+		args = append(args, fmt.Sprintf("--%s=:%d", g.probeFlag(), classicProbePort))
 	}
 	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
 		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})

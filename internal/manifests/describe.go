@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/internal/ownsource"
 )
 
 // describeTimeout bounds the run of an operator binary that describes itself.
@@ -35,6 +36,10 @@ type Target struct {
 func Describe(ctx context.Context, dir, pkg string) (*Target, error) {
 	if pkg == "" {
 		return nil, errors.New("no operator package: pass --operator with the Go package of the operator's main, e.g. ./examples/configwatcher")
+	}
+	dir, err := resolvingDir(ctx, dir, pkg)
+	if err != nil {
+		return nil, err
 	}
 	ip, err := goCmd(ctx, dir, "list", "-f", "{{.Name}} {{.ImportPath}}", pkg)
 	if err != nil {
@@ -176,4 +181,35 @@ func tail(s string) string {
 		s = "..." + s[len(s)-2000:]
 	}
 	return s
+}
+
+// resolvingDir is where pkg is resolved: dir, or, for one of opzero's own
+// commands (github.com/opzero/opzero/cmd/opzero-metacontroller) that dir's
+// module does not resolve (a folder of YAML, no go.mod), the opzero source
+// this CLI was built from (package ownsource): an installed CLI serves
+// Metacontroller's hooks from the user's own folder.
+func resolvingDir(ctx context.Context, dir, pkg string) (string, error) {
+	if !ownsource.Own(pkg) {
+		return dir, nil
+	}
+	if _, err := goCmd(ctx, dir, "list", "-f", "{{.ImportPath}}", pkg); err == nil {
+		return dir, nil
+	}
+	root, err := ownsource.Root()
+	if err != nil {
+		return "", fmt.Errorf("operator package %q is opzero's own, and %s is no Go module that has it: %w", pkg, dir, err)
+	}
+	return root, nil
+}
+
+// OwnOutsideModule reports whether pkg is one of opzero's own commands
+// that dir's Go module does not resolve: it is built from opzero's source
+// (resolvingDir), and dir is the project as far as config/ and the
+// output's kustomization go.
+func OwnOutsideModule(ctx context.Context, dir, pkg string) bool {
+	if !ownsource.Own(pkg) {
+		return false
+	}
+	_, err := goCmd(ctx, dir, "list", "-f", "{{.ImportPath}}", pkg)
+	return err != nil
 }

@@ -8,13 +8,11 @@
 //     kind, owned and watched kinds, events, leases, wakeups, tokenreviews,
 //     plus the reconciler package's +kubebuilder:rbac markers;
 //   - serverless: a Knative Service (scale bounds, concurrency, timeout,
-//     autoscaling annotations), one ApiServerSource per kind each with its own
-//     ServiceAccount allowed only get/list/watch on that kind, PingSources for
-//     the sweeps, the wakeup source;
-//   - serverless with Options.Source = SourceHub (--source=hub): instead of
-//     those sources, one Subscription (opzero.dev/v1alpha1) named after the
-//     operator, asking the cluster's hub for the same kinds in the same
-//     modes (owner filters, selectors, all namespaces), a referencedBy
+//     autoscaling annotations) and its events' wiring. By default
+//     (Options.Source = SourceHub, also when unset) one Subscription
+//     (opzero.dev/v1alpha1) named after the operator, asking the cluster's
+//     hub for its kinds in their modes (owner filters, selectors, all
+//     namespaces), a referencedBy
 //     filter for each watched kind declared with builder.ReferencedBy, the
 //     same sweeps under the PingSources' names, and the Wakeups when durable
 //     time is on; a ClusterRole opzero-hub:<namespace>:<operator> letting
@@ -22,9 +20,17 @@
 //     opzero.dev/aggregate-to-hub) into the hub's; and the hub itself in
 //     hub.yaml: Namespace opzero-system, ServiceAccount, ClusterRoles
 //     opzero-hub (aggregated) and opzero-hub-base, a Role for its own
-//     tokens, and the Deployment (Options.HubImage); the Knative Service
-//     runs with --event-cache (the engine's event cache, which the hub's
-//     referenced updates and epoch keep sound);
+//     tokens and its bucket Leases, its admission endpoint (a Service,
+//     the ClusterRole opzero-hub-admission, a Role for the Secret of its
+//     certificate: hubwebhooks.go), the Deployment (two replicas,
+//     Options.HubImage, default DefaultHubImage), its PodDisruptionBudget
+//     and the headless Service opzero-hub-peers; the Knative Service runs
+//     with --event-cache when the binary has the flag (the engine's event
+//     cache, which the hub's referenced updates and epoch keep sound; an
+//     adopted project's own flag set may lack it). With Options.Source =
+//     SourceKnative (--source=knative), instead: one ApiServerSource per
+//     kind, each with its own ServiceAccount allowed only get/list/watch on
+//     that kind, PingSources for the sweeps, the wakeup source;
 //   - classic: a Deployment with leader election instead;
 //   - when the operator takes external events (builder.WatchesEvents): its
 //     Broker (the operator's name, or Options.Broker) and one Trigger per

@@ -144,3 +144,30 @@ func TestArgsValuesAreNotFlags(t *testing.T) {
 		t.Errorf("args end with %v", got)
 	}
 }
+
+// TestMaxScaleEnv: OPZERO_MAX_SCALE carries the bound the Service gets,
+// and -1 for an unbounded one (Knative's max-scale 0), which the operator
+// would otherwise take for a single instance and reconcile without
+// per-key Leases.
+func TestMaxScaleEnv(t *testing.T) {
+	in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for maxScale, want := range map[int]string{0: "-1", 1: "1", 3: "3"} {
+		in.Operator.Deploy.MaxScale = maxScale
+		objs, err := manifests.Generate(in, manifests.Options{Mode: manifests.Serverless})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, e := range operatorContainer(t, objs)["env"].([]any) {
+			if m := e.(map[string]any); m["name"] == "OPZERO_MAX_SCALE" {
+				got, _ = m["value"].(string)
+			}
+		}
+		if got != want {
+			t.Errorf("max-scale %d: OPZERO_MAX_SCALE %q, want %q", maxScale, got, want)
+		}
+	}
+}

@@ -48,6 +48,10 @@ type Input struct {
 	// WebhookSources are where its Go files declare and register
 	// webhooks (errors name them).
 	WebhookSources WebhookSources
+	// Cache is an adopted project's cache options (nil: it restricts
+	// nothing): its Subscription asks the hub for no more than the cache
+	// holds.
+	Cache *description.CacheScope
 }
 
 // Build describes the operator in Go package pkg (resolved in dir),
@@ -65,6 +69,11 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 		for _, op := range t.Desc.Operators {
 			for _, w := range op.Warnings {
 				fmt.Fprintf(o.Warnings, "warning: %s: %s\n", op.Name, w)
+			}
+		}
+		if c := t.Desc.Cache; c != nil && o.hub() {
+			for _, u := range c.Untranslated {
+				fmt.Fprintf(o.Warnings, "warning: %s: its cache option %s is no filter the hub applies: the hub wakes it for changes its cache then drops\n", t.ImportPath, u)
 			}
 		}
 	}
@@ -190,7 +199,8 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if err := checkVersions(ctx, t.Dir, wanted, append(slices.Clone(converted), t.Desc.Versions...), converted); err != nil {
 		return Input{}, fmt.Errorf("%s: %w", t.ImportPath, err)
 	}
-	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val, WebhookSources: sources, CRDs: wanted}
+	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val, WebhookSources: sources, CRDs: wanted,
+		Cache: t.Desc.Cache}
 	if len(t.Desc.Operators) > 1 {
 		in.Operators = t.Desc.Operators
 	}
@@ -396,7 +406,7 @@ func (g *gen) operatorRBAC() []Object {
 func describedRules(in []description.Rule) []rbacv1.PolicyRule {
 	out := make([]rbacv1.PolicyRule, 0, len(in))
 	for _, r := range in {
-		out = append(out, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs})
+		out = append(out, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs, ResourceNames: r.ResourceNames})
 	}
 	return out
 }

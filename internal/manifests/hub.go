@@ -80,8 +80,19 @@ func (g *gen) subscription() Object {
 	var resources []any
 	for _, k := range g.sourceKinds() {
 		r := map[string]any{"apiVersion": k.APIVersion(), "kind": k.Kind.Kind, "mode": k.mode}
-		if k.Selector != "" {
-			r["labelSelector"] = k.Selector
+		// The project's cache holds no more than its options say: the
+		// hub sends no more (the kind's own selector and the cache's both
+		// hold).
+		nss, cached := g.in.Cache.For(k.Group, k.Kind.Kind)
+		if sel := joinSelectors(k.Selector, cached); sel != "" {
+			r["labelSelector"] = sel
+		}
+		if len(nss) > 0 {
+			var ns []any
+			for _, n := range nss {
+				ns = append(ns, n)
+			}
+			r["namespaces"] = ns
 		}
 		if k.owned {
 			r["owner"] = map[string]any{"apiVersion": k.owner.APIVersion(), "kind": k.owner.Kind}
@@ -133,6 +144,18 @@ func (g *gen) subscription() Object {
 	sub := object("opzero.dev/v1alpha1", "Subscription", g.o.Namespace, g.name(), g.labels("source"))
 	sub["spec"] = spec
 	return Object{File: FileSources, Obj: sub}
+}
+
+// joinSelectors is the label selector both a and b hold for ("" is
+// everything).
+func joinSelectors(a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	}
+	return a + "," + b
 }
 
 // hubReadRole lets the hub get, list and watch the kinds the operator

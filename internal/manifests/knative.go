@@ -244,7 +244,7 @@ func (g *gen) service() Object {
 		args = append(args, "--"+projectProbeFlag+"=0")
 	}
 	env := []any{
-		map[string]any{"name": "OPZERO_MAX_SCALE", "value": strconv.Itoa(d.MaxScale)},
+		map[string]any{"name": "OPZERO_MAX_SCALE", "value": envMaxScale(d.MaxScale)},
 		// a literal: Knative's webhook refuses fieldRef unless the
 		// kubernetes.podspec-fieldref feature is on
 		map[string]any{"name": "POD_NAMESPACE", "value": g.o.Namespace},
@@ -446,4 +446,13 @@ func httpProbe(path string, port any, failures int64) map[string]any {
 		get["port"] = port
 	}
 	return map[string]any{"httpGet": get, "periodSeconds": int64(10), "timeoutSeconds": int64(1), "failureThreshold": failures}
+}
+
+// envMaxScale is OPZERO_MAX_SCALE for Knative's max-scale n: n itself, -1
+// for 0 (unbounded), which the operator would take for one instance.
+func envMaxScale(n int) string {
+	if n == 0 {
+		return "-1"
+	}
+	return strconv.Itoa(n)
 }

@@ -141,7 +141,11 @@ func WriteDir(dir string, objs []Object) error {
 // kustomization (kustomize build, kubectl apply -k, opzero dev -k). A
 // kustomization file opzero did not write is refused before anything is
 // written.
-func WriteOverlay(dir string, objs []Object) error {
+//
+// extra are more resources of the kustomization, after those files
+// (folders of kustomizations, relative to dir: the Metacontroller
+// controllers and hooks the operator serves).
+func WriteOverlay(dir string, objs []Object, extra ...string) error {
 	if err := kustomize.CheckWritable(dir); err != nil {
 		return err
 	}
@@ -154,7 +158,7 @@ func WriteOverlay(dir string, objs []Object) error {
 	}
 	files := slices.Collect(maps.Keys(seen))
 	sort.Slice(files, func(i, j int) bool { return fileOrder[files[i]] < fileOrder[files[j]] })
-	return kustomize.WriteKustomization(dir, files)
+	return kustomize.WriteKustomization(dir, append(files, extra...))
 }
 
 // object starts an object with apiVersion, kind and metadata.

@@ -33,7 +33,14 @@ func ConfigDir(moduleDir string) string {
 
 // ModuleDir is the folder of the Go module of package pkg (resolved in
 // dir): where its config/ is.
+//
+// For one of opzero's own commands outside a module that has it (a folder
+// of Metacontroller YAML), it is dir itself: the user's folder is the
+// project (its config/, the output's kustomization).
 func ModuleDir(ctx context.Context, dir, pkg string) (string, error) {
+	if OwnOutsideModule(ctx, dir, pkg) {
+		return dir, nil
+	}
 	out, err := goCmd(ctx, dir, "list", "-f", "{{with .Module}}{{.Dir}}{{end}}", pkg)
 	if err != nil {
 		return "", fmt.Errorf("operator package %q: %w", pkg, err)

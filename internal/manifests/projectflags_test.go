@@ -30,6 +30,10 @@ func TestAdoptedProjectsFlags(t *testing.T) {
 			[]string{"--mode=classic", "--leader-elect", "--health-probe-bind-address=:8081"},
 			[]string{"--health-probe-bind-address=0"}},
 		{"opzero", opzeroFlags,
+			[]string{"--mode=classic", "--leader-election-namespace=ns", "--health-addr=:8081"}, nil},
+		// a binary of an opzero before --health-addr: its old name, which
+		// the binary has
+		{"older opzero", slices.DeleteFunc(slices.Clone(opzeroFlags), func(f string) bool { return f == "health-addr" }),
 			[]string{"--mode=classic", "--leader-election-namespace=ns", "--health-probe-addr=:8081"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -74,6 +75,9 @@ type Controller struct {
 	// Unsupported are the fields it sets that opzero does not implement
 	// (reported by ReportUnsupported and `opzero manifests`).
 	Unsupported []Unsupported
+	// Endpoints are its spec.endpointConfigs, then spec.connections (the
+	// older name): TLS and credentials per webhook host (endpoints.go).
+	Endpoints []v1alpha1.EndpointConfig
 }
 
 // Finalizer is the finalizer Metacontroller puts on parents when the
@@ -144,7 +148,7 @@ func resolve(ccs []v1alpha1.CompositeController, dcs []v1alpha1.DecoratorControl
 func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, error) {
 	cc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CompositeController"))
 	c := &Controller{Kind: "CompositeController", Name: cc.Name, Object: cc, Hash: specHash(cc.Spec, cc.Annotations),
-		Unsupported: unsupportedComposite(cc)}
+		Unsupported: unsupportedComposite(cc), Endpoints: slices.Concat(cc.Spec.EndpointConfigs, cc.Spec.Connections)}
 	p, err := resolveResource(cc.Spec.ParentResource.ResourceRule, m)
 	if err != nil {
 		return nil, fmt.Errorf("parentResource: %w", err)
@@ -193,7 +197,7 @@ func resolveComposite(cc *v1alpha1.CompositeController, m Mapper) (*Controller, 
 func resolveDecorator(dc *v1alpha1.DecoratorController, m Mapper) (*Controller, error) {
 	dc.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DecoratorController"))
 	c := &Controller{Kind: "DecoratorController", Name: dc.Name, Object: dc, Hash: specHash(dc.Spec, dc.Annotations),
-		Unsupported: unsupportedDecorator(dc)}
+		Unsupported: unsupportedDecorator(dc), Endpoints: slices.Concat(dc.Spec.EndpointConfigs, dc.Spec.Connections)}
 	if len(dc.Spec.Resources) == 0 {
 		return nil, errors.New("resources is empty")
 	}

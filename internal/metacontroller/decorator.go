@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,10 +22,10 @@ func (r *Reconciler) syncDecorator(ctx context.Context, c *Controller, d Decorat
 	if !d.matches(obj) {
 		return reconcile.Result{}, nil // not (or no longer) selected: left alone
 	}
-	return r.sync(ctx, c, obj, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
+	return r.sync(ctx, c, obj, func(ctx context.Context, ep Endpoint, in hookInput) (hookAnswer, error) {
 		req := DecoratorSyncRequest{Controller: c.Object, Object: obj, Attachments: in.children, Related: in.related, Finalizing: in.finalizing}
 		var resp DecoratorSyncResponse
-		err := r.Hooks.Call(ctx, url, timeout, req, answerFor(in.hook, &resp))
+		err := r.Hooks.CallEndpoint(ctx, ep, req, answerFor(in.hook, &resp))
 		return hookAnswer{status: resp.Status, children: resp.Attachments, labels: resp.Labels, annotations: resp.Annotations,
 			resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
 	})

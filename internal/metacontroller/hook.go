@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,7 +79,8 @@ func (e *BadAnswer) Error() string {
 
 // HookClient calls hooks: POST JSON, with a timeout per attempt, retries of
 // what may pass (network errors, timeouts, 429, 502, 503, 504, honouring
-// Retry-After), and a bearer token when Token is set.
+// Retry-After), and a bearer token when Token is set (unless the hook's
+// endpoint has an Authorization of its own).
 type HookClient struct {
 	// HTTP does the calls (default: a client without a global timeout; each
 	// attempt is bounded by the hook's timeout).
@@ -92,6 +94,47 @@ type HookClient struct {
 	Backoff time.Duration
 	// MaxWait bounds one wait between attempts (default 5 s).
 	MaxWait time.Duration
+
+	mu  sync.Mutex
+	tls map[string]tlsClient // host -> the client of its current TLS material
+}
+
+type tlsClient struct {
+	material string
+	http     *http.Client
+}
+
+// client is the HTTP client for a call of ep: HTTP (or the default) without
+// TLS material; with it, one client per host, replaced (its idle
+// connections closed) when the material changes, e.g. a rotated
+// certificate.
+func (c *HookClient) client(host string, ep Endpoint) *http.Client {
+	if ep.TLS == nil {
+		if c.HTTP != nil {
+			return c.HTTP
+		}
+		return http.DefaultClient
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.tls[host]; ok && cur.material == ep.Material {
+		return cur.http
+	} else if ok {
+		cur.http.CloseIdleConnections()
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if c.HTTP != nil {
+		if base, ok := c.HTTP.Transport.(*http.Transport); ok {
+			t = base.Clone()
+		}
+	}
+	t.TLSClientConfig = ep.TLS
+	hc := &http.Client{Transport: t}
+	if c.tls == nil {
+		c.tls = map[string]tlsClient{}
+	}
+	c.tls[host] = tlsClient{material: ep.Material, http: hc}
+	return hc
 }
 
 // DefaultHookTimeout bounds one hook call when the webhook sets no timeout
@@ -103,6 +146,12 @@ const maxAnswer = 16 << 20
 
 // Call POSTs req to url and decodes the answer into resp.
 func (c *HookClient) Call(ctx context.Context, url string, timeout time.Duration, req, resp any) error {
+	return c.CallEndpoint(ctx, Endpoint{URL: url, Timeout: timeout}, req, resp)
+}
+
+// CallEndpoint is Call with ep's TLS and credentials.
+func (c *HookClient) CallEndpoint(ctx context.Context, ep Endpoint, req, resp any) error {
+	url, timeout := ep.URL, ep.Timeout
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encoding the request for hook %s: %w", url, err)
@@ -138,7 +187,7 @@ func (c *HookClient) Call(ctx context.Context, url string, timeout time.Duration
 			}
 			wait *= 2
 		}
-		data, retry, err := c.once(ctx, url, timeout, body)
+		data, retry, err := c.once(ctx, ep, timeout, body)
 		if err == nil {
 			return decodeAnswer(url, data, resp)
 		}
@@ -160,7 +209,8 @@ func (e *retryAfter) Unwrap() error { return e.err }
 
 // once is one attempt: the answer's body, or an error and whether another
 // attempt may succeed.
-func (c *HookClient) once(ctx context.Context, url string, timeout time.Duration, body []byte) ([]byte, bool, error) {
+func (c *HookClient) once(ctx context.Context, ep Endpoint, timeout time.Duration, body []byte) ([]byte, bool, error) {
+	url := ep.URL
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -169,7 +219,9 @@ func (c *HookClient) once(ctx context.Context, url string, timeout time.Duration
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Accept", "application/json")
-	if c.Token != nil {
+	if ep.Authorization != "" {
+		hr.Header.Set("Authorization", ep.Authorization)
+	} else if c.Token != nil {
 		tok, err := c.Token(ctx)
 		if err != nil {
 			return nil, true, fmt.Errorf("token for hook %s: %w", url, err)
@@ -178,11 +230,7 @@ func (c *HookClient) once(ctx context.Context, url string, timeout time.Duration
 			hr.Header.Set("Authorization", "Bearer "+tok)
 		}
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	res, err := hc.Do(hr)
+	res, err := c.client(hr.URL.Host, ep).Do(hr)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, true, fmt.Errorf("hook %s did not answer within %s", url, timeout)

@@ -91,8 +91,8 @@ func TestHooksV2(t *testing.T) {
 		if _, err := r.Reconcile(ctx, CompositeKey("hello", ns, "v1")); err == nil {
 			t.Fatal("a v1 customize answer naming another namespace was accepted")
 		}
-		if evs := drain(rec); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning HookAnswerInvalid") {
-			t.Fatalf("events %q, want one HookAnswerInvalid", evs)
+		if evs := drain(rec); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning SyncError Sync error: HookAnswerInvalid: ") {
+			t.Fatalf("events %q, want one SyncError naming HookAnswerInvalid", evs)
 		}
 	})
 }

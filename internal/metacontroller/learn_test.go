@@ -432,8 +432,8 @@ func TestUnreadableRelatedMarksTheParent(t *testing.T) {
 		t.Fatalf("conditions %v, want Synced=False RelatedUnreadable", conds)
 	}
 	evs := drain(rec)
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning RelatedUnreadable") || !strings.Contains(evs[0], "grant it get, list and watch") {
-		t.Fatalf("events %q, want one Warning RelatedUnreadable saying what to grant", evs)
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning SyncError Sync error: RelatedUnreadable: ") || !strings.Contains(evs[0], "grant it get, list and watch") {
+		t.Fatalf("events %q, want one Warning SyncError naming RelatedUnreadable, saying what to grant", evs)
 	}
 }
 

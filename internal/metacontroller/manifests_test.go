@@ -212,3 +212,82 @@ spec:
 		t.Error("the operator's ClusterRole has no bind rule")
 	}
 }
+
+// TestManifestsEndpointConfigs: `opzero manifests` of webhook-auth's
+// controller (spec.endpointConfigs: a CA ConfigMap, a client certificate
+// and a token Secret; its children here are ServiceAccounts) warns of no
+// unsupported field, says what it grants, and the operator's ClusterRole
+// may get exactly those Secrets and that ConfigMap by name, nothing more
+// of either.
+func TestManifestsEndpointConfigs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds opzero-metacontroller")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "c.yaml"), []byte(`apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: webhook-auth-controller}
+spec:
+  generateSelector: true
+  parentResource: {apiVersion: v1, resource: namespaces}
+  childResources: [{apiVersion: v1, resource: serviceaccounts}]
+  endpointConfigs:
+  - host: webhook-auth-controller.metacontroller
+    caBundle: {configMapRef: {name: webhook-auth-ca, namespace: metacontroller, key: ca.crt}}
+    authorization: {type: Bearer, secretRef: {name: webhook-auth-token, namespace: metacontroller, key: token}}
+    clientTLS: {secretRef: {name: webhook-auth-client, namespace: metacontroller}, certKey: tls.crt, privateKeyKey: tls.key}
+  hooks:
+    sync: {webhook: {url: "https://webhook-auth-controller.metacontroller/sync"}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(metacontroller.FilesEnv, dir)
+	ctx := context.Background()
+	target, err := manifests.Describe(ctx, "../..", "./cmd/opzero-metacontroller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings := strings.Join(target.Desc.Operators[0].Warnings, "\n")
+	if strings.Contains(warnings, "endpointConfigs: not implemented") || strings.Contains(warnings, "unsupported") {
+		t.Errorf("warnings %q report endpointConfigs", warnings)
+	}
+	for _, want := range []string{"name secrets metacontroller/webhook-auth-client, metacontroller/webhook-auth-token", "name configmaps metacontroller/webhook-auth-ca"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings %q lack %q", warnings, want)
+		}
+	}
+	o := manifests.Options{Mode: manifests.Serverless, Namespace: "ops", Source: manifests.SourceKnative}
+	in, err := manifests.Prepare(ctx, target, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Generate(in, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{} // resource -> names of the get rules on it
+	for _, obj := range objs {
+		if obj.Kind() != "ClusterRole" || obj.Name() != "opzero:ops:metacontroller" {
+			continue
+		}
+		rules, _ := obj.Obj["rules"].([]any)
+		for _, r := range rules {
+			m, _ := r.(map[string]any)
+			res, _ := m["resources"].([]any)
+			names, _ := m["resourceNames"].([]any)
+			for _, x := range res {
+				if x == "secrets" || x == "configmaps" {
+					for _, n := range names {
+						got[x.(string)] = append(got[x.(string)], n.(string))
+					}
+					if len(names) == 0 {
+						got[x.(string)] = append(got[x.(string)], "*")
+					}
+				}
+			}
+		}
+	}
+	if strings.Join(got["configmaps"], ",") != "webhook-auth-ca" || strings.Join(got["secrets"], ",") != "webhook-auth-client,webhook-auth-token" {
+		t.Errorf("granted configmaps %v, secrets %v; want webhook-auth-ca, and webhook-auth-client and webhook-auth-token, by name only", got["configmaps"], got["secrets"])
+	}
+}

@@ -2,7 +2,6 @@ package metacontroller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -80,8 +79,8 @@ func keys(m map[string]bool) []string {
 
 // applyFailed reports on the parent that its children could not be
 // written because the API server refused the operator (Forbidden: RBAC,
-// an escalation check, an admission policy): a Warning Event
-// ApplyForbidden and the condition Synced=False of that reason. The sync
+// an escalation check, an admission policy): the condition Synced=False
+// ApplyForbidden, named by the SyncError Event. The sync
 // is retried with the engine's backoff. Other errors pass unchanged.
 func (r *Reconciler) applyFailed(ctx context.Context, c *Controller, parent *unstructured.Unstructured, err error) error {
 	if !apierrors.IsForbidden(err) {
@@ -92,11 +91,5 @@ func (r *Reconciler) applyFailed(ctx context.Context, c *Controller, parent *uns
 		msg += "; a role or binding the hook returns grants what the operator's service account does not hold: grant it bind (bindings) or escalate (roles) " +
 			"on roles and clusterroles (opzero manifests does for controllers whose children include them)"
 	}
-	if r.Recorder != nil {
-		r.Recorder.Event(parent, "Warning", "ApplyForbidden", msg)
-	}
-	if werr := r.setCondition(ctx, parent, "False", "ApplyForbidden", msg); werr != nil {
-		return errors.Join(err, werr)
-	}
-	return err
+	return r.failed(ctx, parent, ReasonApplyForbidden, msg, err)
 }

@@ -147,8 +147,8 @@ func TestRoleBindingChildNeedsBind(t *testing.T) {
 			t.Fatalf("a sync refused by RBAC: error %v, want one retried with backoff (not terminal)", err)
 		}
 		evs := drain(rec)
-		if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning ApplyForbidden") || !strings.Contains(evs[0], "grant it bind") {
-			t.Fatalf("events %q, want one Warning ApplyForbidden saying what to grant", evs)
+		if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning SyncError Sync error: ApplyForbidden: ") || !strings.Contains(evs[0], "grant it bind") {
+			t.Fatalf("events %q, want one Warning SyncError naming ApplyForbidden saying what to grant", evs)
 		}
 		p := &unstructured.Unstructured{}
 		p.SetGroupVersionKind(helloGVK)
@@ -244,8 +244,8 @@ func TestRoleChildNeedsEscalate(t *testing.T) {
 			if (err == nil) != tc.ok {
 				t.Fatalf("sync error %v, want success %v", err, tc.ok)
 			}
-			if evs := drain(rec); !tc.ok && (len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning ApplyForbidden")) {
-				t.Fatalf("events %q, want one Warning ApplyForbidden", evs)
+			if evs := drain(rec); !tc.ok && (len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning SyncError Sync error: ApplyForbidden: ")) {
+				t.Fatalf("events %q, want one Warning SyncError naming ApplyForbidden", evs)
 			}
 		})
 	}

@@ -138,22 +138,17 @@ func (r *Reconciler) finalizer(ctx context.Context, c *Controller, parent *unstr
 	return false, false, nil
 }
 
-// hookFailed reports a failed hook call on the parent: a Warning Event and
-// the condition Synced=False in its status. Nothing else is changed.
+// hookFailed reports a failed hook call on the parent: the condition
+// Synced=False (HookFailed, or HookAnswerInvalid for an answer that cannot
+// be used) in its status; sync leaves the SyncError Event. Nothing else is
+// changed.
 func (r *Reconciler) hookFailed(ctx context.Context, c *Controller, parent *unstructured.Unstructured, err error) error {
-	reason := "HookFailed"
+	reason := ReasonHookFailed
 	var bad *BadAnswer
 	if errors.As(err, &bad) {
-		reason = "HookAnswerInvalid"
+		reason = ReasonHookAnswerInvalid
 	}
-	msg := fmt.Sprintf("%s %s: %v", c.Kind, c.Name, err)
-	if r.Recorder != nil {
-		r.Recorder.Event(parent, "Warning", reason, msg)
-	}
-	if werr := r.setCondition(ctx, parent, "False", reason, msg); werr != nil {
-		return errors.Join(err, werr)
-	}
-	return err
+	return r.failed(ctx, parent, reason, fmt.Sprintf("%s %s: %v", c.Kind, c.Name, err), err)
 }
 
 func (r *Reconciler) resync(c *Controller, after float64) reconcile.Result {

@@ -2,7 +2,6 @@ package metacontroller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -47,12 +46,13 @@ func (r *Reconciler) related(ctx context.Context, c *Controller, parent *unstruc
 	if c.Customize == nil {
 		return out, nil
 	}
-	url, timeout, err := r.hookURL(ctx, c.Customize.Webhook)
+	ep, err := r.endpoint(ctx, c, c.Customize.Webhook)
 	if err != nil {
 		return nil, err
 	}
+	url := ep.URL
 	var resp CustomizeResponse
-	if err := r.Hooks.Call(ctx, url, timeout, CustomizeRequest{Controller: c.Object, Parent: parent}, answerFor(c.Customize, &resp)); err != nil {
+	if err := r.Hooks.CallEndpoint(ctx, ep, CustomizeRequest{Controller: c.Object, Parent: parent}, answerFor(c.Customize, &resp)); err != nil {
 		return nil, err
 	}
 	sels := make([]selection, 0, len(resp.RelatedResources))
@@ -98,21 +98,15 @@ func (r *Reconciler) relatedFor(ctx context.Context, c *Controller, parent *unst
 
 // relatedUnreadable reports on the parent that what its customize hook
 // named could not be read (Forbidden: the operator's RBAC; or the API
-// server failed): a Warning Event RelatedUnreadable and the condition
-// Synced=False of that reason. The sync is retried with backoff.
+// server failed): the condition Synced=False RelatedUnreadable, named by
+// the SyncError Event. The sync is retried with backoff.
 func (r *Reconciler) relatedUnreadable(ctx context.Context, c *Controller, parent *unstructured.Unstructured, err error) error {
 	msg := fmt.Sprintf("%s %s: %v", c.Kind, c.Name, err)
 	if apierrors.IsForbidden(err) {
 		msg += "; the operator's service account may not read it: grant it get, list and watch on that resource " +
 			"(opzero manifests grants them on every resource to a controller with a customize hook, unless its annotation " + RelatedAnnotation + " narrows them)"
 	}
-	if r.Recorder != nil {
-		r.Recorder.Event(parent, "Warning", "RelatedUnreadable", msg)
-	}
-	if werr := r.setCondition(ctx, parent, "False", "RelatedUnreadable", msg); werr != nil {
-		return errors.Join(err, werr)
-	}
-	return err
+	return r.failed(ctx, parent, ReasonRelatedUnreadable, msg, err)
 }
 
 // badRule is a rule the hook should not have answered.

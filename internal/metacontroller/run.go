@@ -20,6 +20,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/opzero/opzero/builder"
+	"github.com/opzero/opzero/internal/clihelp"
 	"github.com/opzero/opzero/internal/description"
 	v1alpha1 "github.com/opzero/opzero/internal/metacontroller/api/v1alpha1"
 	"github.com/opzero/opzero/operator"
@@ -40,13 +41,16 @@ var ErrRestart = errors.New("the CompositeControllers or DecoratorControllers ch
 // Run is the operator's main: flags, then serve every CompositeController
 // and DecoratorController in the cluster until ctx ends (or one changes).
 func Run(ctx context.Context, args []string) error {
-	fs := flag.CommandLine
-	var opts operator.Options
-	opts.BindFlags(fs)
-	tokenFile := fs.String("hook-token-file", "", "A file whose content is sent to hooks as a bearer token, read again for every call (a projected service account token rotates). The environment variable "+TokenEnv+" does the same with a fixed token.")
+	fs := flag.CommandLine // where controller-runtime's config reads --kubeconfig
+	var f Flags
+	f.Bind(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: opzero-metacontroller takes only flags (see -help)", fs.Arg(0))
+	}
+	opts, tokenFile := f.Options, &f.TokenFile
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -112,6 +116,42 @@ func Run(ctx context.Context, args []string) error {
 		return cause
 	}
 	return nil
+}
+
+// Flags are opzero-metacontroller's command line, in the convention of
+// opzero's binaries (package clihelp; cmd/opzero's TestFlagConvention
+// checks it): the operator's flags (operator.Options.BindFlags), the
+// hooks' token file and controller-runtime's --kubeconfig.
+type Flags struct {
+	Options   operator.Options
+	TokenFile string
+}
+
+// usageHead is what -help prints before the flags.
+var usageHead = clihelp.Wrap("Serve Metacontroller's CompositeControllers and DecoratorControllers, "+
+	"classic or serverless: one operator for every such controller in the cluster, "+
+	"which reads them at start and restarts when one changes.", 0, clihelp.Width) + `
+
+Usage:
+  opzero-metacontroller [flags]
+
+Example:
+  opzero-metacontroller --mode=serverless --audience=...   # a Knative Service (opzero manifests)
+  opzero-metacontroller --mode=classic                      # a Deployment
+
+`
+
+// Bind registers f's flags on fs and its -help; Run binds them on
+// flag.CommandLine, where controller-runtime's --kubeconfig already is.
+func (f *Flags) Bind(fs *flag.FlagSet) {
+	f.Options.BindFlags(fs)
+	fs.StringVar(&f.TokenFile, "hook-token-file", "", "a file whose content is sent to hooks as a bearer token, "+
+		"read again for every call (a projected service account token rotates); env "+TokenEnv+" sends a fixed token instead")
+	config.RegisterFlags(fs) // --kubeconfig, unless fs has it (flag.CommandLine has, from controller-runtime's init)
+	if k := fs.Lookup(config.KubeconfigFlagName); k != nil {
+		k.Usage = "kubeconfig of the cluster to use (default $KUBECONFIG, else the pod's service account, else ~/.kube/config)"
+	}
+	fs.Usage = clihelp.Usage(fs, usageHead)
 }
 
 func loadFromCluster(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (*Config, error) {
@@ -246,6 +286,9 @@ func completeDescription(d *description.Controller, cfg *Config) {
 		}
 	}
 	rbac, why := rbacRules(cfg)
+	rules = append(rules, rbac...)
+	d.Warnings = append(d.Warnings, why...)
+	rbac, why = credentialRules(cfg)
 	rules = append(rules, rbac...)
 	d.Warnings = append(d.Warnings, why...)
 	d.Namespaces, why = cfg.hookNamespaces()

@@ -30,10 +30,10 @@ func (r *Reconciler) syncComposite(ctx context.Context, c *Controller, ns, name 
 	if !c.Parents[0].matches(parent) {
 		return reconcile.Result{}, nil // not (or no longer) selected by parentResource.labelSelector: left alone
 	}
-	return r.sync(ctx, c, parent, func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error) {
+	return r.sync(ctx, c, parent, func(ctx context.Context, ep Endpoint, in hookInput) (hookAnswer, error) {
 		req := CompositeSyncRequest{Controller: c.Object, Parent: parent, Children: in.children, Related: in.related, Finalizing: in.finalizing}
 		var resp CompositeSyncResponse
-		err := r.Hooks.Call(ctx, url, timeout, req, answerFor(in.hook, &resp))
+		err := r.Hooks.CallEndpoint(ctx, ep, req, answerFor(in.hook, &resp))
 		return hookAnswer{status: resp.Status, children: resp.Children, resyncAfter: resp.ResyncAfterSeconds, finalized: resp.Finalized}, err
 	})
 }
@@ -60,8 +60,16 @@ type hookAnswer struct {
 // the object a DecoratorController decorates: call (the hook, in its
 // controller's request and response shapes), then make the children, the
 // labels and annotations and the status what it answered.
+// A sync that fails leaves Metacontroller's Warning Event SyncError on obj.
 func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.Unstructured,
-	call func(ctx context.Context, url string, timeout time.Duration, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
+	call func(ctx context.Context, ep Endpoint, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
+	res, err := r.syncOnce(ctx, c, obj, call)
+	r.syncError(obj, err)
+	return res, err
+}
+
+func (r *Reconciler) syncOnce(ctx context.Context, c *Controller, obj *unstructured.Unstructured,
+	call func(ctx context.Context, ep Endpoint, in hookInput) (hookAnswer, error)) (reconcile.Result, error) {
 	defer r.Config.echoes.begin(string(obj.GetUID()))()
 	finalizing, done, err := r.finalizer(ctx, c, obj)
 	if err != nil || done {
@@ -79,11 +87,12 @@ func (r *Reconciler) sync(ctx context.Context, c *Controller, obj *unstructured.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	url, timeout, err := r.hookURL(ctx, hook.Webhook)
+	ep, err := r.endpoint(ctx, c, hook.Webhook)
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}
-	resp, err := call(ctx, url, timeout, hookInput{hook: hook, children: observed.byKey(c, obj.GetNamespace(), isV2(hook)), related: related, finalizing: finalizing})
+	url := ep.URL
+	resp, err := call(ctx, ep, hookInput{hook: hook, children: observed.byKey(c, obj.GetNamespace(), isV2(hook)), related: related, finalizing: finalizing})
 	if err != nil {
 		return reconcile.Result{}, r.hookFailed(ctx, c, obj, err)
 	}

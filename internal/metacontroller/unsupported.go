@@ -26,9 +26,8 @@ func (u Unsupported) String() string { return u.Field + ": " + u.Why }
 
 // The reasons, shared by the fields they explain.
 const (
-	whyRolling     = "not implemented: rolling updates are not built"
-	whyCredentials = "not implemented: hooks are called with the system's CA roots and opzero's own bearer token (--hook-token-file, $" + TokenEnv + ")"
-	whyStatus      = "not implemented: every change of the object syncs it, a change of its status included"
+	whyRolling = "not implemented: rolling updates are not built"
+	whyStatus  = "not implemented: every change of the object syncs it, a change of its status included"
 )
 
 func unsupportedComposite(cc *v1alpha1.CompositeController) []Unsupported {
@@ -53,7 +52,6 @@ func unsupportedComposite(cc *v1alpha1.CompositeController) []Unsupported {
 			}
 		}
 	}
-	out = append(out, unsupportedConnections(s.Connections)...)
 	if h := s.Hooks; h != nil {
 		for _, x := range []struct {
 			name string
@@ -84,7 +82,6 @@ func unsupportedDecorator(dc *v1alpha1.DecoratorController) []Unsupported {
 			out = append(out, unsupportedMethod(fmt.Sprintf("spec.attachments[%d].updateStrategy.method", i), u.Method)...)
 		}
 	}
-	out = append(out, unsupportedConnections(s.Connections)...)
 	if h := s.Hooks; h != nil {
 		for _, x := range []struct {
 			name string
@@ -106,13 +103,6 @@ func unsupportedMethod(field string, m v1alpha1.ChildUpdateMethod) []Unsupported
 	return nil
 }
 
-func unsupportedConnections(cs []v1alpha1.WebhookConnection) []Unsupported {
-	if len(cs) == 0 {
-		return nil
-	}
-	return []Unsupported{{"spec.connections", whyCredentials}}
-}
-
 func unsupportedHook(path string, h *v1alpha1.Hook) []Unsupported {
 	if h == nil {
 		return nil
@@ -125,14 +115,6 @@ func unsupportedHook(path string, h *v1alpha1.Hook) []Unsupported {
 	p := path + ".webhook."
 	if w.Etag != nil && w.Etag.Enabled != nil && *w.Etag.Enabled {
 		out = append(out, Unsupported{p + "etag", "not implemented: answers are not cached, every sync calls the hook"})
-	}
-	for _, x := range []struct {
-		name string
-		set  bool
-	}{{"caBundle", w.CABundle != nil}, {"clientTLS", w.ClientTLS != nil}, {"authorization", w.Authorization != nil}, {"basicAuth", w.BasicAuth != nil}} {
-		if x.set {
-			out = append(out, Unsupported{p + x.name, whyCredentials})
-		}
 	}
 	return out
 }

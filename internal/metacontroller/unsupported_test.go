@@ -32,15 +32,11 @@ var unsupportedInEveryField = map[string][]string{
 	"catset-controller": {
 		"spec.generateSelector", "spec.parentResource.revisionHistory", "spec.parentResource.ignoreStatusChanges",
 		"spec.childResources[0].updateStrategy.method", "spec.childResources[0].updateStrategy.statusChecks",
-		"spec.connections",
 		"spec.hooks.sync.webhook.etag",
-		"spec.hooks.sync.webhook.caBundle", "spec.hooks.sync.webhook.clientTLS", "spec.hooks.sync.webhook.authorization",
-		"spec.hooks.finalize.webhook.caBundle", "spec.hooks.finalize.webhook.basicAuth",
 		"spec.hooks.preUpdateChild", "spec.hooks.postUpdateChild",
 	},
 	"pod-name-label": {
-		"spec.resources[0].ignoreStatusChanges", "spec.attachments[0].updateStrategy.method", "spec.connections",
-		"spec.hooks.finalize.webhook.clientTLS",
+		"spec.resources[0].ignoreStatusChanges", "spec.attachments[0].updateStrategy.method",
 	},
 }
 

@@ -1,5 +1,5 @@
-// Package standin is what one reconcile carries in its context, in both
-// engines: the key and kind being reconciled, the event's object that stands
+// Package standin is what one reconcile carries in its context, named for
+// its main part, the object that stands in for a read; in both engines: the key and kind being reconciled, the event's object that stands
 // in for the reconcile's first Get of its key (serverless, Resource mode;
 // or the object a map function's List returned, Listed), the generation the reconciler read (which automatic observedGeneration
 // writes back), and the Versions the reconciler's client reports its reads

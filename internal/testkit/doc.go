@@ -1,4 +1,5 @@
-// Package testkit is what opzero's tests share: polling with a deadline
+// Package testkit is the kit every opzero test shares (any test, unit or
+// e2e; devenv/devtest is only for tests that run `opzero dev`): polling with a deadline
 // instead of fixed sleeps, loopback ports that survive a collision, and a
 // goroutine whose lifetime is the test's.
 //

@@ -135,7 +135,7 @@ func (m *adopted) whole(ev builder.Event) client.Object {
 // the controller starts) wait for it.
 func (m *adopted) later(controller string, r reconcile.Request, after time.Duration) {
 	m.mu.Lock()
-	e := seam.Engine(m.Runtime, controller)
+	e := seam.Engine(m.Runtime, controller) // set by operator's init (operator/runtime.go)
 	if e == nil {
 		m.pending = append(m.pending, pendingRequest{controller, r})
 		m.mu.Unlock()

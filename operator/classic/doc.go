@@ -10,7 +10,7 @@
 //
 // Without it the binary is serverless only, the default: the manager and
 // what only it needs (the cache, leader election, the webhook and metrics
-// servers) are not linked, which keeps about 3 MiB of RSS out of every
+// servers) are not linked, which keeps 2-3 MiB of RSS out of every
 // instance, in either mode (docs/benchmarks.md), and operator.New refuses
 // --mode=classic with operator.ErrClassicNotLinked, which names this import.
 //

@@ -25,6 +25,7 @@ import (
 
 	"github.com/opzero/opzero/internal/adopt"
 	"github.com/opzero/opzero/internal/description"
+	"github.com/opzero/opzero/internal/plan"
 	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/operator/internal/seam"
 )
@@ -82,7 +83,10 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 		o.Mode = operator.Serverless
 	}
 	describing := os.Getenv(description.Env) != ""
-	if o.Mode == operator.Classic && !describing {
+	// Planned (OPZERO_PLAN, `opzero plan`): whatever the mode, operator.New
+	// makes a planning Runtime, never controller-runtime's manager.
+	planning := os.Getenv(plan.Env) != "" || o.Mode == operator.Plan
+	if o.Mode == operator.Classic && !describing && !planning {
 		if mo.LeaderElection && mo.LeaderElectionNamespace == "" {
 			// In a pod controller-runtime reads its namespace from the service
 			// account; outside one (opzero dev runs Deployments as processes)
@@ -94,7 +98,7 @@ func NewManager(o operator.Options, cfg *rest.Config, mo manager.Options) (manag
 		}
 		return manager.New(cfg, mo)
 	}
-	if o.Mode == operator.Webhooks && !describing {
+	if o.Mode == operator.Webhooks && !describing && !planning {
 		return newWebhooksOnly(cfg, mo)
 	}
 	if mo.Scheme != nil {
@@ -343,6 +347,7 @@ func (m *adopted) Start(ctx context.Context) error {
 	if m.describing {
 		m.mu.Lock()
 		seam.SetWebhooks(m.Runtime, m.describeWebhooks())
+		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme()))
 		m.mu.Unlock()
 		return m.Runtime.Start(ctx)
 	}
@@ -353,6 +358,7 @@ func (m *adopted) Start(ctx context.Context) error {
 	for _, p := range pending {
 		m.later(p.controller, p.req, 0)
 	}
+	// seam's setters are set by package operator's init (operator/runtime.go)
 	seam.SetRoutes(m.Runtime, m.serveChecks)
 	if p := m.webhooks.paths(); len(p) > 0 {
 		seam.SetAuthenticatedRoutes(m.Runtime, m.webhooks.serve)
@@ -376,15 +382,8 @@ func (m *adopted) Start(ctx context.Context) error {
 	if m.mo.LeaderElection {
 		m.log.Info("leader election is not used serverless: opzero serializes each key instead (across instances with Leases when --max-scale > 1)")
 	}
-	if ps, err := m.probeServer(); err != nil {
+	if err := m.serveProbesAndMetrics(run); err != nil {
 		return err
-	} else if ps != nil {
-		run("health probe server", ps)
-	}
-	if ms, err := m.metricsServer(); err != nil {
-		return err
-	} else if ms != nil {
-		run("metrics server", ms)
 	}
 	serveErr := m.Runtime.Start(ctx)
 	cancel()
@@ -395,4 +394,24 @@ func (m *adopted) Start(ctx context.Context) error {
 	default:
 		return serveErr
 	}
+}
+
+// serveProbesAndMetrics runs the project's health probe and metrics
+// servers, if it asked for them, unless the Runtime plans (OPZERO_PLAN):
+// a plan writes itself and returns, and binds no port.
+func (m *adopted) serveProbesAndMetrics(run func(string, manager.Runnable)) error {
+	if m.Mode() == operator.Plan {
+		return nil
+	}
+	if ps, err := m.probeServer(); err != nil {
+		return err
+	} else if ps != nil {
+		run("health probe server", ps)
+	}
+	if ms, err := m.metricsServer(); err != nil {
+		return err
+	} else if ms != nil {
+		run("metrics server", ms)
+	}
+	return nil
 }

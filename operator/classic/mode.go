@@ -21,7 +21,8 @@ import (
 	"github.com/opzero/opzero/reconcileutil"
 )
 
-// Importing this package is what links classic mode.
+// Importing this package is what links classic mode: operator.New
+// (operator/runtime.go) finds newManager in seam.Classic for --mode=classic.
 func init() { seam.Classic = seam.NewManager[operator.Options](newManager) }
 
 // managed is classic mode: a controller-runtime manager.

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	v1alpha1 "github.com/opzero/opzero/examples/postgres/api/v1alpha1"
+	"github.com/opzero/opzero/operator"
 	"github.com/opzero/opzero/reconcileutil"
 )
 
@@ -122,7 +123,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, err
 	}
 	done = append(done, did...)
-	exts, unavailable, did, err := r.ensureExtensions(ctx, db, name)
+	exts, unavailable, did, err := r.ensureExtensions(ctx, db, name, !d.exists)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -305,9 +306,22 @@ func (r *DatabaseReconciler) ensureDatabase(ctx context.Context, db *v1alpha1.Da
 // ensureExtensions creates the spec's extensions the server can install
 // and drops those the operator created earlier that left the spec. It
 // returns the extensions it keeps and those the server cannot install.
-func (r *DatabaseReconciler) ensureExtensions(ctx context.Context, db *v1alpha1.Database, name string) (keep, unavailable, done []string, err error) {
+//
+// Planned (`opzero plan`) for a database this reconcile creates, it does
+// not connect: the database is not there, its CREATE was skipped. It
+// returns the spec's extensions as created (whether the server can
+// install them is known only once the database exists).
+func (r *DatabaseReconciler) ensureExtensions(ctx context.Context, db *v1alpha1.Database, name string, creating bool) (keep, unavailable, done []string, err error) {
 	if len(db.Spec.Extensions) == 0 && len(db.Status.Extensions) == 0 {
 		return nil, nil, nil, nil
+	}
+	if creating && operator.Planning(ctx) {
+		for _, e := range db.Spec.Extensions {
+			keep = append(keep, e)
+			done = append(done, "extension "+e+" created in "+name)
+		}
+		slices.Sort(keep)
+		return keep, nil, done, nil
 	}
 	err = r.Server.inDatabase(ctx, name, func(conn *pgx.Conn) error {
 		installed, unavail, err := extensions(ctx, conn, db.Spec.Extensions)

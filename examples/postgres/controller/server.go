@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opzero/opzero/operator"
 )
 
 // Server is the PostgreSQL the operator manages databases in, reached as a
@@ -59,8 +61,13 @@ func (s *Server) URI(user, password, db string) string {
 
 // exec runs one DDL statement with the simple protocol (CREATE DATABASE
 // refuses transaction blocks). Its error names what was done, never the
-// statement, which may hold a password.
+// statement, which may hold a password. Planned (`opzero plan`), it runs
+// nothing: opzero dry-runs the Kubernetes writes, not PostgreSQL's, and
+// the plan shows what the reconcile would report (its status and Event).
 func exec(ctx context.Context, q execer, what, sql string) error {
+	if operator.Planning(ctx) {
+		return nil
+	}
 	if _, err := q.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

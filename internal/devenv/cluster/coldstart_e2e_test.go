@@ -44,6 +44,16 @@ func (e *e2e) trivialBeside(t *testing.T, ns, svc string) *trivial {
 	}
 	ann, _, _ := unstructured.NestedStringMap(op.Object, "spec", "template", "metadata", "annotations")
 	tv := &trivial{e: e, ns: ns, name: "trivial"}
+	e.applyTrivial(t, tv, ann)
+	return tv
+}
+
+// applyTrivial applies the trivial Knative Service tv with the template
+// annotations ann, waits until it is Ready and finds its URL.
+func (e *e2e) applyTrivial(t *testing.T, tv *trivial, ann map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	ns := tv.ns
 	obj := map[string]any{"apiVersion": "serving.knative.dev/v1", "kind": "Service",
 		"metadata": map[string]any{"name": tv.name, "namespace": ns},
 		"spec": map[string]any{"template": map[string]any{
@@ -72,7 +82,6 @@ func (e *e2e) trivialBeside(t *testing.T, ns, svc string) *trivial {
 		return false, nil
 	})
 	tv.url, tv.host = e.clusterLocal(t, ns, tv.name)
-	return tv
 }
 
 // clusterLocal returns the URL of Traefik's cluster-local entry point
@@ -133,8 +142,14 @@ type podSteps struct {
 
 func (e *e2e) watchPodSteps(t *testing.T, ns, svc string) *podSteps {
 	t.Helper()
+	return e.watchPodStepsOf(t, ns, "serving.knative.dev/service="+svc)
+}
+
+// watchPodStepsOf is watchPodSteps of the pods selector selects.
+func (e *e2e) watchPodStepsOf(t *testing.T, ns, selector string) *podSteps {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := e.cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service=" + svc})
+	w, err := e.cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

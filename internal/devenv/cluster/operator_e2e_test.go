@@ -146,6 +146,10 @@ func TestKnativeOperators(t *testing.T) {
 	t.Run("kubebuilder-multigroup", e.multigroup)
 	t.Run("scale-out", e.scaleOut)
 	t.Run("metacontroller", e.metacontroller)
+	t.Run("unchanged", e.unchanged)
+	t.Run("unchanged-webhooks", e.unchangedWebhooks)
+	t.Run("unchanged-classic", e.unchangedClassic)
+	t.Run("unchanged-node", e.unchangedNode)
 	if len(e.figures) > 0 {
 		t.Logf("FIGURES of this run, side by side:\n    %s", strings.Join(e.figures, "\n    "))
 	}

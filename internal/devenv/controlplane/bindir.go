@@ -1,17 +1,16 @@
 package controlplane
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/opzero/opzero/internal/devenv/pinned"
+	"github.com/opzero/opzero/internal/ownsource"
 )
 
 // ModulePath is opzero's module path.
-const ModulePath = "github.com/opzero/opzero"
+const ModulePath = ownsource.ModulePath
 
 // BinDir returns the folder of the pinned binaries when they come from one
 // place: $OPZERO_BIN_DIR if set, else the versioned user cache (package
@@ -33,29 +32,8 @@ func RepoRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for {
-		if declaresModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside an opzero checkout (no go.mod declaring " + ModulePath + " above the working directory): run this from the checkout")
-		}
-		dir = parent
+	if root, ok := ownsource.ModuleAbove(dir); ok {
+		return root, nil
 	}
-}
-
-func declaresModule(gomod string) bool {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if mod, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "module "); ok {
-			return strings.TrimSpace(mod) == ModulePath
-		}
-	}
-	return false
+	return "", errors.New("not inside an opzero checkout (no go.mod declaring " + ModulePath + " above the working directory): run this from the checkout")
 }

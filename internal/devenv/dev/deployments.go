@@ -84,7 +84,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			}
 		}
 		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
-			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL}, whEnv, p.opts.Env)...)
+			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL, noProxy}, whEnv, p.opts.Env)...)
 		if err != nil {
 			return err
 		}
@@ -134,11 +134,11 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		s := &supervised{what: "Deployment " + key(u), start: start, cur: r, gone: p.deploymentGone(u)}
+		s := &supervised{what: "Deployment " + key(u), start: start, cur: r, gone: p.deploymentGone(u), ready: p.podsReady(u)}
 		p.supervise(s)
 		p.procs = append(p.procs, s)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (%s %s)", key(u), what, strings.Join(slices.Concat(command, argv), " ")))
-		p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; runs as %s; log %s)",
+		p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; its pods marked Ready while it runs; runs as %s; log %s)",
 			key(u), what, r.PID(), probeNote(u, c), as, p.LogPath(name))
 		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
 		if wh != nil {

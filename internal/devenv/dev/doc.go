@@ -66,7 +66,12 @@
 //     Deployment whose image is python or node running a script from a
 //     ConfigMap, as Metacontroller publishes hooks (package interp: the
 //     local interpreter on the ConfigMap's files, under Options.Dir). Other
-//     Deployments are only applied, with a line saying so.
+//     Deployments are only applied, with a line saying so. The pods
+//     kube-controller-manager makes for an always-on Deployment dev runs
+//     are marked Running and Ready at 127.0.0.1 while its process runs
+//     (and answers its liveness probe), as a kubelet would (podready.go):
+//     the Deployment becomes Available and `kubectl rollout status`
+//     completes; a process that keeps exiting leaves them not Ready.
 //   - Mutating/ValidatingWebhookConfiguration and a CRD's conversion
 //     webhook whose clientConfig names a Service that selects a Deployment
 //     dev runs (the opzero hub, which serves admission webhooks and wakes
@@ -86,7 +91,10 @@
 // selects a Deployment run by its command (its ports, to the targetPort on
 // 127.0.0.1), so a URL written for the cluster (a Metacontroller hook's
 // url) works as written; other names are answered 502. Loopback addresses
-// bypass it (Go's and Python's clients), HTTPS is not played.
+// bypass it: Go's and Python's clients never proxy them, and NO_PROXY
+// (noProxy) names them for the others (Node.js's gaxios would take
+// HTTP_PROXY for https too, the API server's included). HTTPS is not
+// played.
 //
 // Like kubelet, dev restarts these processes (adapters, mtping, ko://
 // Deployments) when they exit or their liveness probe fails 3 times in a
@@ -145,7 +153,8 @@
 //     the same identity through KUBECONFIG (it overrides a KUBECONFIG of the
 //     template, which would name a path inside the container);
 //   - HTTP_PROXY, the proxy of the in-cluster names (above): in a pod the
-//     cluster's DNS answers them.
+//     cluster's DNS answers them; NO_PROXY, the loopback addresses
+//     (noProxy), the API server's among them.
 //
 // The only other variable is BaseEnv: PATH, as container images set it. A
 // Go program needs nothing else (HOME, TMPDIR and the rest are not passed:

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/opzero/opzero/internal/ownsource"
 )
 
 // KoPrefix marks an image that is a Go import path, as ko resolves it.
@@ -67,11 +69,35 @@ func (b *builder) build(ctx context.Context, pkg string) ([]string, error) {
 		return nil, err
 	}
 	exe := filepath.Join(b.dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
+	dir, err := b.resolvingDir(ctx, pkg)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, pkg)
-	cmd.Dir = b.buildDir
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, b.buildDir, err, out)
+		return nil, fmt.Errorf("building ko://%s with `go build` in %s: %w\n%s", pkg, dir, err, out)
 	}
 	b.built[pkg] = []string{exe}
 	return b.built[pkg], nil
+}
+
+// resolvingDir is where pkg is built: buildDir, or, for one of opzero's
+// own commands (ko://github.com/opzero/opzero/cmd/opzero-metacontroller)
+// that buildDir's module does not resolve (a user's folder of YAML, no
+// go.mod), the opzero source this CLI was built from (package ownsource).
+func (b *builder) resolvingDir(ctx context.Context, pkg string) (string, error) {
+	if !ownsource.Own(pkg) {
+		return b.buildDir, nil
+	}
+	cmd := exec.CommandContext(ctx, "go", "list", "-f", "{{.ImportPath}}", pkg)
+	cmd.Dir = b.buildDir
+	if cmd.Run() == nil {
+		return b.buildDir, nil
+	}
+	root, err := ownsource.Root()
+	if err != nil {
+		return "", fmt.Errorf("ko://%s is opzero's own, and %s is no Go module that has it: %w (or pass --build-dir)", pkg, b.buildDir, err)
+	}
+	return root, nil
 }

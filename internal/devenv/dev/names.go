@@ -193,3 +193,10 @@ func number(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// noProxy is the NO_PROXY of every process dev starts beside HTTP_PROXY:
+// the loopback addresses, where the API server and every local process
+// listen. Go's net/http never proxies them; clients that would (Node.js's
+// gaxios takes HTTP_PROXY for https URLs too, and tunnels with CONNECT,
+// which the names proxy does not play) reach them directly, as from a pod.
+const noProxy = "NO_PROXY=127.0.0.1,localhost,::1,[::1]"

@@ -192,12 +192,7 @@ func (s *scaledProc) markReady(ctx context.Context, d *unstructured.Unstructured
 		if pod.GetDeletionTimestamp() != nil {
 			continue
 		}
-		now := time.Now().UTC().Format(time.RFC3339)
-		cond := func(typ string) any {
-			return map[string]any{"type": typ, "status": "True", "lastTransitionTime": now}
-		}
-		pod.Object["status"] = map[string]any{"phase": "Running", "podIP": "127.0.0.1", "podIPs": []any{map[string]any{"ip": "127.0.0.1"}},
-			"hostIP": "127.0.0.1", "startTime": now, "conditions": []any{cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")}}
+		pod.Object["status"] = podStatus(true)
 		if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err == nil {
 			return pod.GetName(), nil
 		}

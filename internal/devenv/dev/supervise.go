@@ -51,6 +51,11 @@ type supervised struct {
 	// stands for was deleted: its process is then stopped for good, as a
 	// kubelet stops a deleted pod's.
 	gone func(ctx context.Context) bool
+	// ready, if set, is told on each probe tick that the process runs (and
+	// its probe, if it has one, answered), and before a restart that it
+	// does not: a Deployment's pods are marked as a kubelet would
+	// (podsReady).
+	ready func(ctx context.Context, ready bool)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -114,11 +119,13 @@ func (p *Platform) watch(s *supervised) {
 			}
 			pr, ok := r.(probed)
 			if !ok {
+				s.tellReady(true)
 				continue
 			}
 			err := pr.Probe(s.ctx, probeTimeout)
 			if err == nil {
 				fails = 0
+				s.tellReady(true)
 				continue
 			}
 			if fails++; fails < failureThreshold {
@@ -128,6 +135,12 @@ func (p *Platform) watch(s *supervised) {
 		}
 		fails = 0
 		p.restart(s, r, why)
+	}
+}
+
+func (s *supervised) tellReady(ready bool) {
+	if s.ready != nil {
+		s.ready(s.ctx, ready)
 	}
 }
 
@@ -143,6 +156,7 @@ func exitNote(r running) string {
 // backoff while the start fails (the API server may be away).
 func (p *Platform) restart(s *supervised, old running, why string) {
 	old.Stop()
+	s.tellReady(false)
 	// A process that ran less than a minute is restarted after a delay
 	// that doubles each time, as kubelet's CrashLoopBackOff (10 s to 5 min
 	// there; shorter locally); one that ran longer, at once.

@@ -1,5 +1,6 @@
-// Package devsession runs `opzero dev --events=json` as a child process and
-// waits on its event stream: what the demos (hack/demo,
+// Package devsession is one `opzero dev` session, driven from outside: it
+// runs `opzero dev --events=json` as a child process and waits on its event
+// stream (devtest, by contrast, runs dev's platform inside a test process): what the demos (hack/demo,
 // examples/postgres/demo) print and wait for.
 package devsession
 

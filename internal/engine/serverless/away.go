@@ -1,3 +1,7 @@
+// away.go: when the API server is away (unreachable, overloaded, timing
+// out) a failure is not the reconcile's verdict: it is answered 503 with
+// Retry-After, which every sender retries (apiServerAway).
+
 package serverless
 
 import (

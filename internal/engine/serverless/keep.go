@@ -1,3 +1,7 @@
+// keep.go: a key's Lease kept, not released, between the key's runs while
+// its events keep coming (Options.LeaseKeepIdle), so a stream costs two
+// Lease writes, not two per reconcile.
+
 package serverless
 
 import (

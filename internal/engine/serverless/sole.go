@@ -1,3 +1,6 @@
+// sole.go: the operator's sole Lease, with which one instance that runs
+// alone holds every key at once instead of taking a Lease per key.
+
 package serverless
 
 import (

@@ -1,3 +1,7 @@
+// warm.go: the engine's part of the warm-up before the first event
+// (Engine.Warm: the sole Lease and the Wakeups' list); operator/warm.go is
+// the runtime's part (the API connection and discovery), and calls this.
+
 package serverless
 
 import "context"

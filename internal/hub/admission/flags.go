@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opzero/opzero/internal/clihelp"
 )
 
 // The environment with which opzero dev moves a process's webhook server
@@ -19,26 +21,30 @@ const (
 
 // Flags are cmd/opzero-hub's flags of the admission endpoint.
 type Flags struct {
-	addr, certDir, secret, service, clientCA string
-	inFlight                                 int
+	addr, certDir, clientCA string
+	secret, service         *clihelp.Computed
+	inFlight                int
 }
 
 // BindFlags adds the admission endpoint's flags to fs; ns is the hub's
 // namespace ($POD_NAMESPACE), the default of the Secret's and Service's.
 func BindFlags(fs *flag.FlagSet, ns string) *Flags {
 	f := &Flags{}
-	fs.StringVar(&f.addr, "webhook-addr", "", "Serve the operators' admission webhooks (TLS) on this address, e.g. :8443 (default: not served; $"+envPort+" sets the port, as opzero dev does).")
-	fs.StringVar(&f.certDir, "webhook-cert-dir", "", "A folder with tls.crt and tls.key to serve the webhooks with (default $"+envCertDir+"; empty: the hub makes its own in --webhook-cert-secret).")
-	def := func(name string) string {
-		if ns == "" {
-			return ""
+	fs.StringVar(&f.addr, "webhook-addr", "", "serve the operators' admission webhooks (TLS) on this address, e.g. :8443; $"+envPort+" sets the port, as opzero dev does (default not served)")
+	fs.StringVar(&f.certDir, "webhook-cert-dir", "", "a folder with tls.crt and tls.key to serve the webhooks with; empty: the hub makes its own in --webhook-cert-secret (default $"+envCertDir+")")
+	def := func(name string) func() string {
+		return func() string {
+			if ns == "" {
+				return ""
+			}
+			return ns + "/" + name
 		}
-		return ns + "/" + name
 	}
-	fs.StringVar(&f.secret, "webhook-cert-secret", def("opzero-hub-webhook-certs"), "namespace/name of the Secret where the hub keeps the webhooks' CA and serving certificate (made, and renewed 30 days before expiry, by the hub).")
-	fs.StringVar(&f.service, "webhook-service", def("opzero-hub"), "namespace/name of the hub's Service: the certificate is for its names, and every webhook configuration that calls it gets the CA as caBundle.")
-	fs.StringVar(&f.clientCA, "webhook-client-ca", "", "A PEM file: callers must present a client certificate it signed (the API server, given one by its AdmissionConfiguration kubeconfig); default: none asked (the path's per-install token authenticates).")
-	fs.IntVar(&f.inFlight, "webhook-in-flight", 32, "At most this many admission calls forwarded to one operator at once; more are answered 429 (the API server retries within the timeout, then its failurePolicy applies).")
+	f.secret = clihelp.NewComputed(fs, "webhook-cert-secret", def("opzero-hub-webhook-certs"), "namespace/name of the Secret where the hub keeps the webhooks' CA and serving certificate, made and renewed 30 days before expiry by the hub (default $POD_NAMESPACE/opzero-hub-webhook-certs)")
+	f.service = clihelp.NewComputed(fs, "webhook-service", def("opzero-hub"), "namespace/name of the hub's Service: the certificate is for its names, and every webhook configuration that calls it gets the CA as caBundle (default $POD_NAMESPACE/opzero-hub)")
+	fs.StringVar(&f.clientCA, "webhook-client-ca", "", "a PEM file: callers must present a client certificate it signed (the API server, given one by its AdmissionConfiguration kubeconfig) (default none asked: the path's per-install token authenticates)")
+	fs.IntVar(&f.inFlight, "webhook-max-in-flight", 32, "admission calls forwarded to one operator at once; more are answered 429 (the API server retries within the timeout, then its failurePolicy applies)")
+	clihelp.Alias(fs, "webhook-in-flight", "webhook-max-in-flight")
 	return f
 }
 
@@ -56,11 +62,11 @@ func (f *Flags) Options() (o Options, enabled bool, err error) {
 		return o, false, nil
 	}
 	o = Options{Addr: addr, CertDir: dir, ClientCA: f.clientCA, InFlight: f.inFlight}
-	if o.Service, err = nsName("--webhook-service", f.service); err != nil {
+	if o.Service, err = nsName("--webhook-service", f.service.Get()); err != nil {
 		return o, false, err
 	}
 	if dir == "" {
-		if o.CertSecret, err = nsName("--webhook-cert-secret", f.secret); err != nil {
+		if o.CertSecret, err = nsName("--webhook-cert-secret", f.secret.Get()); err != nil {
 			return o, false, err
 		}
 	}

@@ -27,11 +27,13 @@ import (
 // Targets wakes the Deployments of unchanged operators (the hub's
 // Deployment sinks; internal/hub implements it).
 type Targets interface {
-	// ReadyPods wakes the Deployment sink of Subscription sub if it is at
-	// zero and returns its ready pods once it has one, or an error when
+	// ServingPods wakes the Deployment sink of Subscription sub if it is at
+	// zero and returns the pods that may serve once it has one (its ready
+	// pods, else its running ones, whose readiness probe may lag behind
+	// their webhook server), or an error when
 	// ctx ends first or the Subscription serves no Deployment. done ends
 	// the call: the Deployment is not stopped before.
-	ReadyPods(ctx context.Context, sub types.NamespacedName, reason string) (pods []corev1.Pod, done func(), err error)
+	ServingPods(ctx context.Context, sub types.NamespacedName, reason string) (pods []corev1.Pod, done func(), err error)
 }
 
 // retryDial is how soon a call to a ready pod that refused the connection
@@ -148,9 +150,10 @@ func targetPort(svc *corev1.Service, port int32, pod *corev1.Pod) (int32, error)
 }
 
 // forwardUpstream is forward for an unchanged operator: its Deployment is
-// woken, and the review goes to one of its ready pods directly (not
-// through the Service, whose endpoints and proxy rules lag behind the
-// pod's readiness), retried while the pod refuses connections.
+// woken, and the review goes to one of its pods directly (not through
+// the Service, whose endpoints and proxy rules lag behind the pod's
+// readiness), retried while the pod refuses connections or its webhook
+// server is not serving yet.
 func (p *proxy) forwardUpstream(ctx context.Context, rt *route, req *admissionv1.AdmissionRequest, body []byte) (int, []byte, error) {
 	if p.targets == nil {
 		return 0, nil, fmt.Errorf("this hub serves no Deployment sinks (operator %s's configuration has %s)", rt.operator, AnnotationUpstream)
@@ -168,7 +171,7 @@ func (p *proxy) forwardUpstream(ctx context.Context, rt *route, req *admissionv1
 	if err != nil {
 		return 0, nil, err
 	}
-	pods, done, err := p.targets.ReadyPods(ctx, rt.operator, fmt.Sprintf("Admission: %s %s", req.Operation, resourceString(req)))
+	pods, done, err := p.targets.ServingPods(ctx, rt.operator, fmt.Sprintf("Admission: %s %s", req.Operation, resourceString(req)))
 	if err != nil {
 		return 0, nil, fmt.Errorf("waking the operator of Subscription %s: %w", rt.operator, err)
 	}

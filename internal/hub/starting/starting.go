@@ -1,5 +1,6 @@
 // Package starting lets the hub reach a Knative Service's pod while it
-// starts, before Knative finds it ready.
+// starts, before Knative finds it ready: named for the pods it tracks
+// (starting ones); what it gives the hub is early delivery.
 //
 // A request to a Knative Service at zero pods waits in the activator until
 // the pod it started is Ready: the kubelet's relist and readiness probe of

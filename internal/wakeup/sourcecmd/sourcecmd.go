@@ -61,15 +61,15 @@ type Flags struct {
 
 // Bind registers the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.Namespace, "namespace", "", "Watch only this namespace (default: all namespaces).")
-	fs.StringVar(&f.Operator, "operator", "", "Deliver only the Wakeups of the operator with this name, or of these comma-separated ones (the controllers of one binary) (label opzero.dev/operator; default: every operator's, for one source per cluster).")
-	fs.StringVar(&f.Audience, "audience", "", "Send a bearer token for this audience (the operator's --audience).")
-	fs.StringVar(&f.ServiceAccount, "service-account", "", "Send tokens of this service account, given as namespace/name (with --audience).")
-	fs.IntVar(&f.Concurrency, "concurrency", 16, "How many events may be being sent at once (delivered records waiting for their deletion: up to four times as many).")
-	fs.IntVar(&f.Window, "window", wakesource.DefaultWindow, "How many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes.")
-	fs.IntVar(&f.PageSize, "page-size", 500, "How many Wakeups one list request returns.")
-	fs.BoolVar(&f.PagedStart, "paged-start", false, "Read every Wakeup at start by paged lists, as on an API server without WatchList, instead of a watch's initial events.")
-	fs.StringVar(&f.HealthAddr, "health-addr", "", "Serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081 (default: not served). With OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP.")
+	fs.StringVar(&f.Namespace, "namespace", "", "watch only this namespace (default all namespaces)")
+	fs.StringVar(&f.Operator, "operator", "", "deliver only the Wakeups of the operator with this name, or of these comma-separated ones (the controllers of one binary), by their label opzero.dev/operator (default every operator's, for one source per cluster)")
+	fs.StringVar(&f.Audience, "audience", "", "send a bearer token for this audience (the operator's --audience)")
+	fs.StringVar(&f.ServiceAccount, "service-account", "", "send tokens of this service account, given as namespace/name (with --audience)")
+	fs.IntVar(&f.Concurrency, "concurrency", 16, "how many events may be being sent at once (delivered records waiting for their deletion: up to four times as many)")
+	fs.IntVar(&f.Window, "window", wakesource.DefaultWindow, "how many Wakeups to hold in memory at most: the earliest due; the others are listed by due time when their turn comes")
+	fs.IntVar(&f.PageSize, "page-size", 500, "how many Wakeups one list request returns")
+	fs.BoolVar(&f.PagedStart, "paged-start", false, "read every Wakeup at start by paged lists, as on an API server without WatchList, instead of a watch's initial events")
+	fs.StringVar(&f.HealthAddr, "health-addr", "", "serve /healthz (fails once the watch of Wakeups has been down for 2 minutes: a liveness probe), /readyz (the Wakeups have been listed) and /metrics (wakeups pending, fired, late) on this address, e.g. :8081; with OTEL_EXPORTER_OTLP_ENDPOINT set, the metrics are also pushed with OTLP (default not served)")
 }
 
 // Run connects to the API server (KUBECONFIG, else in-cluster) and delivers

@@ -1,12 +1,17 @@
 // Package seam joins package operator and package operator/classic without
-// widening operator's public API: operator/classic, which links
+// widening operator's public API (a seam in the sense of a place where two
+// parts are joined, and one can be left out: a binary without
+// operator/classic has none of classic mode): operator/classic, which links
 // controller-runtime's manager, registers classic mode here when a binary
 // imports it, and reaches the two parts of a Runtime its NewManager needs.
 // Package operator imports nothing of the manager, so a binary whose main
 // does not import operator/classic does not link it.
 //
 // Both sides set their variables in package init (operator's runs first:
-// operator/classic imports it); nothing else writes them.
+// operator/classic imports it); nothing else writes them. The two ends:
+// operator/runtime.go (its init sets Engine and the Set* functions; New
+// reads Classic) and operator/classic (mode.go's init sets Classic;
+// manager.go and adopted_events.go call Engine and the Set* functions).
 package seam
 
 import (
@@ -39,10 +44,13 @@ type Manager interface {
 }
 
 // Classic is a NewManager[operator.Options] once operator/classic is
-// linked (its init sets it); nil, the binary is serverless only.
+// linked (its init sets it, operator/classic/mode.go); nil, the binary is
+// serverless only. operator.New (operator/runtime.go) reads it.
 var Classic any
 
-// Set by package operator's init; rt is an *operator.Runtime.
+// Set by package operator's init (operator/runtime.go); rt is an
+// *operator.Runtime. Called by operator/classic (manager.go,
+// adopted_events.go).
 var (
 	// Engine is the handler of the serverless engine of the operator
 	// named name, nil before its Register.
@@ -57,6 +65,9 @@ var (
 	// SetWebhooks adds an adopted project's webhooks to the description
 	// Start writes when describing.
 	SetWebhooks func(rt any, w *description.Webhooks)
+	// SetCache adds an adopted project's cache options, as the hub's
+	// filters, to the description Start writes when describing.
+	SetCache func(rt any, c *description.CacheScope)
 )
 
 // InformerStuckAfter is how long an informer may fail to list or watch

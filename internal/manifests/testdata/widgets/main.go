@@ -8,7 +8,9 @@
 // until the caller gives up; WIDGETS_OLD_VERSION=1 also registers
 // widgets.opzero.dev/v1alpha1, another schema with no conversion (bad
 // input); WIDGETS_NO_WEBHOOKS=1 registers no webhook although the
-// markers declare them (bad input).
+// markers declare them (bad input); WIDGETS_CACHE_SCOPE=1 restricts its
+// manager's cache (two namespaces, its ConfigMaps by label, Secrets by a
+// field selector the hub cannot apply).
 package main
 
 import (
@@ -21,9 +23,14 @@ import (
 
 	"github.com/go-logr/logr"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -98,7 +105,18 @@ func main() {
 	if os.Getenv("WIDGETS_OLD_VERSION") == "1" {
 		_ = v1alpha1.AddToScheme(scheme)
 	}
+	var scope cache.Options
+	if os.Getenv("WIDGETS_CACHE_SCOPE") == "1" {
+		scope = cache.Options{
+			DefaultNamespaces: map[string]cache.Config{"team-a": {}, "team-b": {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "widgets"})},
+				&corev1.Secret{}:    {Field: fields.OneTermEqualSelector("metadata.name", "widgets-token")},
+			},
+		}
+	}
 	mgr, err := classic.NewManager(serverless, ctrl.GetConfigOrDie(), ctrl.Options{
+		Cache:                  scope,
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		WebhookServer:          webhook.NewServer(webhook.Options{CertDir: certPath}),

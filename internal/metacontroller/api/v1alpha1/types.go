@@ -66,9 +66,14 @@ type CompositeControllerSpec struct {
 	// unsupported.
 	GenerateSelector *bool `json:"generateSelector,omitempty"`
 
-	// Connections are reported as unsupported (TLS and credentials per
-	// webhook host): opzero's hook client sends its own bearer token.
-	Connections []WebhookConnection `json:"connections,omitempty"`
+	// EndpointConfigs are the TLS and credentials of the webhooks of each
+	// host: a hook whose URL's host (host:port) matches an entry's, and
+	// which sets none of caBundle, clientTLS, authorization, basicAuth
+	// itself, is called with the first matching entry's.
+	EndpointConfigs []EndpointConfig `json:"endpointConfigs,omitempty"`
+	// Connections is the name Metacontroller gave EndpointConfigs before
+	// (same entries, same meaning): matched after them.
+	Connections []EndpointConfig `json:"connections,omitempty"`
 }
 
 // ResourceRule names a resource: apiVersion (group/version) and its plural.
@@ -196,18 +201,22 @@ type Webhook struct {
 	// responseUnMarshallMode): loose ignores unknown fields of an answer;
 	// strict (the default of v2 hooks) refuses them.
 	ResponseUnmarshallMode *ResponseUnmarshallMode `json:"responseUnMarshallMode,omitempty"`
-	// CABundle, ClientTLS, Authorization and BasicAuth are reported as
-	// unsupported: opzero's hook client uses the system's roots and sends
-	// its own bearer token (--hook-token-file, $METACONTROLLER_HOOK_TOKEN).
+	// CABundle, ClientTLS, Authorization and BasicAuth are this hook's
+	// TLS and credentials; any of them set, the controller's
+	// endpointConfigs are not consulted for it. Without authorization or
+	// basicAuth, opzero's own bearer token is sent, if it has one
+	// (--hook-token-file, $METACONTROLLER_HOOK_TOKEN).
 	CABundle      *CABundle      `json:"caBundle,omitempty"`
 	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
 	Authorization *Authorization `json:"authorization,omitempty"`
 	BasicAuth     *BasicAuth     `json:"basicAuth,omitempty"`
 }
 
-// WebhookConnection is TLS and credentials for the webhooks of one host.
-type WebhookConnection struct {
-	// Host is host or host:port, as in a webhook's URL.
+// EndpointConfig is TLS and credentials for the webhooks of one host.
+// Authorization and BasicAuth exclude each other.
+type EndpointConfig struct {
+	// Host is host or host:port, as in a webhook's URL (compared without
+	// case; a host without port also matches the scheme's default port).
 	Host          string         `json:"host"`
 	CABundle      *CABundle      `json:"caBundle,omitempty"`
 	ClientTLS     *ClientTLS     `json:"clientTLS,omitempty"`
@@ -331,8 +340,9 @@ type DecoratorControllerSpec struct {
 
 	ResyncPeriodSeconds *int32 `json:"resyncPeriodSeconds,omitempty"`
 
-	// Connections are reported as unsupported, as a CompositeController's.
-	Connections []WebhookConnection `json:"connections,omitempty"`
+	// EndpointConfigs and Connections: as a CompositeController's.
+	EndpointConfigs []EndpointConfig `json:"endpointConfigs,omitempty"`
+	Connections     []EndpointConfig `json:"connections,omitempty"`
 }
 
 // DecoratorControllerResourceRule is one decorated resource and which of its objects.

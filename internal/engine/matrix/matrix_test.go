@@ -1,4 +1,5 @@
-// Package engine_test is the behaviour matrix both engines must honour:
+// Package matrix_test is the behaviour matrix both engines must honour
+// (tests only: named for the matrix, beside the two engines it tests):
 // classic (a controller-runtime manager) and serverless (the HTTP engine,
 // with durable time off and on) x what a reconcile returns (success,
 // RequeueAfter, Requeue: true, an error, a TerminalError). Each cell asserts
@@ -12,7 +13,7 @@
 // long-lived process whose workqueue holds retries and requeues in memory,
 // as controller-runtime does; --wakeup-sink does not apply to it. So classic
 // has one column, serverless two.
-package engine_test
+package matrix_test
 
 import (
 	"context"
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"serverless/testdata/crds", "../../config/crd"}, Scheme: scheme, NoControllerManager: true}))
+	os.Exit(testenv.Main(m, testenv.Options{CRDDirs: []string{"../serverless/testdata/crds", "../../../config/crd"}, Scheme: scheme, NoControllerManager: true}))
 }
 
 var widgetGVK = schema.GroupVersionKind{Group: "test.opzero.dev", Version: "v1", Kind: "Widget"}

@@ -1,4 +1,4 @@
-package engine_test
+package matrix_test
 
 import (
 	"context"

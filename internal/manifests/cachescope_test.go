@@ -1,0 +1,82 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/opzero/opzero/internal/manifests"
+)
+
+// TestCacheScopeReachesTheHub: an adopted project whose manager cache is
+// restricted (cache.Options: two DefaultNamespaces, its ConfigMaps by a
+// label selector, Secrets by a field selector) gets a Subscription that
+// asks the hub for no more than that cache holds: each kind in those two
+// namespaces, the ConfigMaps by the same selector; the field selector,
+// which the hub cannot apply, is warned of by name.
+func TestCacheScopeReachesTheHub(t *testing.T) {
+	t.Setenv("WIDGETS_CACHE_SCOPE", "1")
+	var warnings bytes.Buffer
+	objs, err := manifests.Build(context.Background(), ".", "./testdata/widgets", manifests.Options{Namespace: "widgets", Warnings: &warnings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub *manifests.Object
+	for i, o := range objs {
+		if o.Kind() == "Subscription" {
+			sub = &objs[i]
+		}
+	}
+	if sub == nil {
+		t.Fatal("no Subscription written (the hub is the default wiring)")
+	}
+	got := map[string]string{}
+	for _, r := range sub.Obj["spec"].(map[string]any)["resources"].([]any) {
+		m := r.(map[string]any)
+		got[m["kind"].(string)] = fmt.Sprintf("namespaces %v, labelSelector %v", m["namespaces"], m["labelSelector"])
+	}
+	want := map[string]string{
+		"Widget":    "namespaces [team-a team-b], labelSelector <nil>",
+		"ConfigMap": "namespaces [team-a team-b], labelSelector app.kubernetes.io/managed-by=widgets",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("the Subscription's %s: %s; want %s (as the project's cache holds it)", k, got[k], w)
+		}
+	}
+	if w := warnings.String(); !strings.Contains(w, `Secret: the field selector "metadata.name=widgets-token"`) {
+		t.Errorf("warnings:\n%s\nwant one naming the Secrets' field selector the hub cannot apply", w)
+	}
+}
+
+// TestUnrestrictedCacheAsksForAll: the same project with its cache as
+// kubebuilder writes it asks the hub for every namespace.
+func TestUnrestrictedCacheAsksForAll(t *testing.T) {
+	objs, err := manifests.Generate(mustPrepare(t), manifests.Options{Namespace: "widgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Kind() != "Subscription" {
+			continue
+		}
+		for _, r := range o.Obj["spec"].(map[string]any)["resources"].([]any) {
+			if m := r.(map[string]any); m["namespaces"] != nil {
+				t.Errorf("%s restricted to %v with no cache option saying so", m["kind"], m["namespaces"])
+			}
+		}
+		return
+	}
+	t.Fatal("no Subscription written")
+}
+
+func mustPrepare(t *testing.T) manifests.Input {
+	t.Helper()
+	in, err := manifests.Prepare(context.Background(), widgets(t), manifests.Options{Namespace: "widgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
