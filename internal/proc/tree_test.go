@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestTreeOfThisProcess(t *testing.T) {
@@ -17,7 +18,15 @@ func TestTreeOfThisProcess(t *testing.T) {
 	if d := Descendants(os.Getpid()); !slices.Contains(d, cmd.Process.Pid) {
 		t.Errorf("Descendants(%d) = %v, want the child %d among them", os.Getpid(), d, cmd.Process.Pid)
 	}
-	if a := Argv(cmd.Process.Pid); len(a) != 2 || a[1] != "30" {
+	// Start returns once exec has begun; the kernel lays out the new
+	// command line and environment a moment later (CI read both empty).
+	var a []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a = Argv(cmd.Process.Pid); len(a) > 0 {
+			break
+		}
+	}
+	if len(a) != 2 || a[1] != "30" {
 		t.Errorf("Argv = %q", a)
 	}
 	if Env(cmd.Process.Pid)["PROC_TEST"] != "child" {
