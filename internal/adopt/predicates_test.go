@@ -1,0 +1,85 @@
+package adopt_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/opzero/opzero/internal/adopt"
+)
+
+// TestUpdatedWhen: the parts of an object whose change lets an update
+// through are read from the types of controller-runtime's predicates of
+// every source of a kind; a predicate of the project's own, or a source
+// without predicates, lets every update through (no parts), and the
+// former is named.
+func TestUpdatedWhen(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	own := predicate.NewPredicateFuncs(func(client.Object) bool { return true })
+	cases := []struct {
+		name    string
+		sources [][]predicate.Predicate // one source each, its predicates
+		want    []string                // nil: every update
+		bad     string                  // in untranslated
+	}{
+		{"generation", [][]predicate.Predicate{{predicate.GenerationChangedPredicate{}}}, []string{"generation"}, ""},
+		{"or of generation and labels", [][]predicate.Predicate{{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})}}, []string{"generation", "labels"}, ""},
+		{"and: one that translates bounds it", [][]predicate.Predicate{{own, predicate.AnnotationChangedPredicate{}}}, []string{"annotations"}, "predicate.Funcs"},
+		{"and inside", [][]predicate.Predicate{{predicate.And[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{})}}, []string{"generation"}, ""},
+		{"two sources: the union", [][]predicate.Predicate{{predicate.GenerationChangedPredicate{}}, {predicate.LabelChangedPredicate{}}}, []string{"generation", "labels"}, ""},
+		{"a source without predicates", [][]predicate.Predicate{{predicate.GenerationChangedPredicate{}}, nil}, nil, ""},
+		{"or with the project's own", [][]predicate.Predicate{{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, own)}}, nil, "predicate.Funcs"},
+		{"resource version", [][]predicate.Predicate{{predicate.ResourceVersionChangedPredicate{}}}, nil, ""},
+		{"not", [][]predicate.Predicate{{predicate.Not[client.Object](predicate.GenerationChangedPredicate{})}}, nil, "predicate.not"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+			c, err := controller.NewUnmanaged("p", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cache := adopt.NewCache(nil, scheme)
+			for _, ps := range tc.sources {
+				if err := c.Watch(source.Kind(cache, client.Object(&corev1.ConfigMap{}), handler.EventHandler(&handler.EnqueueRequestForObject{}), ps...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
+			if err != nil || !ok {
+				t.Fatalf("Adopt = %v, %v", ok, err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done, err := a.Start(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cancel(); <-done }()
+			infs := a.Cache().Informers()
+			if len(infs) != 1 {
+				t.Fatalf("%d informers", len(infs))
+			}
+			parts, bad := infs[0].UpdatedWhen()
+			if !slices.Equal(parts, tc.want) {
+				t.Errorf("parts = %v, want %v", parts, tc.want)
+			}
+			if joined := strings.Join(bad, "; "); tc.bad == "" && joined != "" || !strings.Contains(joined, tc.bad) {
+				t.Errorf("untranslated = %q, want it to name %q", joined, tc.bad)
+			}
+		})
+	}
+}
