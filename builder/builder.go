@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,6 +55,46 @@ type ForOption func(*Kind)
 // WithLabelSelector limits the primary kind to objects matching sel.
 func WithLabelSelector(sel labels.Selector) ForOption { return func(k *Kind) { k.Selector = sel } }
 
+// Change is a part of an object whose change an update must bring to
+// matter (UpdatedWhen).
+type Change string
+
+// The parts UpdatedWhen names, as controller-runtime's
+// GenerationChangedPredicate, LabelChangedPredicate and
+// AnnotationChangedPredicate compare them.
+const (
+	// GenerationChanged: metadata.generation, which the API server raises
+	// on a change of the spec (and when deletion starts), not of the status.
+	GenerationChanged  Change = "generation"
+	LabelsChanged      Change = "labels"
+	AnnotationsChanged Change = "annotations"
+)
+
+// UpdatedWhen says an update of the kind matters only when one of changes
+// changed since the object's previous change: the opzero hub drops the
+// others before it wakes the operator (most often the echo of the
+// operator's own status write), and classic mode drops them as
+// controller-runtime's predicates would. Creates and deletes always pass.
+// With --source=knative every update is delivered: the reconcile must
+// still be level-triggered. For For and Owns; WatchUpdatedWhen for Watches.
+func UpdatedWhen(changes ...Change) ForOption {
+	return func(k *Kind) { k.UpdatedWhen = appendChanges(k.UpdatedWhen, changes) }
+}
+
+// WatchUpdatedWhen is UpdatedWhen for a kind given to Watches.
+func WatchUpdatedWhen(changes ...Change) WatchOption {
+	return func(w *Watch) error {
+		w.UpdatedWhen = appendChanges(w.UpdatedWhen, changes)
+		return nil
+	}
+}
+
+func appendChanges(have, more []Change) []Change {
+	out := append(slices.Clone(have), more...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // For sets the primary kind: requests name its objects.
 func (b *Builder) For(obj client.Object, opts ...ForOption) *Builder {
 	if b.forSet {
@@ -74,11 +115,14 @@ func (b *Builder) For(obj client.Object, opts ...ForOption) *Builder {
 }
 
 // Owns adds a dependent kind: its events reconcile its controller owner of
-// the primary kind.
-func (b *Builder) Owns(obj client.Object) *Builder {
+// the primary kind. Options as For's (UpdatedWhen, WithLabelSelector).
+func (b *Builder) Owns(obj client.Object, opts ...ForOption) *Builder {
 	if k, err := b.kind("Owns", obj); err != nil {
 		b.errs = append(b.errs, err)
 	} else {
+		for _, o := range opts {
+			o(&k)
+		}
 		b.op.Owned = append(b.op.Owned, k)
 	}
 	return b
@@ -151,6 +195,13 @@ func (b *Builder) Build(r reconcile.Reconciler) (*Controller, error) {
 			errs = append(errs, fmt.Errorf("name %q: %s", b.op.Name, msg))
 		}
 	}
+	for _, k := range b.kinds() {
+		for _, c := range k.UpdatedWhen {
+			if c != GenerationChanged && c != LabelsChanged && c != AnnotationsChanged {
+				errs = append(errs, fmt.Errorf("%s: UpdatedWhen(%q): want %q, %q or %q", k.GVK.Kind, c, GenerationChanged, LabelsChanged, AnnotationsChanged))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid operator description: %w", err)
 	}
@@ -170,6 +221,15 @@ func (b *Builder) Complete(r reconcile.Reconciler) error {
 		return errors.New("Complete needs a runtime: start with ControllerManagedBy(rt), or use Build")
 	}
 	return b.rt.Register(op)
+}
+
+// kinds are every kind described so far.
+func (b *Builder) kinds() []Kind {
+	out := append([]Kind{b.op.Primary}, b.op.Owned...)
+	for _, w := range b.op.Watched {
+		out = append(out, w.Kind)
+	}
+	return out
 }
 
 func (b *Builder) kind(method string, obj client.Object) (Kind, error) {

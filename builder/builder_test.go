@@ -145,3 +145,24 @@ func TestReferencedBy(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdatedWhen: the parts an update must change to matter, per kind,
+// sorted and once each; a part it does not know is an error naming it.
+func TestUpdatedWhen(t *testing.T) {
+	op, err := builder.New(scheme(t)).
+		For(&corev1.Service{}, builder.UpdatedWhen(builder.LabelsChanged, builder.GenerationChanged, builder.LabelsChanged)).
+		Owns(&corev1.Endpoints{}, builder.UpdatedWhen(builder.AnnotationsChanged)).
+		Watches(&corev1.ConfigMap{}, mapNone, builder.WatchUpdatedWhen(builder.GenerationChanged)).
+		Watches(&corev1.Secret{}, mapNone).
+		Build(noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(op.Primary.UpdatedWhen, op.Owned[0].UpdatedWhen, op.Watched[0].UpdatedWhen, op.Watched[1].UpdatedWhen); got != "[generation labels] [annotations] [generation] []" {
+		t.Errorf("UpdatedWhen of Service, Endpoints, ConfigMap, Secret = %s", got)
+	}
+	_, err = builder.New(scheme(t)).For(&corev1.Service{}, builder.UpdatedWhen("status")).Build(noop)
+	if err == nil || !strings.Contains(err.Error(), `Service: UpdatedWhen("status")`) {
+		t.Errorf("UpdatedWhen(status): %v, want an error naming it", err)
+	}
+}

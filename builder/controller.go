@@ -48,6 +48,14 @@ type Kind struct {
 	Object client.Object
 	// Selector limits events by labels; nil means everything.
 	Selector labels.Selector
+	// UpdatedWhen, if set, says an update of the kind matters only when
+	// one of these parts of the object changed (UpdatedWhen); nil means
+	// every update.
+	UpdatedWhen []Change
+	// Unfiltered names filters of the operator's own on this kind that no
+	// event source can apply before waking it (an adopted controller's
+	// predicates that are functions): `opzero manifests` says each.
+	Unfiltered []string
 }
 
 // Watch is a watched kind and how its events map to primary keys.

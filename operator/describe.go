@@ -101,6 +101,10 @@ func describeKind(k builder.Kind) description.Kind {
 	if k.Selector != nil && !k.Selector.Empty() {
 		d.Selector = k.Selector.String()
 	}
+	for _, c := range k.UpdatedWhen {
+		d.UpdatedWhen = append(d.UpdatedWhen, string(c))
+	}
+	d.Unfiltered = k.Unfiltered
 	return d
 }
 

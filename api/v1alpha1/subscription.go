@@ -99,7 +99,29 @@ type SubscribedResource struct {
 	// update is most often the echo of the operator's own status write.
 	// Resource mode only (a metadata watch carries no status).
 	SkipObserved *SkipObserved `json:"skipObserved,omitempty"`
+	// UpdatedWhen drops, in the hub, an update that changes none of these
+	// parts of the object since the object's previous change the hub saw:
+	// generation (a spec change), labels, annotations, as the operator's
+	// own predicates (controller-runtime's GenerationChangedPredicate,
+	// LabelChangedPredicate, AnnotationChangedPredicate) would drop it.
+	// Creates and deletes are always sent, and so is an update of an
+	// object the hub has not seen change before (after it starts, or
+	// forgotten: it remembers a bounded number per watch). Empty sends
+	// every update.
+	// +listType=set
+	UpdatedWhen []UpdatedPart `json:"updatedWhen,omitempty"`
 }
+
+// UpdatedPart is a part of an object for SubscribedResource.UpdatedWhen.
+// +kubebuilder:validation:Enum=generation;labels;annotations
+type UpdatedPart string
+
+// The parts UpdatedWhen names.
+const (
+	UpdatedGeneration  UpdatedPart = "generation"
+	UpdatedLabels      UpdatedPart = "labels"
+	UpdatedAnnotations UpdatedPart = "annotations"
+)
 
 // OwnerFilter is a controller owner's kind.
 type OwnerFilter struct {

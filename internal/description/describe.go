@@ -269,6 +269,14 @@ type Kind struct {
 	// objects of this kind in their own namespace (builder.ReferencedBy);
 	// "" makes no such promise.
 	ReferencedBy string `json:"referencedBy,omitempty"`
+	// UpdatedWhen names the parts of an object (generation, labels,
+	// annotations) one of which an update must change to matter
+	// (builder.UpdatedWhen, or an adopted controller's predicates); empty
+	// is every update.
+	UpdatedWhen []string `json:"updatedWhen,omitempty"`
+	// Unfiltered names the operator's own filters of this kind that no
+	// event source applies (builder.Kind.Unfiltered).
+	Unfiltered []string `json:"unfiltered,omitempty"`
 }
 
 // APIVersion returns group/version (version alone for the core group).

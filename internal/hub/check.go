@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -232,6 +233,10 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 				pkey: progressKey(gvk, ns, k.selector), skip: skip}
 			if skip != nil {
 				a.memo = genskip.NewMemo[string](skipMemo)
+			}
+			if len(r.UpdatedWhen) > 0 {
+				a.when = slices.Clone(r.UpdatedWhen)
+				a.whenMemo = genskip.NewMemo[string](skipMemo)
 			}
 
 			if ref != nil {

@@ -8,7 +8,10 @@ package hub
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +64,10 @@ type attachment struct {
 
 	memoMu sync.Mutex
 	memo   *genskip.Memo[string] // last metadata fingerprint per object (skip)
+	// when is UpdatedWhen (nil: every update is sent), whenMemo the last
+	// fingerprint of those parts per object.
+	when     []v1alpha1.UpdatedPart
+	whenMemo *genskip.Memo[string]
 
 	mu   sync.Mutex
 	seq  []*mark // sends pending, in watch order
@@ -493,7 +500,7 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 		if a.sent(rv) {
 			continue
 		}
-		want := a.wants(ctx, m) && !a.skips(act, obj, m)
+		want := a.wants(ctx, m) && !a.skips(act, obj, m) && !a.unchanged(act, m)
 		if !want {
 			a.sub.h.stats.filtered.Inc()
 			if told == 0 {
@@ -602,6 +609,51 @@ func (a *attachment) skips(act string, obj runtime.Object, m metav1.Object) bool
 	}
 	observed, has := observedGeneration(obj)
 	return genskip.Observed(m.GetGeneration(), observed, has, m.GetDeletionTimestamp() != nil)
+}
+
+// unchanged applies UpdatedWhen: an update that changes none of the named
+// parts since the object's previous change is not sent. Creates and
+// deletes are; so is an update of an object not remembered (the hub
+// started since, or the bounded memo forgot it), as an informer delivers
+// an object it did not hold as a create.
+func (a *attachment) unchanged(act string, m metav1.Object) bool {
+	if a.when == nil {
+		return false
+	}
+	k := m.GetNamespace() + "/" + m.GetName()
+	a.memoMu.Lock()
+	defer a.memoMu.Unlock()
+	if act == "delete" {
+		a.whenMemo.Forget(k)
+		return false
+	}
+	same := a.whenMemo.Swap(k, partsFingerprint(a.when, m)) // false for a key not remembered
+	return act == "update" && same
+}
+
+// partsFingerprint hashes the parts of m that UpdatedWhen names.
+func partsFingerprint(parts []v1alpha1.UpdatedPart, m metav1.Object) uint64 {
+	h := fnv.New64a()
+	write := func(s string) { h.Write([]byte(s)); h.Write([]byte{0}) }
+	for _, p := range parts {
+		write(string(p))
+		switch p {
+		case v1alpha1.UpdatedGeneration:
+			write(strconv.FormatInt(m.GetGeneration(), 10))
+		case v1alpha1.UpdatedLabels:
+			writeMap(write, m.GetLabels())
+		case v1alpha1.UpdatedAnnotations:
+			writeMap(write, m.GetAnnotations())
+		}
+	}
+	return h.Sum64()
+}
+
+func writeMap(write func(string), kv map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
+		write(k)
+		write(kv[k])
+	}
 }
 
 // skipMemo bounds the objects an attachment with SkipObserved remembers.

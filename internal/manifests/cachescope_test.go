@@ -80,3 +80,34 @@ func mustPrepare(t *testing.T) manifests.Input {
 	}
 	return in
 }
+
+// TestPredicatesReachTheHub: an adopted project whose For has
+// GenerationChangedPredicate gets a Subscription whose Widgets are sent
+// only for a new generation (updatedWhen), so the echo of its own status
+// write does not wake it; its ConfigMaps, filtered by an Or of a label
+// change and a function of its own, get no such filter (the function may
+// pass anything), and the function is warned of by name.
+func TestPredicatesReachTheHub(t *testing.T) {
+	t.Setenv("WIDGETS_PREDICATES", "1")
+	var warnings bytes.Buffer
+	objs, err := manifests.Build(context.Background(), ".", "./testdata/widgets", manifests.Options{Namespace: "widgets", Warnings: &warnings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, o := range objs {
+		if o.Kind() != "Subscription" {
+			continue
+		}
+		for _, r := range o.Obj["spec"].(map[string]any)["resources"].([]any) {
+			m := r.(map[string]any)
+			got[m["kind"].(string)] = fmt.Sprint(m["updatedWhen"])
+		}
+	}
+	if got["Widget"] != "[generation]" || got["ConfigMap"] != "<nil>" {
+		t.Errorf("updatedWhen of Widget %s, ConfigMap %s; want [generation] and none", got["Widget"], got["ConfigMap"])
+	}
+	if w := warnings.String(); !strings.Contains(w, "ConfigMap: its predicate predicate.Funcs") || strings.Contains(w, "Widget: its predicate") {
+		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
+	}
+}

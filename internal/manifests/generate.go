@@ -71,6 +71,19 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 				fmt.Fprintf(o.Warnings, "warning: %s: %s\n", op.Name, w)
 			}
 		}
+		if o.hub() {
+			for _, op := range t.Desc.Operators {
+				for _, k := range append(append([]description.Kind{op.Primary}, op.Owned...), op.Watched...) {
+					wakes := "every " + k.Kind + " update wakes it"
+					if len(k.UpdatedWhen) > 0 {
+						wakes = "a " + k.Kind + " update wakes it when it changes the object's " + strings.Join(k.UpdatedWhen, " or ")
+					}
+					for _, u := range k.Unfiltered {
+						fmt.Fprintf(o.Warnings, "warning: %s: %s: its %s is no filter the hub applies: %s, and the filter runs after\n", op.Name, k.Kind, u, wakes)
+					}
+				}
+			}
+		}
 		if c := t.Desc.Cache; c != nil && o.hub() {
 			for _, u := range c.Untranslated {
 				fmt.Fprintf(o.Warnings, "warning: %s: its cache option %s is no filter the hub applies: the hub wakes it for changes its cache then drops\n", t.ImportPath, u)

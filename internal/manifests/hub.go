@@ -73,7 +73,9 @@ func (g *gen) hubWiring() []Object {
 // subscription asks the hub for what the Knative wiring gets from its
 // sources: the same kinds in the same modes (owner filter on owned kinds,
 // all namespaces, the kinds' selectors), referencedBy where the operator
-// declared it, skipObserved on the primary as the operator skips (the hub
+// declared it, updatedWhen where every use of the kind lets only some
+// updates through (builder.UpdatedWhen, an adopted controller's
+// predicates), skipObserved on the primary as the operator skips (the hub
 // then does not send what the operator would only acknowledge), the same sweeps under the PingSources' names, and the
 // operator's Wakeups when durable time is on.
 func (g *gen) subscription() Object {
@@ -99,6 +101,13 @@ func (g *gen) subscription() Object {
 		}
 		if k.mode == "Reference" && k.referrer != nil {
 			r["referencedBy"] = map[string]any{"apiVersion": k.referrer.APIVersion(), "kind": k.referrer.Kind, "fieldPath": k.ReferencedBy}
+		}
+		if len(k.UpdatedWhen) > 0 {
+			var parts []any
+			for _, p := range k.UpdatedWhen {
+				parts = append(parts, p)
+			}
+			r["updatedWhen"] = parts
 		}
 		if k.mode == "Resource" && k.skip != nil {
 			so := map[string]any{}

@@ -3,6 +3,7 @@ package manifests
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +90,8 @@ type sourceKind struct {
 // needs the object, an owner filter only if every one that uses the kind
 // owns it under one owner kind, a label selector only if every one has it,
 // a referrer only if every one watches it through the same field of the
-// same primary kind, skipping observed generations only if every one
+// same primary kind, an update filter (updatedWhen) only if every one has
+// one (the union of their parts), skipping observed generations only if every one
 // reconciles it as its primary and skips.
 func (g *gen) sourceKinds() []sourceKind {
 	var out []sourceKind
@@ -121,6 +123,11 @@ func (g *gen) sourceKinds() []sourceKind {
 		}
 		if have.referrer != nil && (sk.referrer == nil || !sameKind(*have.referrer, *sk.referrer) || have.ReferencedBy != k.ReferencedBy) {
 			have.referrer, have.ReferencedBy = nil, ""
+		}
+		if len(have.UpdatedWhen) == 0 || len(k.UpdatedWhen) == 0 {
+			have.UpdatedWhen = nil // some use of the kind wants every update
+		} else {
+			have.UpdatedWhen = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(have.UpdatedWhen), k.UpdatedWhen...))))
 		}
 		switch {
 		case have.skip == nil || skip == nil:

@@ -66,7 +66,35 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	if m.describing && a.Do() != nil {
 		r = a.Do() // its package holds the +kubebuilder:rbac markers
 	}
-	return b.Build(r)
+	op, err := b.Build(r)
+	if err != nil {
+		return nil, err
+	}
+	updatedWhen(c, &op.Primary)
+	for i := range op.Owned {
+		updatedWhen(c, &op.Owned[i])
+	}
+	for i := range op.Watched {
+		updatedWhen(c, &op.Watched[i].Kind)
+	}
+	return op, nil
+}
+
+// updatedWhen describes k's update filter from the predicates of the
+// controller's sources of the kind (adopt.Informer.UpdatedWhen): what the
+// hub may drop before waking the operator, and what it cannot apply.
+func updatedWhen(c *adopt.Cache, k *builder.Kind) {
+	inf, ok := c.Lookup(k.GVK)
+	if !ok {
+		return
+	}
+	parts, untranslated := inf.UpdatedWhen()
+	for _, p := range parts {
+		k.UpdatedWhen = append(k.UpdatedWhen, builder.Change(p))
+	}
+	for _, u := range untranslated {
+		k.Unfiltered = append(k.Unfiltered, "predicate "+u)
+	}
 }
 
 // filter runs each event through the controller's handlers. For the

@@ -43,9 +43,11 @@ func Setup(mgr manager.Manager, op *builder.Controller, opts Options) error {
 		Named(op.Name).
 		For(op.Primary.Object, ctrlbuilder.WithPredicates(primaryPredicates(op)...)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles})
-	filters := ctrlbuilder.WithPredicates(filterPredicate(op.Filters))
+	filters := func(k builder.Kind) ctrlbuilder.Predicates {
+		return ctrlbuilder.WithPredicates(append([]predicate.Predicate{filterPredicate(op.Filters)}, updatedWhen(k)...)...)
+	}
 	for _, k := range op.Owned {
-		b = b.Owns(k.Object, filters)
+		b = b.Owns(k.Object, filters(k))
 	}
 	for _, w := range op.Watched {
 		w := w
@@ -56,7 +58,7 @@ func Setup(mgr manager.Manager, op *builder.Controller, opts Options) error {
 				log.FromContext(ctx).Error(err, "mapping a watched object", "kind", w.GVK.Kind, "object", client.ObjectKeyFromObject(obj))
 			}
 			return keys
-		}), filters)
+		}), filters(w.Kind))
 	}
 	if len(op.Events) > 0 && opts.Events.Addr != "0" {
 		// External events: an HTTP endpoint beside the manager routes them
@@ -106,7 +108,27 @@ func primaryPredicates(op *builder.Controller) []predicate.Predicate {
 	if !op.Skip.Disabled {
 		ps = append(ps, skipPredicate(op.Skip))
 	}
-	return ps
+	return append(ps, updatedWhen(op.Primary)...)
+}
+
+// updatedWhen is builder.UpdatedWhen as controller-runtime's predicates
+// (none when the kind lets every update through).
+func updatedWhen(k builder.Kind) []predicate.Predicate {
+	var any []predicate.Predicate
+	for _, c := range k.UpdatedWhen {
+		switch c {
+		case builder.GenerationChanged:
+			any = append(any, predicate.GenerationChangedPredicate{})
+		case builder.LabelsChanged:
+			any = append(any, predicate.LabelChangedPredicate{})
+		case builder.AnnotationsChanged:
+			any = append(any, predicate.AnnotationChangedPredicate{})
+		}
+	}
+	if len(any) == 0 {
+		return nil
+	}
+	return []predicate.Predicate{predicate.Or(any...)}
 }
 
 // skipPredicate drops updates that the generation-aware rule skips; here the

@@ -5,12 +5,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/opzero/opzero/internal/manifests/testdata/widgets/api/v1"
 )
@@ -34,7 +37,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, err
 }
 
-// SetupWithManager adds the controller to mgr.
+// SetupWithManager adds the controller to mgr. With WIDGETS_PREDICATES
+// set (a test), its watches filter as many projects' do: Widgets by
+// generation, ConfigMaps by a label change or a function of its own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if os.Getenv("WIDGETS_PREDICATES") != "" {
+		mine := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetAnnotations()["widgets"] != "" })
+		return ctrl.NewControllerManagedBy(mgr).
+			For(&v1.Widget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, mine))).
+			Named("widgets").Complete(r)
+	}
 	return ctrl.NewControllerManagedBy(mgr).For(&v1.Widget{}).Owns(&corev1.ConfigMap{}).Named("widgets").Complete(r)
 }
