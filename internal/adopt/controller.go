@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -123,8 +124,12 @@ func (c *Controller) Name() string { return c.name }
 // the Cache's shims. It returns once they have (the workers then wait on
 // the capture queue until ctx ends); done receives Start's result then.
 func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
-	if err := c.foreignCaches(); err != nil {
+	moved, err := c.foreignCaches()
+	if err != nil {
 		return nil, err
+	}
+	for _, m := range moved {
+		c.log(nil).Info("a source on a cache the project built is served as the manager cache's are: its events come from the hub or an ApiServerSource", "kind", m)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- c.ctrl.Start(ctx) }()
@@ -139,19 +144,25 @@ func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
 	}
 }
 
-// foreignCaches refuses, before anything starts, a source.Kind on a cache
-// that is not one of this package's (the manager's Cache, its forks and
-// owned views): one the project built with cache.New for WatchesRawSource: nothing serves its events
-// serverless, and starting it would connect and wait for its sync (the
-// 30 s hang of a describe). The error names the controller and the kind.
-func (c *Controller) foreignCaches() error {
+// foreignCaches moves, before anything starts, each source.Kind on a
+// cache that is not one of this package's (the manager's Cache, its forks
+// and owned views) onto the controller's Cache: a cache the project built
+// with cache.New for WatchesRawSource(source.Kind(theirs, ...)). Its
+// events then come as the manager cache's do (the hub, an
+// ApiServerSource), and starting the controller no longer waits for that
+// cache to connect and sync (the 30 s hang of a describe). The project's
+// cache itself is left as it is: what it serves its reads from, started
+// by the project (mgr.Add), or not. What the project restricted it to
+// (its cache.Options) is not read: the hub watches the kind wider. The
+// moves are reported for the log.
+func (c *Controller) foreignCaches() (moved []string, _ error) {
 	v := reflect.ValueOf(c.ctrl)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil
+		return nil, nil
 	}
 	watches := v.Elem().FieldByName("startWatches")
 	if !watches.IsValid() || watches.Kind() != reflect.Slice {
-		return nil
+		return nil, nil
 	}
 	ours := reflect.TypeFor[Cache]().PkgPath() // the adopted Cache, its forks and views
 	for i := range watches.Len() {
@@ -180,11 +191,16 @@ func (c *Controller) foreignCaches() error {
 			kind = tf.Type().Elem().String()
 		}
 		kind = strings.TrimPrefix(kind, "*")
-		return fmt.Errorf("controller %s watches %s through a cache of its own (%s, built with cache.New), not the manager's: serverless mode serves a controller's watches "+
-			"through the manager's cache, whose events the hub or an ApiServerSource delivers, and that cache would connect and sync by itself; "+
-			"give the source mgr.GetCache() in serverless mode, or run --mode=classic", c.name, kind, cv.Type())
+		if !cf.CanAddr() || !reflect.TypeOf(c.cache).Implements(cf.Type()) {
+			return moved, fmt.Errorf("controller %s watches %s through a cache of its own (%s, built with cache.New), not the manager's, and this opzero cannot move "+
+				"that source onto the manager's: give the source mgr.GetCache() in serverless mode, or run --mode=classic", c.name, kind, cv.Type())
+		}
+		// The field is exported, but reached through the controller's
+		// unexported startWatches: set through its address.
+		reflect.NewAt(cf.Type(), unsafe.Pointer(cf.UnsafeAddr())).Elem().Set(reflect.ValueOf(c.cache))
+		moved = append(moved, fmt.Sprintf("%s (from %s)", kind, cv.Type()))
 	}
-	return nil
+	return moved, nil
 }
 
 // PrimaryKind is the kind given to the builder's For, read from the
