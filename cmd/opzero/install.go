@@ -30,7 +30,8 @@ the OpenTelemetry Collector's OTLP receiver (v0.160.0) that 'opzero dev
 --otel' and the tests send telemetry to. The cluster set, installed only when
 named, is what 'opzero cluster up' runs besides the control plane: kubelet,
 kube-proxy and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of
-the cluster's own images (pause, netcheck); as root it also installs Debian's
+the cluster's own images (pause, netcheck) and imagebuild, which writes the
+images (go-containerregistry, in a module of its own); as root it also installs Debian's
 containerd, runc, CNI plugins and iptables, and python3 and nodejs (the
 interpreters of hooks' images, opzero cluster apply), when they are missing.
 The knative-cluster set, installed only when named, is what 'opzero cluster up

@@ -259,7 +259,7 @@ type upper struct {
 
 func (u *upper) findBinaries(ctx context.Context) error {
 	names := []string{pinned.Etcd, pinned.KubeAPIServer, pinned.KubeControllerManager, pinned.Kubectl,
-		pinned.Kubelet, pinned.KubeProxy, pinned.KubeScheduler, pinned.CoreDNS, pinned.Pause, pinned.NetCheck}
+		pinned.Kubelet, pinned.KubeProxy, pinned.KubeScheduler, pinned.CoreDNS, pinned.Pause, pinned.NetCheck, pinned.ImageBuild}
 	paths, err := pinned.Resolver{Dir: u.opts.BinDir, Progress: u.opts.Progress}.Find(ctx, names...)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,10 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/image"
@@ -79,17 +76,12 @@ func TestCommandImageRunsTheHook(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("running the image's files in a chroot needs root")
 	}
-	ref, _ := name.NewTag(built[0].Ref)
-	img, err := tarball.ImageFromPath(tar, &ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
+	img, err := image.Read(tar, built[0].Ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rootfs := t.TempDir()
-	if err := untar(mutate.Extract(img), rootfs); err != nil {
+	if err := untar(io.NopCloser(bytes.NewReader(img.Layer)), rootfs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(rootfs, 0o755); err != nil {
@@ -107,13 +99,13 @@ func TestCommandImageRunsTheHook(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logOut.Close()
-	cmd := exec.Command(cf.Config.Entrypoint[0], cf.Config.Entrypoint[1:]...)
-	cmd.Dir = cf.Config.WorkingDir
+	cmd := exec.Command(img.Entrypoint[0], img.Entrypoint[1:]...)
+	cmd.Dir = img.WorkDir
 	cmd.Env = []string{fmt.Sprintf("PORT=%d", port), "HOOK_TOKEN=t"}
 	cmd.Stdout, cmd.Stderr = logOut, logOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs, Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
-	if cf.Config.User != image.NonRoot {
-		t.Errorf("user %s", cf.Config.User)
+	if img.User != image.NonRoot {
+		t.Errorf("user %s", img.User)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

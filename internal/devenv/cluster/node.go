@@ -88,7 +88,7 @@ func (u *upper) images(ctx context.Context) error {
 // importImages imports specs' images (Cluster.Import) and records each
 // reference under its name.
 func (u *upper) importImages(ctx context.Context, tarName string, specs ...image.Spec) error {
-	built, err := u.c.importImages(ctx, tarName, specs...)
+	built, err := u.c.importImages(ctx, pinned.Resolver{Dir: u.opts.BinDir, Progress: u.opts.Progress}, tarName, specs...)
 	if err != nil {
 		return err
 	}
@@ -106,12 +106,14 @@ func (u *upper) importImages(ctx context.Context, tarName string, specs ...image
 // references in the order of specs; a pod names them with any pull policy
 // but Always, and nothing is pulled.
 func (c *Cluster) Import(ctx context.Context, specs ...image.Spec) ([]image.Built, error) {
-	return c.importImages(ctx, "import.tar", specs...)
+	return c.importImages(ctx, pinned.Resolver{}, "import.tar", specs...)
 }
 
-func (c *Cluster) importImages(ctx context.Context, tarName string, specs ...image.Spec) ([]image.Built, error) {
+// importImages writes specs' images with the image builder r finds
+// (pinned.ImageBuild) and imports them.
+func (c *Cluster) importImages(ctx context.Context, r pinned.Resolver, tarName string, specs ...image.Spec) ([]image.Built, error) {
 	tar := filepath.Join(c.Dir, tarName)
-	built, err := image.Write(tar, specs...)
+	built, err := image.WriteWith(ctx, r, tar, specs...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,25 +1,21 @@
 package image
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"runtime"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/opzero/opzero/internal/devenv/pinned"
 )
 
 // Registry is the registry part of every image reference this package
@@ -80,26 +76,101 @@ func Tag(binary string) (string, error) {
 }
 
 // Write builds every spec's image and writes them into one docker-archive
-// tarball at file. It returns the references in the order of specs.
+// tarball at file. It returns the references in the order of specs. It is
+// WriteWith with the zero pinned.Resolver: the image builder is found (and
+// built the first time) like every pinned binary.
 func Write(file string, specs ...Spec) ([]Built, error) {
-	refs := map[name.Reference]v1.Image{}
-	out := make([]Built, 0, len(specs))
+	return WriteWith(context.Background(), pinned.Resolver{}, file, specs...)
+}
+
+// WriteWith is Write with the pinned.Resolver that finds the image builder
+// (pinned.ImageBuild, tools/imagebuild: go-containerregistry in a module of
+// its own) and a context that stops it.
+func WriteWith(ctx context.Context, r pinned.Resolver, file string, specs ...Spec) ([]Built, error) {
+	req := request{File: file, Images: make([]resolved, 0, len(specs))}
 	for _, s := range specs {
-		img, ref, err := build(s)
+		im, err := s.resolve()
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", s.Name, err)
 		}
-		d, err := img.ConfigName()
-		if err != nil {
-			return nil, err
-		}
-		refs[ref] = img
-		out = append(out, Built{Ref: ref.String(), Digest: d.String()})
+		req.Images = append(req.Images, im)
 	}
-	if err := tarball.MultiRefWriteToFile(file, refs); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", file, err)
+	prog, err := r.FindOne(ctx, pinned.ImageBuild)
+	if err != nil {
+		return nil, err
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, prog)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("writing %s with %s: %w: %s", file, prog, err, strings.TrimSpace(stderr.String()))
+	}
+	var out []Built
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || len(out) != len(specs) {
+		return nil, fmt.Errorf("writing %s with %s: want %d images as JSON on its output, got %q (%v)", file, prog, len(specs), stdout.String(), err)
 	}
 	return out, nil
+}
+
+// request is what tools/imagebuild reads on its standard input: each
+// image resolved (reference, config, files and their modes).
+type request struct {
+	File   string     `json:"file"`
+	Images []resolved `json:"images"`
+}
+
+type resolved struct {
+	Ref          string      `json:"ref"`
+	Architecture string      `json:"architecture"`
+	Entrypoint   []string    `json:"entrypoint"`
+	User         string      `json:"user"`
+	WorkDir      string      `json:"workDir"`
+	Files        []layerFile `json:"files"`
+}
+
+// layerFile is one file of the layer: Source's content at Path (clean,
+// absolute; the files sorted by it) with Mode.
+type layerFile struct {
+	Path   string `json:"path"`
+	Source string `json:"source"`
+	Mode   int64  `json:"mode"`
+}
+
+// resolve is what tools/imagebuild builds for s: its reference (the tag
+// hashes the files), entrypoint, user, working folder, and every file with
+// its mode in the layer (0755 for the binary and executables, else 0644).
+func (s Spec) resolve() (resolved, error) {
+	tag, err := s.tag()
+	if err != nil {
+		return resolved{}, err
+	}
+	ref := fmt.Sprintf("%s/%s:%s", Registry, s.Name, tag)
+	im := resolved{Ref: ref, Architecture: runtime.GOARCH, Entrypoint: append([]string{s.target()}, s.Args...), User: s.User, WorkDir: s.WorkDir}
+	if im.User == "" {
+		im.User = NonRoot
+	}
+	if im.WorkDir == "" {
+		im.WorkDir = "/"
+	}
+	for _, f := range s.all() {
+		st, err := os.Stat(f.Source)
+		if err != nil {
+			return resolved{}, err
+		}
+		if !st.Mode().IsRegular() {
+			return resolved{}, fmt.Errorf("%s (for %s) is not a regular file", f.Source, f.Path)
+		}
+		mode := int64(0o644)
+		if f.exec || st.Mode().Perm()&0o111 != 0 {
+			mode = 0o755
+		}
+		im.Files = append(im.Files, layerFile{Path: f.Path, Source: f.Source, Mode: mode})
+	}
+	return im, nil
 }
 
 // tag is s's tag: Tag(s.Binary) for a binary alone, else the first 12
@@ -152,97 +223,4 @@ func (s Spec) all() []File {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
-}
-
-func build(s Spec) (v1.Image, name.Tag, error) {
-	tag, err := s.tag()
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	ref, err := name.NewTag(fmt.Sprintf("%s/%s:%s", Registry, s.Name, tag))
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	target := s.target()
-	layerTar, err := layer(s.all())
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	// Stored, not compressed: the tarball only travels to containerd on
-	// this machine, and gzip would take most of the time (minutes for
-	// Knative's twelve images under the race detector).
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithCompressionLevel(gzip.NoCompression))
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = append([]string{target}, s.Args...)
-	cf.Config.User = s.User
-	if cf.Config.User == "" {
-		cf.Config.User = NonRoot
-	}
-	cf.Config.WorkingDir = s.WorkDir
-	if cf.Config.WorkingDir == "" {
-		cf.Config.WorkingDir = "/"
-	}
-	img, err = mutate.ConfigFile(img, cf)
-	return img, ref, err
-}
-
-// layer is an uncompressed tar holding /tmp and files (sorted by
-// place), with the folders above them.
-func layer(files []File) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	epoch := time.Unix(0, 0)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: epoch}); err != nil {
-		return nil, err
-	}
-	dirs := map[string]bool{"tmp": true}
-	for _, f := range files {
-		rel := strings.TrimPrefix(f.Path, "/")
-		var parents []string
-		for d := path.Dir(rel); d != "." && !dirs[d]; d = path.Dir(d) {
-			parents = append(parents, d)
-		}
-		for i := len(parents) - 1; i >= 0; i-- {
-			dirs[parents[i]] = true
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parents[i] + "/", Mode: 0o755, ModTime: epoch}); err != nil {
-				return nil, err
-			}
-		}
-		content, err := os.ReadFile(f.Source)
-		if err != nil {
-			return nil, err
-		}
-		st, err := os.Stat(f.Source)
-		if err != nil {
-			return nil, err
-		}
-		mode := int64(0o644)
-		if f.exec || st.Mode().Perm()&0o111 != 0 {
-			mode = 0o755
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: mode, Size: int64(len(content)), ModTime: epoch}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(content); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

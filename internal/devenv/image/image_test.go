@@ -2,15 +2,13 @@ package image
 
 import (
 	archivetar "archive/tar"
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestWrite: a binary's image is tagged by its hash, runs it as 65532
@@ -34,8 +32,8 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("ref %s, want %s", built[0].Ref, want)
 	}
 	_, cf := load(t, tar, built[0].Ref)
-	if cf.Config.User != NonRoot || strings.Join(cf.Config.Entrypoint, " ") != "/hello serve" || cf.OS != "linux" {
-		t.Errorf("config: user %q, entrypoint %q, os %q", cf.Config.User, cf.Config.Entrypoint, cf.OS)
+	if cf.User != NonRoot || strings.Join(cf.Entrypoint, " ") != "/hello serve" || cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("config: user %q, entrypoint %q, os %q, architecture %q", cf.User, cf.Entrypoint, cf.OS, cf.Architecture)
 	}
 	again, err := Write(filepath.Join(dir, "again.tar"), Spec{Name: "hello", Binary: bin, Args: []string{"serve"}})
 	if err != nil {
@@ -46,22 +44,14 @@ func TestWrite(t *testing.T) {
 	}
 }
 
-// load reads the image ref from the tarball tar, and its config.
-func load(t *testing.T, tar, ref string) (v1.Image, *v1.ConfigFile) {
+// load reads the image ref back from the tarball tar (Read).
+func load(t *testing.T, tar, ref string) ([]byte, *Image) {
 	t.Helper()
-	tag, err := name.NewTag(ref)
+	img, err := Read(tar, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := tarball.ImageFromPath(tar, &tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img, cf
+	return img.Layer, img
 }
 
 func ExampleWrite() {
@@ -90,14 +80,11 @@ func TestWriteFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, cf := load(t, tar, built[0].Ref)
-	if strings.Join(cf.Config.Entrypoint, " ") != "/usr/bin/interp s.py" || cf.Config.WorkingDir != "/app" {
-		t.Errorf("entrypoint %q in %q", cf.Config.Entrypoint, cf.Config.WorkingDir)
+	layer, cf := load(t, tar, built[0].Ref)
+	if strings.Join(cf.Entrypoint, " ") != "/usr/bin/interp s.py" || cf.WorkDir != "/app" {
+		t.Errorf("entrypoint %q in %q", cf.Entrypoint, cf.WorkDir)
 	}
-	layers, _ := img.Layers()
-	rc, _ := layers[0].Uncompressed()
-	defer rc.Close()
-	tr := archivetar.NewReader(rc)
+	tr := archivetar.NewReader(bytes.NewReader(layer))
 	var names []string
 	for {
 		h, err := tr.Next()

@@ -1,10 +1,12 @@
 // Package pinned finds the programs opzero runs but does not contain, built
 // from pinned Go modules: the local control plane (etcd, kube-apiserver,
 // kube-controller-manager, kubectl from k8s.io/kubernetes), Knative's
-// ApiServerSource and PingSource adapters (knative.dev/eventing), and
-// Knative's CRDs. It needs no opzero checkout: the pinned modules' go.mod,
-// go.sum and main.go files are embedded (copies of tools/controlplane and
-// tools/knative, kept equal by `go generate` and a test).
+// ApiServerSource and PingSource adapters (knative.dev/eventing), Knative's
+// CRDs, the one-node cluster's programs, and imagebuild, the program that
+// writes the cluster's images with go-containerregistry (so that opzero's
+// own module requires none of it). It needs no opzero checkout: the pinned
+// modules' go.mod, go.sum and main.go files are embedded (copies of the
+// modules under tools/, kept equal by `go generate` and a test).
 //
 // # Where binaries are found
 //

@@ -43,6 +43,10 @@ const (
 	// Traefik is Knative Serving's ingress in the cluster (its Knative
 	// provider), static.
 	Traefik = "traefik"
+	// ImageBuild writes the cluster's images as one docker-archive tarball
+	// with go-containerregistry (tools/imagebuild): internal/devenv/image
+	// runs it, so that opzero's module requires no go-containerregistry.
+	ImageBuild = "imagebuild"
 )
 
 // Env is the environment variable naming a folder of pinned binaries.
@@ -136,6 +140,9 @@ var groups = []group{
 	{name: "images", set: "cluster", static: true, stampAll: true, files: []string{"go.mod", "go.sum", "pause/main.go", "netcheck/main.go"}, binaries: []binary{
 		{Pause, "./pause", 0.2},
 		{NetCheck, "./netcheck", 0.3},
+	}},
+	{name: "imagebuild", set: "cluster", stampAll: true, files: []string{"go.mod", "go.sum", "main.go"}, binaries: []binary{
+		{ImageBuild, ".", 0.3},
 	}},
 }
 
