@@ -11,7 +11,11 @@
 //     forgotten and any pending retry is cancelled.
 //   - Success(key) then After(key, d) for a success with RequeueAfter d.
 //   - Failure(key) when it failed: the count grows and fire(key) is
-//     scheduled after Policy.Delay(failures before this one).
+//     scheduled after Policy.Delay(failures before this one); a failure
+//     while a retry is pending (an event's reconcile before the retry was
+//     due) leaves both as they are, so that the backoff grows by the
+//     retries' failures, not by the echoes of the failed reconcile's
+//     writes.
 //
 // # Guarantees
 //

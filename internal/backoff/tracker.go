@@ -44,10 +44,20 @@ func NewTracker[K comparable](p Policy, c Clock, fire func(K)) *Tracker[K] {
 // before this one (0 for the first). If a timer for key is already due
 // earlier, it is kept. Failure returns the time until key's timer fires
 // (at most the policy's delay) and attempt.
+//
+// A failure while a retry of key is pending (a reconcile of an event that
+// came before the retry was due, most often the echo of the failed
+// reconcile's own status write) is not counted: the backoff grows by the
+// retries' own failures, not by events, and the pending retry stays.
 func (t *Tracker[K]) Failure(key K) (delay time.Duration, attempt int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	attempt = t.attempts[key]
+	if p, ok := t.timers[key]; ok && attempt > 0 && !t.stopped {
+		if now := t.clock.Now(); p.due.After(now) {
+			return p.due.Sub(now), attempt - 1
+		}
+	}
 	t.attempts[key] = attempt + 1
 	return t.scheduleLocked(key, t.policy.Delay(attempt)), attempt
 }

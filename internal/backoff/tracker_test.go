@@ -265,3 +265,31 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("the real clock never fired")
 	}
 }
+
+// TestFailuresBeforeTheRetryDoNotCount: failures while a retry is pending
+// (the reconciles of events that came before it was due, such as the echo
+// of the failed reconcile's own status write) leave the backoff and the
+// pending retry as they are; the retry's own failure counts.
+func TestFailuresBeforeTheRetryDoNotCount(t *testing.T) {
+	clock := backoff.NewFakeClock(epoch)
+	f := newFires(clock)
+	tr := backoff.NewTracker(backoff.Policy{Base: time.Second, Cap: time.Minute}, clock, f.fire)
+	tr.Failure("k") // attempt 0: retry at +1s
+	for range 5 {
+		clock.Step(100 * time.Millisecond)
+		tr.Failure("k")
+	}
+	if n := tr.Attempts("k"); n != 1 {
+		t.Fatalf("Attempts = %d after one failure and five before its retry, want 1", n)
+	}
+	if due, ok := tr.Pending("k"); !ok || !due.Equal(epoch.Add(time.Second)) {
+		t.Fatalf("Pending = %v %v, want the first retry at +1s", due.Sub(epoch), ok)
+	}
+	clock.Step(500 * time.Millisecond) // the retry fires
+	if got := f.of("k"); len(got) != 1 {
+		t.Fatalf("fires %v, want the retry once", got)
+	}
+	if d, attempt := tr.Failure("k"); d != 2*time.Second || attempt != 1 {
+		t.Fatalf("the retry's failure: Failure = (%s, %d), want (2s, 1)", d, attempt)
+	}
+}

@@ -213,15 +213,28 @@ func (s *Store) Requeue(ctx context.Context, key reconcile.Request, d time.Durat
 	return err
 }
 
+// retryEarly is how long before a pending retry is due a failure counts
+// as the retry's own (the hub's and the operator's clocks may differ by
+// that much).
+const retryEarly = 250 * time.Millisecond
+
 // Failed counts a failure of key and records its retry after the backoff
 // for the stored attempt count (earliest wins). It returns the delay until
-// the record is due and the attempt number used.
+// the record is due and the attempt number used. A failure while a retry
+// is pending, more than retryEarly before it is due (the reconcile of an
+// event that came first, most often the echo of the failed reconcile's
+// own status write), writes nothing: the backoff grows by the retries'
+// failures, not by events.
 func (s *Store) Failed(ctx context.Context, key reconcile.Request) (time.Duration, int, error) {
 	now := s.clock.Now()
 	var delay time.Duration
 	var attempt int
 	_, err := s.upsert(ctx, key, func(w *v1alpha1.Wakeup, exists bool) bool {
 		attempt = int(w.Spec.Attempts)
+		if exists && w.Spec.Reason == v1alpha1.ReasonRetry && attempt > 0 && w.Spec.Due.Time.Sub(now) > retryEarly {
+			delay, attempt = w.Spec.Due.Time.Sub(now), attempt-1
+			return false
+		}
 		delay = s.policy.Delay(attempt)
 		due := now.Add(delay)
 		w.Spec.Attempts++
