@@ -29,11 +29,12 @@ set to install only that one. The otelcol set, installed only when named, is
 the OpenTelemetry Collector's OTLP receiver (v0.160.0) that 'opzero dev
 --otel' and the tests send telemetry to. The cluster set, installed only when
 named, is what 'opzero cluster up' runs besides the control plane: kubelet,
-kube-proxy and kube-scheduler (v1.34.3), CoreDNS (v1.13.1) and the programs of
+kube-proxy and kube-scheduler (v1.34.3), CoreDNS (v1.13.1), the programs of
 the cluster's own images (pause, netcheck) and imagebuild, which writes the
-images (go-containerregistry, in a module of its own); as root it also installs Debian's
-containerd, runc, CNI plugins and iptables, and python3 and nodejs (the
-interpreters of hooks' images, opzero cluster apply), when they are missing.
+images (go-containerregistry, in a module of its own); as root it also
+installs Debian's containerd, runc, CNI plugins and iptables, and python3 and
+nodejs (the interpreters of hooks' images, opzero cluster apply), when they
+are missing.
 The knative-cluster set, installed only when named, is what 'opzero cluster up
 --knative' adds: Knative Serving's and Eventing's components (v0.50.0) and
 Traefik (v3.6.12), static, for images (the first 'cluster up --knative' builds
