@@ -32,7 +32,7 @@ func newDescriber(opts Options, target string) *Runtime {
 // writeDescription is Start in describe mode.
 func (r *Runtime) writeDescription() error {
 	d := description.Description{Mode: string(r.opts.Mode), ServerlessOnly: seam.Classic == nil, Webhooks: r.webhooks,
-		Versions: multiVersionKinds(r.opts.Scheme), Cache: r.cache}
+		Versions: multiVersionKinds(r.opts.Scheme), Cache: r.cache, Probes: r.probes}
 	for _, op := range r.ops {
 		d.Operators = append(d.Operators, describe(op))
 	}

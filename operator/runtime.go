@@ -59,6 +59,9 @@ type Runtime struct {
 	// cache is an adopted project's cache options as the hub's filters,
 	// for the description (seam.SetCache).
 	cache *description.CacheScope
+	// probes is an adopted project's health probe address, for the
+	// description (seam.SetProbes).
+	probes string
 	// plan is set from OPZERO_PLAN: plan, do not serve (plan.go).
 	plan *planMode
 }
@@ -89,6 +92,7 @@ func init() {
 	seam.SetAuthenticatedRoutes = func(rt any, routes func(http.Handler) http.Handler) { rt.(*Runtime).authed = routes }
 	seam.SetWebhooks = func(rt any, w *description.Webhooks) { rt.(*Runtime).webhooks = w }
 	seam.SetCache = func(rt any, c *description.CacheScope) { rt.(*Runtime).cache = c }
+	seam.SetProbes = func(rt any, addr string) { rt.(*Runtime).probes = addr }
 }
 
 // New connects to the API server and prepares the mode's machinery; nothing

@@ -77,6 +77,11 @@ type Description struct {
 	// holds (its cache.Options): the hub watches no wider for it. Absent
 	// when the project restricts nothing, and in binaries older than it.
 	Cache *CacheScope `json:"cache,omitempty"`
+	// Probes is the address an adopted project's manager serves /healthz
+	// and /readyz on in classic mode (ctrl.Options.HealthProbeBindAddress
+	// with its flags' defaults, e.g. ":8081"; "" or "0": none), whatever
+	// flag sets it.
+	Probes string `json:"probes,omitempty"`
 }
 
 // CacheScope is a project's cache.Options as filters the hub applies

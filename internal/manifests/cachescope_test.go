@@ -111,3 +111,34 @@ func TestPredicatesReachTheHub(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
 	}
 }
+
+// TestProbesWhereTheProjectServes: an adopted project whose probe address
+// comes from a flag of its own (--readiness-probe-port, default 9440) is
+// probed in classic mode where it serves, with no opzero probe flag passed
+// (which it would ignore); kubebuilder's flag is set to :8081 as before.
+func TestProbesWhereTheProjectServes(t *testing.T) {
+	for _, tc := range []struct {
+		env, port, args string
+	}{{"1", "9440", "[--mode=classic --leader-elect --webhook-cert-path"}, {"", "8081", "[--mode=classic --leader-elect --health-probe-bind-address=:8081 --webhook-cert-path"}} {
+		t.Setenv("WIDGETS_READINESS_PORT", tc.env)
+		objs, err := manifests.Build(context.Background(), ".", "./testdata/widgets", manifests.Options{Namespace: "widgets", Mode: "classic"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, o := range objs {
+			if o.Kind() != "Deployment" || o.Obj["metadata"].(map[string]any)["name"] != "widgets" {
+				continue
+			}
+			found = true
+			c := o.Obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			ports := fmt.Sprint(c["ports"])
+			if !strings.Contains(ports, "containerPort:"+tc.port) || !strings.HasPrefix(fmt.Sprint(c["args"]), tc.args) || c["readinessProbe"] == nil {
+				t.Errorf("WIDGETS_READINESS_PORT=%q: ports %s, args %v, readinessProbe %v; want port %s, args %s, probed", tc.env, ports, c["args"], c["readinessProbe"], tc.port, tc.args)
+			}
+		}
+		if !found {
+			t.Fatalf("no Deployment widgets in classic mode")
+		}
+	}
+}

@@ -2,7 +2,9 @@ package manifests
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +24,28 @@ func (g *gen) probeFlag() string {
 		return "health-probe-addr"
 	}
 	return "health-addr"
+}
+
+// classicProbes is where an always-on pod of the operator serves its
+// health probes and the arguments that put them there: kubebuilder's
+// --health-probe-bind-address or opzero's flag set to classicProbePort;
+// for an adopted project whose manager's probe address comes from a flag
+// of its own (a --readiness-probe-port), the port it serves on by default
+// (the description's Probes), with no argument. port is 0 when such a
+// project serves no probes: the pod is then not probed.
+func (g *gen) classicProbes() (port int64, args []any) {
+	switch {
+	case g.hasFlag(projectProbeFlag):
+		return classicProbePort, []any{fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort)}
+	case g.in.Probes != "":
+		_, p, err := net.SplitHostPort(g.in.Probes)
+		n, perr := strconv.ParseInt(p, 10, 32)
+		if err != nil || perr != nil || n <= 0 {
+			return 0, nil
+		}
+		return n, nil
+	}
+	return classicProbePort, []any{fmt.Sprintf("--%s=:%d", g.probeFlag(), classicProbePort)}
 }
 
 // hasFlag reports whether the operator binary has flag name.
@@ -49,7 +73,11 @@ func (g *gen) eventsService() Object {
 // deployment is the operator in classic mode: a controller-runtime manager
 // with leader election (its Lease Role comes with operatorRBAC).
 func (g *gen) deployment() Object {
-	ports := []any{map[string]any{"name": "probes", "containerPort": int64(classicProbePort)}}
+	probePort, probeArgs := g.classicProbes()
+	var ports []any
+	if probePort > 0 {
+		ports = append(ports, map[string]any{"name": "probes", "containerPort": probePort})
+	}
 	args := []any{"--mode=classic"}
 	if g.hasFlag(projectLeaderFlag) {
 		// an adopted project: its own flags fill the ctrl.Options classic
@@ -58,11 +86,7 @@ func (g *gen) deployment() Object {
 	} else {
 		args = append(args, "--leader-election-namespace="+g.o.Namespace)
 	}
-	if g.hasFlag(projectProbeFlag) {
-		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
-	} else {
-		args = append(args, fmt.Sprintf("--%s=:%d", g.probeFlag(), classicProbePort))
-	}
+	args = append(args, probeArgs...)
 	if len(g.op.Events) > 0 { // the Triggers deliver here, with OIDC tokens
 		ports = append(ports, map[string]any{"name": "events", "containerPort": int64(classicEventsPort)})
 		args = append(args, fmt.Sprintf("--events-addr=:%d", classicEventsPort), "--audience="+g.o.Audience,
@@ -70,9 +94,10 @@ func (g *gen) deployment() Object {
 	}
 	l := g.labels("operator")
 	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "operator"}
-	c := map[string]any{"name": "operator", "image": g.o.Image, "ports": ports,
-		"livenessProbe":  httpProbe("/healthz", "probes", 3),
-		"readinessProbe": httpProbe("/readyz", "probes", 1),
+	c := map[string]any{"name": "operator", "image": g.o.Image, "ports": ports}
+	if probePort > 0 {
+		c["livenessProbe"] = httpProbe("/healthz", "probes", 3)
+		c["readinessProbe"] = httpProbe("/readyz", "probes", 1)
 	}
 	pod := map[string]any{"serviceAccountName": g.name()}
 	if g.in.Webhooks != nil { // controller-runtime's manager serves them (webhooks.go)

@@ -52,6 +52,9 @@ type Input struct {
 	// nothing): its Subscription asks the hub for no more than the cache
 	// holds.
 	Cache *description.CacheScope
+	// Probes is an adopted project's health probe address
+	// (description.Description.Probes).
+	Probes string
 }
 
 // Build describes the operator in Go package pkg (resolved in dir),
@@ -213,7 +216,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, fmt.Errorf("%s: %w", t.ImportPath, err)
 	}
 	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val, WebhookSources: sources, CRDs: wanted,
-		Cache: t.Desc.Cache}
+		Cache: t.Desc.Cache, Probes: t.Desc.Probes}
 	if len(t.Desc.Operators) > 1 {
 		in.Operators = t.Desc.Operators
 	}

@@ -399,9 +399,9 @@ func (g *gen) webhooksDeployment() Object {
 	sel := map[string]any{"app.kubernetes.io/name": g.op.Name, "app.kubernetes.io/component": "webhooks"}
 	c := map[string]any{"name": "webhooks", "image": g.o.Image}
 	args := g.webhookServing(c, []any{"--mode=webhooks"})
-	if g.hasFlag(projectProbeFlag) {
-		args = append(args, fmt.Sprintf("--%s=:%d", projectProbeFlag, classicProbePort))
-		c["ports"] = append(c["ports"].([]any), map[string]any{"name": "probes", "containerPort": int64(classicProbePort)})
+	if port, probeArgs := g.classicProbes(); port > 0 && (g.hasFlag(projectProbeFlag) || g.in.Probes != "") {
+		args = append(args, probeArgs...)
+		c["ports"] = append(c["ports"].([]any), map[string]any{"name": "probes", "containerPort": port})
 		c["livenessProbe"] = httpProbe("/healthz", "probes", 3)
 		c["readinessProbe"] = httpProbe("/readyz", "probes", 1)
 	}

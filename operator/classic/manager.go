@@ -1,6 +1,7 @@
 package classic
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -348,6 +349,7 @@ func (m *adopted) Start(ctx context.Context) error {
 		m.mu.Lock()
 		seam.SetWebhooks(m.Runtime, m.describeWebhooks())
 		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme()))
+		seam.SetProbes(m.Runtime, cmp.Or(m.mo.HealthProbeBindAddress, "0")) // "0": an adopted project that serves none
 		m.mu.Unlock()
 		return m.Runtime.Start(ctx)
 	}

@@ -68,6 +68,10 @@ var (
 	// SetCache adds an adopted project's cache options, as the hub's
 	// filters, to the description Start writes when describing.
 	SetCache func(rt any, c *description.CacheScope)
+	// SetProbes adds the address an adopted project's manager serves its
+	// health probes on (ctrl.Options.HealthProbeBindAddress, as its flags
+	// default it) to the description Start writes when describing.
+	SetProbes func(rt any, addr string)
 )
 
 // InformerStuckAfter is how long an informer may fail to list or watch

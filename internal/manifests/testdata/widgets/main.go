@@ -90,12 +90,20 @@ func main() {
 	var metricsAddr, probeAddr, certPath string
 	var enableLeaderElection bool
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	var readinessPort *int
+	if os.Getenv("WIDGETS_READINESS_PORT") == "1" { // as some projects name it (a test)
+		readinessPort = flag.Int("readiness-probe-port", 9440, "The port the probe endpoint binds to.")
+	} else {
+		flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	}
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Enable leader election for controller manager.")
 	flag.StringVar(&certPath, "webhook-cert-path", "", "The directory that contains the webhook certificate.")
 	var serverless operator.Options // --mode=serverless|classic|webhooks, --audience, ... (opzero)
 	serverless.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if readinessPort != nil {
+		probeAddr = fmt.Sprintf(":%d", *readinessPort)
+	}
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, nil))) // kubebuilder: zap
 	log := ctrl.Log.WithName("setup")
 
