@@ -121,6 +121,11 @@ func Start(ctx context.Context, o Options) (_ *Platform, err error) {
 	if o.Dir == "" || o.Kubeconfig == "" {
 		return nil, errors.New("dev: Options.Dir and Options.Kubeconfig are required")
 	}
+	// Processes run in folders of their own (an interpreted hook in its
+	// files' folder): a relative Dir would name another folder from there.
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return nil, err
+	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
