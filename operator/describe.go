@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,7 +39,11 @@ func (r *Runtime) writeDescription() error {
 		d.Operators = append(d.Operators, describe(op))
 	}
 	flag.CommandLine.VisitAll(func(f *flag.Flag) { d.Flags = append(d.Flags, f.Name) })
+	if fs := r.opts.pflags; fs != nil { // a cobra or pflag project's (BindPFlags)
+		fs.VisitAll(func(f *pflag.Flag) { d.Flags = append(d.Flags, f.Name) })
+	}
 	sort.Strings(d.Flags)
+	d.Flags = slices.Compact(d.Flags)
 	var w io.Writer = os.Stdout
 	if t := r.describeTo; t != "1" && t != "-" {
 		f, err := os.Create(t)

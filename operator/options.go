@@ -148,6 +148,9 @@ type Options struct {
 	// standIns are the project's flags BindFlags found in place of
 	// opzero's (applyStandIns).
 	standIns []standIn
+	// pflags is the flag set BindPFlags bound to: its flags are the
+	// binary's, described as flag.CommandLine's are.
+	pflags *pflag.FlagSet
 }
 
 // DefaultAPITimeout is Options.APITimeout's default: longer than any call a
@@ -246,6 +249,7 @@ var oldNames = map[string]string{"health-probe-addr": "health-addr"}
 // does. Call it after the project's flags are defined, e.g. on
 // rootCmd.Flags() before Execute.
 func (o *Options) BindPFlags(fs *pflag.FlagSet) {
+	o.pflags = fs
 	o.bindBeside("opzero", func(name string) (interface{ String() string }, bool) {
 		if f := fs.Lookup(name); f != nil {
 			return f.Value, true

@@ -114,6 +114,9 @@ func eachObject(files map[string][]byte, fn func(file, kind string, raw []byte) 
 			} else if err != nil {
 				return fmt.Errorf("reading the generated %s: %w", name, err)
 			}
+			if len(bytes.TrimSpace(raw)) == 0 || string(raw) == "null" { // a document of comments only
+				continue
+			}
 			var head struct{ Kind string }
 			if err := json.Unmarshal(raw, &head); err != nil {
 				return fmt.Errorf("reading the generated %s: %w", name, err)

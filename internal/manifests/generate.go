@@ -217,6 +217,26 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	}
 	in := Input{ImportPath: t.ImportPath, Operator: op, Flags: t.Desc.Flags, Webhooks: t.Desc.Webhooks, Mutating: mut, Validating: val, WebhookSources: sources, CRDs: wanted,
 		Cache: t.Desc.Cache, Probes: t.Desc.Probes}
+	if w := t.Desc.Webhooks; w != nil { // those the project declares in YAML, not with markers
+		var marked []string
+		for _, m := range mut {
+			marked = append(marked, webhookPath(m.ClientConfig))
+		}
+		for _, v := range val {
+			marked = append(marked, webhookPath(v.ClientConfig))
+		}
+		pm, pv, files, err := ProjectWebhooks(root, t.Dir, w.Paths, marked)
+		if err != nil {
+			return Input{}, err
+		}
+		in.Mutating, in.Validating = append(in.Mutating, pm...), append(in.Validating, pv...)
+		for name, f := range files {
+			if in.WebhookSources.MarkerNames == nil {
+				in.WebhookSources.MarkerNames = map[string]string{}
+			}
+			in.WebhookSources.MarkerNames[name] = f
+		}
+	}
 	if len(t.Desc.Operators) > 1 {
 		in.Operators = t.Desc.Operators
 	}

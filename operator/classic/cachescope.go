@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -24,8 +25,9 @@ import (
 // it never filters out what the cache would hold. Transforms and
 // deep-copy settings change what the cache keeps of an object, not which
 // changes reach it, so they are no filter. It returns nil when the
-// options restrict nothing.
-func cacheScope(o cache.Options, scheme *runtime.Scheme) *description.CacheScope {
+// options restrict nothing. A kind in foreign, watched through a cache the
+// project built, is watched as that cache holds it: everywhere (All).
+func cacheScope(o cache.Options, scheme *runtime.Scheme, foreign ...schema.GroupVersionKind) *description.CacheScope {
 	s := &description.CacheScope{}
 	s.Namespaces, s.LabelSelector = scopeOf("default", o.DefaultNamespaces, o.DefaultLabelSelector, o.DefaultFieldSelector, &s.Untranslated)
 	for obj, b := range o.ByObject {
@@ -54,6 +56,10 @@ func cacheScope(o cache.Options, scheme *runtime.Scheme) *description.CacheScope
 		}
 		s.Untranslated = append(s.Untranslated, dropped...)
 		s.ByObject = append(s.ByObject, k)
+	}
+	for _, gvk := range foreign {
+		s.ByObject = slices.DeleteFunc(s.ByObject, func(k description.CacheKind) bool { return k.Group == gvk.Group && k.Kind == gvk.Kind })
+		s.ByObject = append(s.ByObject, description.CacheKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, All: true})
 	}
 	slices.SortFunc(s.ByObject, func(a, b description.CacheKind) int {
 		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Kind, b.Kind))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -258,11 +259,21 @@ func (m *adopted) GetLogger() logr.Logger                  { return m.log }
 func (m *adopted) GetControllerOptions() config.Controller { return m.mo.Controller }
 func (m *adopted) GetHTTPClient() *http.Client             { return m.http }
 func (m *adopted) GetFieldIndexer() client.FieldIndexer    { return m.cache }
-func (m *adopted) GetAPIReader() client.Reader             { return readerOrNil(m.Runtime.GetClient()) }
+func (m *adopted) GetAPIReader() client.Reader {
+	if r := readerOrNil(m.Runtime.GetClient()); r != nil || !m.describing {
+		return r
+	}
+	return describingClient{scheme: m.GetScheme(), mapper: m.mapper}
+}
 
 // GetClient is the runtime's client (uncached), with field indexes applied to List.
-func (m *adopted) GetClient() client.Client { return m.client }
-func (m *adopted) GetConfig() *rest.Config  { return m.cfg }
+func (m *adopted) GetClient() client.Client {
+	if m.client == nil && m.describing {
+		return describingClient{scheme: m.GetScheme(), mapper: m.mapper}
+	}
+	return m.client
+}
+func (m *adopted) GetConfig() *rest.Config { return m.cfg }
 
 // GetCache returns the informer shims. The builder's Owns asks for the REST
 // mapper (for its EnqueueRequestForOwner) and then, at once, for the cache
@@ -328,6 +339,10 @@ func (m *adopted) Start(ctx context.Context) error {
 			<-s
 		}
 	}()
+	var foreign []schema.GroupVersionKind // watched through a cache the project built
+	for _, a := range m.controllers {
+		foreign = append(foreign, a.ForeignKinds(m.Runtime.GetScheme())...)
+	}
 	for _, a := range m.controllers { // each its own engine, on one endpoint
 		stopped, err := a.Start(ctx)
 		if err != nil {
@@ -348,7 +363,7 @@ func (m *adopted) Start(ctx context.Context) error {
 	if m.describing {
 		m.mu.Lock()
 		seam.SetWebhooks(m.Runtime, m.describeWebhooks())
-		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme()))
+		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme(), foreign...))
 		seam.SetProbes(m.Runtime, cmp.Or(m.mo.HealthProbeBindAddress, "0")) // "0": an adopted project that serves none
 		m.mu.Unlock()
 		return m.Runtime.Start(ctx)
