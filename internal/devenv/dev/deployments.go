@@ -84,7 +84,7 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			}
 		}
 		env, err := p.containerEnv(ctx, "Deployment "+key(u), pod{u: u, namespace: u.GetNamespace(), name: u.GetName() + "-local"}, c,
-			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL, noProxy}, whEnv, p.opts.Env)...)
+			slices.Concat([]string{"KUBECONFIG=" + kc, "HTTP_PROXY=" + p.namesURL, "HTTPS_PROXY=" + p.namesURL, noProxy}, whEnv, p.opts.Env)...)
 		if err != nil {
 			return err
 		}

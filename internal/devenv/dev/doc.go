@@ -85,16 +85,19 @@
 //     configurations (the API server would refuse every write they match
 //     once the process is gone; a CRD keeps its local conversion URL).
 //
-// In-cluster names: every process dev starts gets HTTP_PROXY, a local proxy
-// that answers http://<name>.<namespace>[.svc[.cluster.local]][:port] for
+// In-cluster names: every process dev starts gets HTTP_PROXY and
+// HTTPS_PROXY, a local proxy that answers
+// http(s)://<name>.<namespace>[.svc[.cluster.local]][:port] for
 // each Knative Service dev runs (port 80) and each core Service that
 // selects a Deployment run by its command (its ports, to the targetPort on
 // 127.0.0.1), so a URL written for the cluster (a Metacontroller hook's
-// url) works as written; other names are answered 502. Loopback addresses
-// bypass it: Go's and Python's clients never proxy them, and NO_PROXY
-// (noProxy) names them for the others (Node.js's gaxios would take
-// HTTP_PROXY for https too, the API server's included). HTTPS is not
-// played.
+// url) works as written; other names are answered 502. An https URL is a
+// CONNECT tunnel to the same local address, the TLS played end to end by
+// the client and the process (its certificate must name the in-cluster
+// name, as on a cluster); a CONNECT to any other host is tunnelled to that
+// host. Loopback addresses bypass it: Go's and Python's clients never
+// proxy them, and NO_PROXY (noProxy) names them for the others (Node.js's
+// gaxios, the API server's address included).
 //
 // Like kubelet, dev restarts these processes (adapters, mtping, ko://
 // Deployments) when they exit or their liveness probe fails 3 times in a
@@ -152,8 +155,9 @@
 //     the token kubelet mounts; a local process has neither, so dev gives it
 //     the same identity through KUBECONFIG (it overrides a KUBECONFIG of the
 //     template, which would name a path inside the container);
-//   - HTTP_PROXY, the proxy of the in-cluster names (above): in a pod the
-//     cluster's DNS answers them; NO_PROXY, the loopback addresses
+//   - HTTP_PROXY and HTTPS_PROXY, the proxy of the in-cluster names
+//     (above): in a pod the cluster's DNS answers them; NO_PROXY, the
+//     loopback addresses
 //     (noProxy), the API server's among them.
 //
 // The only other variable is BaseEnv: PATH, as container images set it. A

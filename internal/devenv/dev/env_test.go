@@ -118,7 +118,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 	mustCreate(t, env, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "envop-settings", Namespace: ns},
 		Data: map[string]string{"COLOR": "blue", "1NOT_A_NAME": "skipped, as kubelet does"}})
 	settings := []manifests.EnvFrom{{Kind: "ConfigMap", Name: "envop-settings"}}
-	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "NO_PROXY": "127.0.0.1,localhost,::1,[::1]", "PORT": "*", "OPZERO_ADVERTISE_ADDRESS": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
+	serverless := map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "HTTPS_PROXY": "*", "NO_PROXY": "127.0.0.1,localhost,::1,[::1]", "PORT": "*", "OPZERO_ADVERTISE_ADDRESS": "*", "K_SERVICE": "envop", "K_CONFIGURATION": "envop",
 		"K_REVISION": "envop-00001", "OPZERO_MAX_SCALE": "3", "POD_NAMESPACE": ns, "API_TOKEN": "s3cret", "COLOR": "blue"}
 
 	for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestProcessEnvIsThePodTemplates(t *testing.T) {
 			b, err = os.ReadFile(report)
 			return err == nil, nil
 		})
-		checkEnv(t, envMap(t, b), map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "NO_PROXY": "127.0.0.1,localhost,::1,[::1]", "POD_NAMESPACE": ns, // fieldRef metadata.namespace
+		checkEnv(t, envMap(t, b), map[string]string{"PATH": "*", "KUBECONFIG": "*", "HTTP_PROXY": "*", "HTTPS_PROXY": "*", "NO_PROXY": "127.0.0.1,localhost,::1,[::1]", "POD_NAMESPACE": ns, // fieldRef metadata.namespace
 			"API_TOKEN": "s3cret", "COLOR": "blue", "GREETING": "hi", "REPORT_DIR": reportDir})
 	})
 

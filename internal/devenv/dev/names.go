@@ -2,6 +2,7 @@ package dev
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -21,9 +22,10 @@ import (
 // (also .svc and .svc.cluster.local) and a port (80 if none) go to the
 // local address of what serves them (a Knative Service's activator, a
 // Deployment run by its local command). Processes opzero dev starts get
-// it as their HTTP_PROXY, so a URL written for the cluster (a
-// Metacontroller hook's `url: http://hook.ns/sync`) works as written.
-// HTTPS (CONNECT) is not played.
+// it as their HTTP_PROXY and HTTPS_PROXY, so a URL written for the
+// cluster (a Metacontroller hook's `url: http://hook.ns/sync`, or
+// https://hook.ns/sync, whose TLS the client and the process play end to
+// end through a CONNECT tunnel) works as written.
 type clusterNames struct {
 	mu    sync.RWMutex
 	addrs map[string]string // "<name>.<ns>:<port>" -> "127.0.0.1:<port>"
@@ -66,9 +68,16 @@ func (n *clusterNames) known() []string {
 
 // ServeHTTP is the forward proxy: a request for a known name is sent to
 // its local address; another one is answered 502, naming what is known.
+// A CONNECT (an https URL) to a known name is tunnelled to its local
+// address; to another host, to that host, as the process would reach it
+// without HTTPS_PROXY.
 func (n *clusterNames) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect || r.URL.Host == "" {
-		http.Error(w, "opzero dev's cluster-name proxy plays plain HTTP requests to in-cluster Service names only", http.StatusMethodNotAllowed)
+	if r.Method == http.MethodConnect {
+		n.tunnel(w, r)
+		return
+	}
+	if r.URL.Host == "" {
+		http.Error(w, "opzero dev's cluster-name proxy plays proxy requests to in-cluster Service names only", http.StatusMethodNotAllowed)
 		return
 	}
 	addr, ok := n.lookup(r.URL.Host)
@@ -82,6 +91,43 @@ func (n *clusterNames) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		pr.SetURL(target)
 		pr.Out.Host = pr.In.Host
 	}}).ServeHTTP(w, r)
+}
+
+// tunnel answers a CONNECT: the bytes of both sides are copied to and from
+// the local address of the name (or the host itself) until either closes.
+func (n *clusterNames) tunnel(w http.ResponseWriter, r *http.Request) {
+	addr, ok := n.lookup(r.Host)
+	if !ok {
+		addr = r.Host
+	}
+	up, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("opzero dev's cluster-name proxy: %s (%s): %v", r.Host, addr, err), http.StatusBadGateway)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		up.Close()
+		http.Error(w, "opzero dev's cluster-name proxy cannot tunnel on this connection", http.StatusInternalServerError)
+		return
+	}
+	down, buf, err := hj.Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	if _, err := down.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
+		up.Close()
+		down.Close()
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, buf); done <- struct{}{} }() // buf holds what the client sent after its CONNECT
+	go func() { _, _ = io.Copy(down, up); done <- struct{}{} }()
+	<-done
+	up.Close()
+	down.Close()
+	<-done
 }
 
 // serveNames starts the proxy of clusterNames.
@@ -194,9 +240,8 @@ func number(v any) (int64, bool) {
 	return 0, false
 }
 
-// noProxy is the NO_PROXY of every process dev starts beside HTTP_PROXY:
-// the loopback addresses, where the API server and every local process
-// listen. Go's net/http never proxies them; clients that would (Node.js's
-// gaxios takes HTTP_PROXY for https URLs too, and tunnels with CONNECT,
-// which the names proxy does not play) reach them directly, as from a pod.
+// noProxy is the NO_PROXY of every process dev starts beside HTTP_PROXY
+// and HTTPS_PROXY: the loopback addresses, where the API server and every
+// local process listen. Go's net/http never proxies them; clients that
+// would (Node.js's gaxios) reach them directly, as from a pod.
 const noProxy = "NO_PROXY=127.0.0.1,localhost,::1,[::1]"

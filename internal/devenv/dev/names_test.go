@@ -1,8 +1,11 @@
 package dev
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -154,5 +157,73 @@ spec:
 	}
 	if got, ok := p.names.lookup("unrelated.metacontroller"); ok {
 		t.Errorf("a Service in front of no local process answers: %s", got)
+	}
+}
+
+// TestClusterNamesProxyHTTPS: an https URL of an in-cluster name (a
+// Metacontroller hook's `url: https://hook.ns/sync`, Service port 443 to
+// the process's 8443), through the proxy given as HTTPS_PROXY, is
+// tunnelled (CONNECT) to the local address, the TLS played end to end by
+// the client and the process (here with a client certificate, as
+// Metacontroller's webhook-auth example requires); a host the proxy does
+// not know is tunnelled to that host itself; one that does not answer is
+// 502.
+func TestClusterNamesProxyHTTPS(t *testing.T) {
+	hook := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s host=%s clients=%d", r.Method, r.URL.Path, r.Host, len(r.TLS.PeerCertificates))
+	}))
+	hook.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	hook.StartTLS()
+	defer hook.Close()
+	n := &clusterNames{}
+	n.add("hook", "metacontroller", 443, strings.TrimPrefix(hook.URL, "https://"))
+	proxy := httptest.NewServer(n)
+	defer proxy.Close()
+	pu, _ := url.Parse(proxy.URL)
+	certs := x509.NewCertPool()
+	certs.AddCert(hook.Certificate())
+	clientCert := hook.TLS.Certificates[0] // any certificate: the server requires one, verifies none
+	client := func(serverName string) *http.Client {
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{
+			RootCAs: certs, ServerName: serverName, Certificates: []tls.Certificate{clientCert}}}}
+	}
+	// httptest's certificate names example.com and 127.0.0.1, not the Service
+	for in, want := range map[string]string{
+		"https://hook.metacontroller/sync":                         "POST /sync host=hook.metacontroller clients=1",
+		"https://hook.metacontroller.svc.cluster.local:443/custom": "POST /custom host=hook.metacontroller.svc.cluster.local:443 clients=1",
+	} {
+		resp, err := client("example.com").Post(in, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Errorf("%s: %d %q, want 200 %q", in, resp.StatusCode, b, want)
+		}
+	}
+	// not a name of the cluster: the host itself (here the hook's loopback
+	// address, which a client would not proxy, named so to be tunnelled)
+	direct := strings.Replace(hook.URL, "127.0.0.1", "localhost", 1)
+	resp, err := client("127.0.0.1").Get(direct + "/x")
+	if err != nil {
+		t.Fatalf("%s through the proxy: %v", direct, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("%s through the proxy: %d", direct, resp.StatusCode)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	gone := l.Addr().String()
+	l.Close()
+	req, _ := http.NewRequest(http.MethodConnect, proxy.URL, nil)
+	req.Host = gone
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("CONNECT to %s, where nothing listens: %d, want 502", gone, resp.StatusCode)
 	}
 }

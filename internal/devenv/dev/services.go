@@ -235,7 +235,7 @@ func (p *Platform) startActivator(s *Service, kubeconfig string) error {
 	// PORT is added by the activator, per instance.
 	env, err := p.containerEnv(p.ctx, "Knative Service "+s.Namespace+"/"+s.Name,
 		pod{u: s.Spec.obj, namespace: s.Namespace, name: s.Name + "-00001-local"}, s.Spec.Container,
-		append([]string{"KUBECONFIG=" + kubeconfig, "HTTP_PROXY=" + p.namesURL, noProxy, "K_SERVICE=" + s.Name, "K_CONFIGURATION=" + s.Name, "K_REVISION=" + s.Name + "-00001"}, p.opts.Env...)...)
+		append([]string{"KUBECONFIG=" + kubeconfig, "HTTP_PROXY=" + p.namesURL, "HTTPS_PROXY=" + p.namesURL, noProxy, "K_SERVICE=" + s.Name, "K_CONFIGURATION=" + s.Name, "K_REVISION=" + s.Name + "-00001"}, p.opts.Env...)...)
 	if err != nil {
 		return err
 	}
