@@ -37,7 +37,11 @@ type Controller struct {
 	// Env are the environment variables the operator needs (WithEnv,
 	// WithSecretEnv), in the order declared; only the manifest generator
 	// reads them.
-	Env        []EnvVar
+	Env []EnvVar
+	// Warnings are what the operator can run with but serves only in part
+	// (an adopted controller's source that watches no kind); opzero
+	// manifests prints them.
+	Warnings   []string
 	Reconciler reconcile.Reconciler
 }
 

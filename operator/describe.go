@@ -64,6 +64,7 @@ func describe(op *builder.Controller) description.Controller {
 		AutoObservedGeneration: op.AutoObservedGeneration,
 		ReconcilerPackage:      pkgOf(op.Reconciler),
 		Env:                    describeEnv(op.Env),
+		Warnings:               op.Warnings,
 		Deploy: description.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
 			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
 	}

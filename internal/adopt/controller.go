@@ -37,6 +37,7 @@ const maxSeen = 50_000
 // Controller is one adopted controller-runtime controller.
 type Controller struct {
 	ctrl  controller.Controller
+	raw   []string             // RawSources
 	do    reconcile.Reconciler // the user's reconciler (the controller's Do)
 	name  string
 	log   func(*reconcile.Request) logr.Logger
@@ -131,6 +132,7 @@ func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
 	for _, m := range moved {
 		c.log(nil).Info("a source on a cache the project built is served as the manager cache's are: its events come from the hub or an ApiServerSource", "kind", m)
 	}
+	c.raw = c.rawSources() // Start empties the list
 	errc := make(chan error, 1)
 	go func() { errc <- c.ctrl.Start(ctx) }()
 	select {
@@ -201,6 +203,50 @@ func (c *Controller) foreignCaches() (moved []string, _ error) {
 		moved = append(moved, fmt.Sprintf("%s (from %s)", kind, cv.Type()))
 	}
 	return moved, nil
+}
+
+// RawSources names the controller's sources that watch no kind
+// (source.Channel, source.Func, a custom source.Source), as Start found
+// them: what they add is reconciled while an instance runs, and nothing
+// feeds them at zero.
+func (c *Controller) RawSources() []string { return c.raw }
+
+func (c *Controller) rawSources() []string {
+	v := reflect.ValueOf(c.ctrl)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	watches := v.Elem().FieldByName("startWatches")
+	if !watches.IsValid() || watches.Kind() != reflect.Slice {
+		return nil
+	}
+	var out []string
+	for i := range watches.Len() {
+		src := watches.Index(i)
+		for src.Kind() == reflect.Interface && !src.IsNil() {
+			src = src.Elem()
+		}
+		t := src.Type()
+		s := src
+		for s.Kind() == reflect.Pointer && !s.IsNil() {
+			s = s.Elem()
+		}
+		if s.Kind() == reflect.Struct && s.FieldByName("Cache").IsValid() && s.FieldByName("Type").IsValid() {
+			continue // a source.Kind
+		}
+		name := t.String()
+		if i := strings.IndexByte(name, '['); i >= 0 {
+			name = name[:i]
+		}
+		switch name {
+		case "*source.channel":
+			name = "source.Channel"
+		case "source.TypedFunc", "source.Func":
+			name = "source.Func"
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // PrimaryKind is the kind given to the builder's For, read from the

@@ -110,6 +110,9 @@ func TestPredicatesReachTheHub(t *testing.T) {
 	if w := warnings.String(); !strings.Contains(w, "ConfigMap: its predicate predicate.Funcs") || strings.Contains(w, "Widget: its predicate") {
 		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
 	}
+	if w := warnings.String(); !strings.Contains(w, "warning: widgets: controller widgets: its source.Channel watches no kind") {
+		t.Errorf("warnings:\n%s\nwant one saying that nothing feeds its source.Channel at zero", w)
+	}
 }
 
 // TestProbesWhereTheProjectServes: an adopted project whose probe address

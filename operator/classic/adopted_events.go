@@ -70,6 +70,10 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, s := range a.RawSources() {
+		op.Warnings = append(op.Warnings, fmt.Sprintf("controller %s: its %s watches no kind: what it sends is reconciled only while an instance runs, "+
+			"and nothing sends it at zero (for external events, builder.WatchesEvents takes them through the Broker; or run --mode=classic)", a.Name(), s))
+	}
 	updatedWhen(c, &op.Primary)
 	for i := range op.Owned {
 		updatedWhen(c, &op.Owned[i])

@@ -13,7 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/opzero/opzero/internal/manifests/testdata/widgets/api/v1"
 )
@@ -39,13 +42,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // SetupWithManager adds the controller to mgr. With WIDGETS_PREDICATES
 // set (a test), its watches filter as many projects' do: Widgets by
-// generation, ConfigMaps by a label change or a function of its own.
+// generation, ConfigMaps by a label change or a function of its own; and
+// a channel of its own feeds it too (source.Channel).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if os.Getenv("WIDGETS_PREDICATES") != "" {
 		mine := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetAnnotations()["widgets"] != "" })
 		return ctrl.NewControllerManagedBy(mgr).
 			For(&v1.Widget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 			Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, mine))).
+			WatchesRawSource(source.Channel(make(chan event.GenericEvent), &handler.EnqueueRequestForObject{})).
 			Named("widgets").Complete(r)
 	}
 	return ctrl.NewControllerManagedBy(mgr).For(&v1.Widget{}).Owns(&corev1.ConfigMap{}).Named("widgets").Complete(r)
