@@ -45,9 +45,10 @@ postgres: ## find PostgreSQL's server binaries (initdb, postgres), or install De
 opzero: ## build the opzero CLI into bin/opzero
 	$(GO) build -o bin/opzero ./cmd/opzero
 
-test: bins knative-bins otel-bins postgres ## build what the tests need, run every test with -race against a real control plane (and PostgreSQL for examples/postgres), then fuzz briefly
+test: bins knative-bins otel-bins postgres ## build what the tests need, run every test with -race against a real control plane (and PostgreSQL for examples/postgres; examples/bundles, a module of its own, too), then fuzz briefly
 	$(GOTEST) $(PKGS)
 	cd examples/postgres && $(GOTEST) ./...
+	cd examples/bundles && $(GOTEST) ./...
 	@$(MAKE) --no-print-directory fuzz
 
 FUZZTIME ?= 50000x
@@ -61,6 +62,7 @@ matrix: bins knative-bins ## the supported controller-runtime range (v0.21 to v0
 unit: ## run only the tests that need no control plane
 	$(GOTEST) -short $(PKGS)
 	cd examples/postgres && $(GOTEST) -short ./...
+	cd examples/bundles && $(GOTEST) -short ./...
 
 demo: bins knative-bins ## the main job: ConfigWatcher running serverless through `opzero dev` on the local control plane
 	@bash hack/demo.sh

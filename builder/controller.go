@@ -60,6 +60,11 @@ type Kind struct {
 	// event source can apply before waking it (an adopted controller's
 	// predicates that are functions): `opzero manifests` says each.
 	Unfiltered []string
+	// Everywhere says the kind is watched through a cache the operator
+	// built itself (an adopted controller's WatchesRawSource on a
+	// cache.New), which the manager cache's options do not narrow; only
+	// the manifest generator reads it.
+	Everywhere bool
 }
 
 // Watch is a watched kind and how its events map to primary keys.

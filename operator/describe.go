@@ -112,6 +112,7 @@ func describeKind(k builder.Kind) description.Kind {
 		d.UpdatedWhen = append(d.UpdatedWhen, string(c))
 	}
 	d.Unfiltered = k.Unfiltered
+	d.Everywhere = k.Everywhere
 	return d
 }
 

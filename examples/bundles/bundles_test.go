@@ -128,11 +128,16 @@ func TestManifests(t *testing.T) {
 	if strings.Contains(warnings.String(), "config/rbac/role.yaml") {
 		t.Errorf("a role-gap warning for the project's own role:\n%s", warnings.String())
 	}
-	var resources []string
+	if !strings.Contains(warnings.String(), "the project's own config/crd/bundles.opzero.dev_bundles.yaml is used") {
+		t.Errorf("warnings:\n%s\nwant one saying the project's own CRD is used (its api package has no +groupName)", warnings.String())
+	}
+	var resources, crds []string
 	var validating []string
 	var rules []rbacv1.PolicyRule
 	for _, o := range objs {
 		switch o.Kind() {
+		case "CustomResourceDefinition":
+			crds = append(crds, o.Obj["metadata"].(map[string]any)["name"].(string))
 		case "Subscription":
 			for _, r := range o.Obj["spec"].(map[string]any)["resources"].([]any) {
 				m := r.(map[string]any)
@@ -154,11 +159,17 @@ func TestManifests(t *testing.T) {
 	}
 	want := []string{
 		"Bundle ns=<nil> owner=<nil> updatedWhen=[generation]",
-		"ConfigMap ns=<nil> owner=<nil> updatedWhen=<nil>",
+		// its targets, owned by a Bundle, everywhere (its own cache); its
+		// sources in the trust namespace (the manager's cache)
+		"ConfigMap ns=<nil> owner=map[apiVersion:bundles.opzero.dev/v1alpha1 kind:Bundle] updatedWhen=<nil>",
+		"ConfigMap ns=[bundles-system] owner=<nil> updatedWhen=<nil>",
 		"Namespace ns=<nil> owner=<nil> updatedWhen=<nil>",
 	}
 	if !slices.Equal(resources, want) {
 		t.Errorf("Subscription resources\n%s\nwant\n%s", strings.Join(resources, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Contains(crds, "bundles.bundles.opzero.dev") {
+		t.Errorf("CRDs %v: want the project's Bundle CRD among them", crds)
 	}
 	if len(validating) != 1 || !strings.HasPrefix(validating[0], "opzero-hub /admission/bundles-system/bundle/") || !strings.HasSuffix(validating[0], "/validate-bundle") {
 		t.Errorf("validating webhooks %q, want config/webhook's one through the hub", validating)
@@ -251,7 +262,11 @@ func TestBundlesAtZero(t *testing.T) {
 	if err := c.Create(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: t.TempDir(), CacheDir: t.TempDir(),
+	logs := os.Getenv("BUNDLES_LOG_DIR") // the processes' logs, kept there (else removed with the test)
+	if logs == "" {
+		logs = t.TempDir()
+	}
+	p := devtest.Start(t, ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: us, Dir: logs, CacheDir: t.TempDir(),
 		BuildDir: wd, Namespace: ns, Idle: time.Second})
 	var svc *dev.Service
 	for _, s := range p.Services {
@@ -267,12 +282,18 @@ func TestBundlesAtZero(t *testing.T) {
 	}
 
 	// The webhook in force (through the hub, the operator woken for it).
+	var refused error
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the last create of an invalid Bundle: %v", refused)
+		}
+	})
 	testkit.Eventually(t, 60*time.Second, "the project's validating webhook in force", func(ctx context.Context) (bool, error) {
-		err := c.Create(ctx, bundle("invalid", "", ""))
-		if err == nil {
+		refused = c.Create(ctx, bundle("invalid", "", ""))
+		if refused == nil {
 			_ = c.Delete(ctx, bundle("invalid", "", ""))
 		}
-		return err != nil && strings.Contains(err.Error(), "a Bundle names its source ConfigMap and key"), nil
+		return refused != nil && strings.Contains(refused.Error(), "a Bundle names its source ConfigMap and key"), nil
 	})
 	atZero("the webhook's calls")
 	cold := svc.Activator.ColdStarts.Load()

@@ -112,10 +112,6 @@ type CacheKind struct {
 	// LabelSet: the entry sets its own label selector (which may be
 	// everything: "").
 	LabelSet bool `json:"labelSet,omitempty"`
-	// All: the kind is also watched through a cache the project built
-	// (cache.New), whose options are not the manager's: every namespace,
-	// every label, whatever the defaults and the kind's ByObject say.
-	All bool `json:"all,omitempty"`
 }
 
 // For returns the namespaces (empty: all) and the label selector ("":
@@ -127,9 +123,6 @@ func (c *CacheScope) For(group, kind string) (namespaces []string, selector stri
 	namespaces, selector = c.Namespaces, c.LabelSelector
 	for _, b := range c.ByObject {
 		if b.Group == group && b.Kind == kind {
-			if b.All {
-				return nil, ""
-			}
 			if len(b.Namespaces) > 0 {
 				namespaces = b.Namespaces
 			}
@@ -289,6 +282,10 @@ type Kind struct {
 	// Unfiltered names the operator's own filters of this kind that no
 	// event source applies (builder.Kind.Unfiltered).
 	Unfiltered []string `json:"unfiltered,omitempty"`
+	// Everywhere says this use of the kind is watched through a cache the
+	// operator built, which the manager cache's scope (Description.Cache)
+	// does not narrow (builder.Kind.Everywhere).
+	Everywhere bool `json:"everywhere,omitempty"`
 }
 
 // APIVersion returns group/version (version alone for the core group).

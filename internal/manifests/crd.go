@@ -25,6 +25,9 @@ type GeneratedCRD struct {
 	// YAML is the file's bytes, exactly as `controller-gen crd` writes them.
 	YAML []byte
 	CRD  apiextv1.CustomResourceDefinition
+	// From is the project's file it was read from (ProjectCRDs), "" for
+	// one controller-gen generated.
+	From string
 }
 
 // GenerateCRDs runs `controller-gen crd:crdVersions=v1` on the Go packages

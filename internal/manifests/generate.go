@@ -212,6 +212,10 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 			wanted = append(wanted, c)
 		}
 	}
+	wanted, err = projectCRDsFor(root, t.Dir, want, wanted, o.Warnings)
+	if err != nil {
+		return Input{}, err
+	}
 	if err := checkVersions(ctx, t.Dir, wanted, append(slices.Clone(converted), t.Desc.Versions...), converted); err != nil {
 		return Input{}, fmt.Errorf("%s: %w", t.ImportPath, err)
 	}

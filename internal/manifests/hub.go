@@ -86,6 +86,9 @@ func (g *gen) subscription() Object {
 		// hub sends no more (the kind's own selector and the cache's both
 		// hold).
 		nss, cached := g.in.Cache.For(k.Group, k.Kind.Kind)
+		if k.Everywhere { // watched through a cache of the operator's own
+			nss, cached = nil, ""
+		}
 		if sel := joinSelectors(k.Selector, cached); sel != "" {
 			r["labelSelector"] = sel
 		}

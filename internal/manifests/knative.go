@@ -95,9 +95,16 @@ type sourceKind struct {
 // reconciles it as its primary and skips.
 func (g *gen) sourceKinds() []sourceKind {
 	var out []sourceKind
-	at := map[[3]string]int{}
+	at := map[[4]string]int{}
 	use := func(k description.Kind, mode string, owner, referrer *description.Kind, skip *description.Skip) {
-		id := [3]string{k.Group, k.Version, k.Kind}
+		id := [4]string{k.Group, k.Version, k.Kind}
+		if k.Everywhere && g.o.hub() {
+			// Through a cache of the operator's own: the hub's
+			// Subscription says this use apart, not narrowed by the
+			// manager cache's scope (ApiServerSources watch every
+			// namespace anyway, one per kind).
+			id[3] = "everywhere"
+		}
 		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil, skip: skip}
 		if owner != nil {
 			sk.owner = *owner
@@ -121,6 +128,7 @@ func (g *gen) sourceKinds() []sourceKind {
 		if have.Selector != k.Selector {
 			have.Selector = ""
 		}
+		have.Everywhere = have.Everywhere || k.Everywhere
 		if have.referrer != nil && (sk.referrer == nil || !sameKind(*have.referrer, *sk.referrer) || have.ReferencedBy != k.ReferencedBy) {
 			have.referrer, have.ReferencedBy = nil, ""
 		}
@@ -142,7 +150,11 @@ func (g *gen) sourceKinds() []sourceKind {
 	}
 	for _, op := range g.ops {
 		for _, k := range op.Owned {
-			use(k, "Resource", &op.Primary, nil, nil)
+			mode := "Resource"
+			if k.Everywhere && g.o.hub() {
+				mode = "Reference" // a cache of the operator's own, most often metadata-only: the hub need not hold every object whole
+			}
+			use(k, mode, &op.Primary, nil, nil)
 		}
 		for _, k := range op.Watched {
 			use(k, "Reference", nil, &op.Primary, nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,7 +31,7 @@ import (
 // manifests`, the kinds of the builder's Owns are owned instead, so that
 // their source delivers whole objects (Resource mode, owner filter) and a
 // deleted dependent still names its owner.
-func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
+func (m *adopted) controller(a *adopt.Controller, foreign []adopt.ForeignSource) (*builder.Controller, error) {
 	gk, ok := a.PrimaryKind()
 	if !ok {
 		// Built without For: the kind whose own handler maps an object to
@@ -70,6 +71,9 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.describing {
+		everywhere(op, primary.GVK().GroupKind(), foreign)
+	}
 	for _, s := range a.RawSources() {
 		op.Warnings = append(op.Warnings, fmt.Sprintf("controller %s: its %s watches no kind: what it sends is reconciled only while an instance runs, "+
 			"and nothing sends it at zero (for external events, builder.WatchesEvents takes them through the Broker; or run --mode=classic)", a.Name(), s))
@@ -82,6 +86,48 @@ func (m *adopted) controller(a *adopt.Controller) (*builder.Controller, error) {
 		updatedWhen(c, &op.Watched[i].Kind)
 	}
 	return op, nil
+}
+
+// everywhere describes the kinds the controller watches through a cache
+// the project built (foreign): that cache holds them in every namespace,
+// whatever the manager cache's options say of the same kind. A kind whose
+// every such source maps to its controller (or any) owner of the primary
+// kind through EnqueueRequestForOwner is owned there: the hub sends only
+// objects with such an owner. A kind also watched through the manager's
+// cache keeps that use too, in the manager cache's scope: the hub sends
+// what either use would (a project's sources in one namespace, its
+// targets everywhere).
+func everywhere(op *builder.Controller, pk schema.GroupKind, foreign []adopt.ForeignSource) {
+	byKind := map[schema.GroupVersionKind][]adopt.ForeignSource{}
+	for _, f := range foreign {
+		byKind[f.GVK] = append(byKind[f.GVK], f)
+	}
+	for gvk, fs := range byKind {
+		if gvk.GroupKind() == pk {
+			continue // the primary is watched as the manager's cache holds it
+		}
+		ownedOnly := true
+		for _, f := range fs {
+			ownedOnly = ownedOnly && f.Owner != nil && *f.Owner == pk && f.OnlyController // the hub's owner filter is the controller owner's
+		}
+		i := slices.IndexFunc(op.Watched, func(w builder.Watch) bool { return w.GVK == gvk })
+		j := slices.IndexFunc(op.Owned, func(k builder.Kind) bool { return k.GVK == gvk })
+		switch {
+		case j >= 0:
+			// Owns(...) on the manager's cache too: owned either way.
+			op.Owned[j].Everywhere = true
+		case i < 0:
+		case !ownedOnly:
+			op.Watched[i].Everywhere = true
+		default:
+			k := op.Watched[i].Kind
+			k.Everywhere = true
+			op.Owned = append(op.Owned, k)
+			if !fs[0].Shared {
+				op.Watched = slices.Delete(op.Watched, i, i+1)
+			}
+		}
+	}
 }
 
 // updatedWhen describes k's update filter from the predicates of the

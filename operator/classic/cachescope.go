@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -25,9 +24,10 @@ import (
 // it never filters out what the cache would hold. Transforms and
 // deep-copy settings change what the cache keeps of an object, not which
 // changes reach it, so they are no filter. It returns nil when the
-// options restrict nothing. A kind in foreign, watched through a cache the
-// project built, is watched as that cache holds it: everywhere (All).
-func cacheScope(o cache.Options, scheme *runtime.Scheme, foreign ...schema.GroupVersionKind) *description.CacheScope {
+// options restrict nothing. A kind watched through a cache the project
+// built is not narrowed by them: that use is described Everywhere (see
+// everywhere).
+func cacheScope(o cache.Options, scheme *runtime.Scheme) *description.CacheScope {
 	s := &description.CacheScope{}
 	s.Namespaces, s.LabelSelector = scopeOf("default", o.DefaultNamespaces, o.DefaultLabelSelector, o.DefaultFieldSelector, &s.Untranslated)
 	for obj, b := range o.ByObject {
@@ -56,10 +56,6 @@ func cacheScope(o cache.Options, scheme *runtime.Scheme, foreign ...schema.Group
 		}
 		s.Untranslated = append(s.Untranslated, dropped...)
 		s.ByObject = append(s.ByObject, k)
-	}
-	for _, gvk := range foreign {
-		s.ByObject = slices.DeleteFunc(s.ByObject, func(k description.CacheKind) bool { return k.Group == gvk.Group && k.Kind == gvk.Kind })
-		s.ByObject = append(s.ByObject, description.CacheKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, All: true})
 	}
 	slices.SortFunc(s.ByObject, func(a, b description.CacheKind) int {
 		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Kind, b.Kind))

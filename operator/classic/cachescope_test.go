@@ -52,10 +52,10 @@ func TestCacheScope(t *testing.T) {
 			"[a b] x=1 [] []"},
 		{"a kind's own label, the default namespaces",
 			cache.Options{DefaultNamespaces: map[string]cache.Config{"a": {}}, ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: sel("app=y")}}},
-			"[a]  [{ v1 Secret [a] app=y true false}] []"},
+			"[a]  [{ v1 Secret [a] app=y true}] []"},
 		{"a kind's own namespaces, the default label",
 			cache.Options{DefaultLabelSelector: sel("app=x"), ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{"c": {}}}}},
-			"[] app=x [{ v1 ConfigMap [c] app=x true false}] []"},
+			"[] app=x [{ v1 ConfigMap [c] app=x true}] []"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := cacheScope(c.o, clientgoscheme.Scheme)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -339,17 +338,14 @@ func (m *adopted) Start(ctx context.Context) error {
 			<-s
 		}
 	}()
-	var foreign []schema.GroupVersionKind // watched through a cache the project built
-	for _, a := range m.controllers {
-		foreign = append(foreign, a.ForeignKinds(m.Runtime.GetScheme())...)
-	}
 	for _, a := range m.controllers { // each its own engine, on one endpoint
+		foreign := a.ForeignSources(m.Runtime.GetScheme()) // watched through a cache the project built; Start moves them
 		stopped, err := a.Start(ctx)
 		if err != nil {
 			return err
 		}
 		stops = append(stops, stopped)
-		op, err := m.controller(a)
+		op, err := m.controller(a, foreign)
 		if err != nil {
 			return err
 		}
@@ -363,7 +359,7 @@ func (m *adopted) Start(ctx context.Context) error {
 	if m.describing {
 		m.mu.Lock()
 		seam.SetWebhooks(m.Runtime, m.describeWebhooks())
-		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme(), foreign...))
+		seam.SetCache(m.Runtime, cacheScope(m.mo.Cache, m.Runtime.GetScheme()))
 		seam.SetProbes(m.Runtime, cmp.Or(m.mo.HealthProbeBindAddress, "0")) // "0": an adopted project that serves none
 		m.mu.Unlock()
 		return m.Runtime.Start(ctx)
