@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -151,7 +152,11 @@ wrote, or with -k a kustomization rendered with kustomize's library as kubectl
 apply -k does) is built with 'go build' in --build-dir as a static binary, put
 on an empty base, imported into the node's containerd as opzero.local/<import
 path>:<digest> and the reference replaced; the manifests are then applied
-server-side with the pinned kubectl, otherwise unchanged.
+server-side with the pinned kubectl (field manager opzero-cluster-apply),
+otherwise unchanged. What an earlier 'opzero cluster apply' wrote for another
+wiring of the same operators (an ApiServerSource after a switch to the hub, a
+Knative Service after a switch to classic) is deleted, and said; the hub,
+CRDs, Namespaces and Secrets never are.
 
 A Knative Service or Deployment annotated dev.opzero.dev/command (what 'opzero
 dev' runs as a local process, e.g. a hook in Python or JavaScript) gets that
@@ -200,8 +205,11 @@ root as the public image is, and its command names the program in it.`,
 			for obj, ref := range refs {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s (%s) -> %s\n", obj, cluster.CommandAnnotation, ref)
 			}
-			out, err := c.Apply(cmd.Context(), resolved)
+			out, pruned, err := c.ApplyPruning(cmd.Context(), resolved)
 			fmt.Fprint(cmd.OutOrStdout(), out)
+			if len(pruned) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "deleted %d objects an earlier apply wrote for another wiring of these operators: %s\n", len(pruned), strings.Join(pruned, ", "))
+			}
 			return err
 		},
 	}

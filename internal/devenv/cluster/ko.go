@@ -135,10 +135,15 @@ func ReadKustomization(dir string) (string, error) {
 // object of its kind in one apply fail ("no matches for kind"), as
 // `opzero manifests --source=hub` writes them (crds.yaml, sources.yaml).
 func (c *Cluster) Apply(ctx context.Context, manifest string) (string, error) {
+	return c.apply(ctx, manifest)
+}
+
+// apply is Apply with kubectl apply's further flags.
+func (c *Cluster) apply(ctx context.Context, manifest string, flags ...string) (string, error) {
 	first, crds, rest := splitCRDs(manifest)
 	var out strings.Builder
 	if first != "" && rest != "" {
-		o, err := c.kubectl(ctx, first, "apply", "--server-side", "-f", "-")
+		o, err := c.kubectl(ctx, first, append([]string{"apply", "--server-side", "-f", "-"}, flags...)...)
 		out.WriteString(o)
 		if err != nil {
 			return out.String(), err
@@ -151,7 +156,7 @@ func (c *Cluster) Apply(ctx context.Context, manifest string) (string, error) {
 		}
 		manifest = rest
 	}
-	o, err := c.kubectl(ctx, manifest, "apply", "--server-side", "-f", "-")
+	o, err := c.kubectl(ctx, manifest, append([]string{"apply", "--server-side", "-f", "-"}, flags...)...)
 	out.WriteString(o)
 	return out.String(), err
 }

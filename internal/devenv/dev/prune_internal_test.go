@@ -15,7 +15,7 @@ import (
 
 func labelled(apiVersion, kind, ns, name, operator string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind,
-		"metadata": map[string]any{"name": name, "labels": map[string]any{labelManagedBy: "opzero", labelName: operator}}}}
+		"metadata": map[string]any{"name": name, "labels": map[string]any{"app.kubernetes.io/managed-by": "opzero", "app.kubernetes.io/name": operator}}}}
 	if ns != "" {
 		u.SetNamespace(ns)
 	}
