@@ -156,6 +156,7 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
 	f.StringArrayVar(&env.secret, "env-secret", nil, "NAME=SECRET:KEY: an environment variable of the operator set from a key of a Secret in --namespace (repeatable)")
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.fromConfigMap, "env-from-configmap", nil, "a ConfigMap in --namespace whose every key becomes an environment variable of the operator (repeatable)")
+	f.StringArrayVar(&o.ProjectManifests, "project-manifests", nil, "a file the project deploys from outside config/ (helm template of its chart, its release YAML): its webhook configurations, CRDs and the roles bound to its Deployment's service account are read as config/'s are (repeatable)")
 	f.BoolVar(&helpFiles, "help-files", false, "say what each file holds and how the environment, config/ and webhook certificates are handled, and write nothing")
 	return cmd
 }

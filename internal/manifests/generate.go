@@ -178,6 +178,10 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		return Input{}, fmt.Errorf("finding the operator's Go module: %w", err)
 	}
 	root = strings.TrimSpace(root)
+	rendered, err := readProjectManifests(t.Dir, o.ProjectManifests)
+	if err != nil {
+		return Input{}, err
+	}
 	crdOpts, optsFile, err := ProjectCRDOptions(root)
 	if err != nil {
 		return Input{}, fmt.Errorf("reading the project's controller-gen options: %w", err)
@@ -212,7 +216,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 			wanted = append(wanted, c)
 		}
 	}
-	wanted, err = projectCRDsFor(root, t.Dir, want, wanted, o.Warnings)
+	wanted, err = projectCRDsFor(root, t.Dir, rendered, want, wanted, o.Warnings)
 	if err != nil {
 		return Input{}, err
 	}
@@ -229,7 +233,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 		for _, v := range val {
 			marked = append(marked, webhookPath(v.ClientConfig))
 		}
-		pm, pv, files, err := ProjectWebhooks(root, t.Dir, w.Paths, marked)
+		pm, pv, files, err := ProjectWebhooks(root, t.Dir, rendered, w.Paths, marked)
 		if err != nil {
 			return Input{}, err
 		}
@@ -260,7 +264,7 @@ func Prepare(ctx context.Context, t *Target, o Options) (Input, error) {
 	if in.MarkerRules, err = MarkerRules(t.Dir, sortedKeys(recs)...); err != nil {
 		return Input{}, err
 	}
-	in.ProjectRole = ReadProjectRole(root, t.Dir)
+	in.ProjectRole = joinRoles(ReadProjectRole(root, t.Dir), renderedRole(rendered))
 	return in, nil
 }
 

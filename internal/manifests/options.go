@@ -52,6 +52,11 @@ type Options struct {
 	// HubImage runs the hub (DefaultHubImage): its entrypoint takes
 	// cmd/opzero-hub's flags.
 	HubImage string
+	// ProjectManifests are files the project deploys from outside its
+	// config/ folder (`helm template` of its chart, a release YAML): their
+	// webhook configurations, CRDs and the roles bound to their
+	// Deployments' service accounts are read as config/'s are.
+	ProjectManifests []string
 	// Warnings, if set, gets the operator's warnings (description
 	// Warnings), one "warning: ..." line each, from Build.
 	Warnings io.Writer

@@ -79,6 +79,12 @@ const projectCRDDir = "config/crd"
 // marker, or a project whose CRDs are written by hand. The files read are
 // named relative to dir. No folder is no CRDs.
 func ProjectCRDs(root, dir string) ([]GeneratedCRD, error) {
+	return projectCRDs(root, dir, nil)
+}
+
+// projectCRDs is ProjectCRDs, and the CRDs of rendered
+// (Options.ProjectManifests) after config/'s.
+func projectCRDs(root, dir string, rendered map[string][]byte) ([]GeneratedCRD, error) {
 	files := map[string][]byte{}
 	err := filepath.WalkDir(filepath.Join(root, projectCRDDir), func(path string, d os.DirEntry, err error) error {
 		if os.IsNotExist(err) {
@@ -102,7 +108,16 @@ func ProjectCRDs(root, dir string) ([]GeneratedCRD, error) {
 		return nil, err
 	}
 	var out []GeneratedCRD
-	err = eachObject(files, func(file, kind string, raw []byte) error {
+	for _, set := range []map[string][]byte{files, rendered} {
+		if err := crdsIn(set, &out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func crdsIn(files map[string][]byte, out *[]GeneratedCRD) error {
+	err := eachObject(files, func(file, kind string, raw []byte) error {
 		if kind != "CustomResourceDefinition" {
 			return nil
 		}
@@ -117,20 +132,20 @@ func ProjectCRDs(root, dir string) ([]GeneratedCRD, error) {
 		if err != nil {
 			return err
 		}
-		out = append(out, GeneratedCRD{File: c.Spec.Group + "_" + c.Spec.Names.Plural + ".yaml", YAML: append([]byte("---\n"), b...), CRD: c, From: file})
+		*out = append(*out, GeneratedCRD{File: c.Spec.Group + "_" + c.Spec.Names.Plural + ".yaml", YAML: append([]byte("---\n"), b...), CRD: c, From: file})
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading the project's CRDs: %w", err)
+		return fmt.Errorf("reading the project's CRDs: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // projectCRDsFor adds to the generated CRDs the project's own (config/crd)
 // for each wanted kind controller-gen generated none for, said in a
 // warning; a kind with neither is warned of too: its objects cannot be
 // created until the project's CRD is applied beside the manifests.
-func projectCRDsFor(root, dir string, want map[[2]string]bool, generated []GeneratedCRD, warnings io.Writer) ([]GeneratedCRD, error) {
+func projectCRDsFor(root, dir string, rendered map[string][]byte, want map[[2]string]bool, generated []GeneratedCRD, warnings io.Writer) ([]GeneratedCRD, error) {
 	have := map[[2]string]bool{}
 	for _, c := range generated {
 		have[[2]string{c.CRD.Spec.Group, c.CRD.Spec.Names.Kind}] = true
@@ -145,7 +160,7 @@ func projectCRDsFor(root, dir string, want map[[2]string]bool, generated []Gener
 		return generated, nil
 	}
 	slices.SortFunc(missing, func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) })
-	theirs, err := ProjectCRDs(root, dir)
+	theirs, err := projectCRDs(root, dir, rendered)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +170,7 @@ func projectCRDsFor(root, dir string, want map[[2]string]bool, generated []Gener
 		if i < 0 {
 			if warnings != nil {
 				fmt.Fprintf(warnings, "warning: %s (%s): controller-gen generated no CRD from its Go package (a +groupName marker on the package, +kubebuilder:object:root on the type?) "+
-					"and %s has none: the manifests carry no CRD for it; apply the project's own beside them\n", k[1], k[0], filepath.Join(relTo(dir, root), projectCRDDir))
+					"and %s has none (nor --project-manifests): the manifests carry no CRD for it; apply the project's own beside them, or give its rendered chart with --project-manifests\n", k[1], k[0], filepath.Join(relTo(dir, root), projectCRDDir))
 			}
 			continue
 		}

@@ -130,3 +130,19 @@ func WarnRoleGaps(w io.Writer, name string, pr *ProjectRole, generated []rbacv1.
 			"the operator would be refused it; add the +kubebuilder:rbac marker to a package the binary is built from\n", name, pr.File, gap)
 	}
 }
+
+// joinRoles is the project's role from config/rbac and from its rendered
+// manifests together (either may be nil).
+func joinRoles(a, b *ProjectRole) *ProjectRole {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case a.Err != nil:
+		return a
+	case b.Err != nil:
+		return b
+	}
+	return &ProjectRole{File: a.File + " and " + b.File, Rules: append(slices.Clone(a.Rules), b.Rules...)}
+}

@@ -3,6 +3,7 @@ package manifests
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +21,10 @@ const projectWebhookDir = "config/webhook"
 // service path the binary registers (paths) and no marker already names
 // (marked): a project that declares its webhooks there, not with
 // +kubebuilder:webhook markers, gets them configured as the markers'
-// would be. files maps each returned webhook's name to its file, relative
-// to dir (for errors). A file that does not parse is an error naming it.
-func ProjectWebhooks(root, dir string, paths []string, marked []string) (mut []admissionregv1.MutatingWebhook, val []admissionregv1.ValidatingWebhook, files map[string]string, err error) {
+// would be; so are those of rendered (Options.ProjectManifests, by file).
+// files maps each returned webhook's name to its file, relative to dir
+// (for errors). A file that does not parse is an error naming it.
+func ProjectWebhooks(root, dir string, rendered map[string][]byte, paths []string, marked []string) (mut []admissionregv1.MutatingWebhook, val []admissionregv1.ValidatingWebhook, files map[string]string, err error) {
 	matches, _ := filepath.Glob(filepath.Join(root, projectWebhookDir, "*.yaml"))
 	yml, _ := filepath.Glob(filepath.Join(root, projectWebhookDir, "*.yml"))
 	matches = append(matches, yml...)
@@ -37,6 +39,7 @@ func ProjectWebhooks(root, dir string, paths []string, marked []string) (mut []a
 		}
 		read[relTo(dir, m)] = b
 	}
+	maps.Copy(read, rendered)
 	files = map[string]string{}
 	keep := func(file, name string, cc admissionregv1.WebhookClientConfig) bool {
 		p := webhookPath(cc)

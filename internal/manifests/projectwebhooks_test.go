@@ -45,7 +45,7 @@ webhooks:
   clientConfig: {service: {name: s, namespace: ns, path: /mutate-served}}
 `)
 	write("kustomization.yaml", "resources: [validating.yaml]\n")
-	mut, val, files, err := manifests.ProjectWebhooks(root, root, []string{"/validate-served", "/mutate-served", "/validate-marked"}, []string{"/validate-marked"})
+	mut, val, files, err := manifests.ProjectWebhooks(root, root, nil, []string{"/validate-served", "/mutate-served", "/validate-marked"}, []string{"/validate-marked"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ webhooks:
 	if f := files["served.example.com"]; f != filepath.Join("config", "webhook", "validating.yaml") {
 		t.Errorf("file of served.example.com %q", f)
 	}
-	if _, _, _, err := manifests.ProjectWebhooks(t.TempDir(), ".", []string{"/x"}, nil); err != nil {
+	if _, _, _, err := manifests.ProjectWebhooks(t.TempDir(), ".", nil, []string{"/x"}, nil); err != nil {
 		t.Errorf("a project without config/webhook: %v", err)
 	}
 }

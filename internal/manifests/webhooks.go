@@ -135,7 +135,8 @@ func (g *gen) checkWebhooks() error {
 		}
 		if marked[p] == "" {
 			return fmt.Errorf("the binary registers the webhook %s%s, and no +kubebuilder:webhook marker in its packages names path=%s, so its path cannot be discovered and no webhook configuration would send the API server there; "+
-				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1); nothing written", p, g.registeringFiles(), p, p)
+				"add the marker kubebuilder writes above the webhook (e.g. // +kubebuilder:webhook:path=%s,mutating=...,failurePolicy=fail,sideEffects=None,groups=...,resources=...,verbs=create;update,versions=...,name=...,admissionReviewVersions=v1), "+
+				"or a webhook configuration naming that path in config/webhook, or give the rendered chart that holds it with --project-manifests; nothing written", p, g.registeringFiles(), p, p)
 		}
 	}
 	return nil
