@@ -53,6 +53,14 @@ const apiVersionV1 = "opzero.dev/describe/v1"
 // file path.
 const Env = "OPZERO_DESCRIBE"
 
+// ProbeAddressEnv, when set, is the address an adopted project's health
+// checks are served on besides the serving port in serverless mode, in
+// place of its ctrl.Options.HealthProbeBindAddress: opzero manifests sets
+// it to "0" for a project whose own flag (not kubebuilder's) sets that
+// address (Probes), so that instances side by side (opzero dev) do not
+// all bind it.
+const ProbeAddressEnv = "OPZERO_HEALTH_PROBE_BIND_ADDRESS"
+
 // Description is what a binary prints.
 type Description struct {
 	APIVersion string `json:"apiVersion"`

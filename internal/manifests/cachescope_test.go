@@ -143,5 +143,24 @@ func TestProbesWhereTheProjectServes(t *testing.T) {
 		if !found {
 			t.Fatalf("no Deployment widgets in classic mode")
 		}
+		// Serverless: the checks are on the serving port; the project's own
+		// address is not bound (instances side by side under opzero dev),
+		// by kubebuilder's flag where the project has it, else by opzero's
+		// environment variable.
+		objs, err = manifests.Build(context.Background(), ".", "./testdata/widgets", manifests.Options{Namespace: "widgets"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.Kind() != "Service" || o.Obj["apiVersion"] != "serving.knative.dev/v1" {
+				continue
+			}
+			c := o.Obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			env, args := fmt.Sprint(c["env"]), fmt.Sprint(c["args"])
+			byEnv, byFlag := strings.Contains(env, "name:OPZERO_HEALTH_PROBE_BIND_ADDRESS value:0"), strings.Contains(args, "--health-probe-bind-address=0")
+			if want := tc.env != ""; byEnv != want || byFlag == want {
+				t.Errorf("WIDGETS_READINESS_PORT=%q serverless: env %s, args %s; want the probe address off by env %v, by flag %v", tc.env, env, args, want, !want)
+			}
+		}
 	}
 }

@@ -274,6 +274,12 @@ func (g *gen) service() Object {
 		// below): the hub delivers to it before Knative finds it ready.
 		env = append(env, map[string]any{"name": "OPZERO_HUB_PEERS", "value": hubPeersAddress()})
 	}
+	if p := g.in.Probes; p != "" && p != "0" && !g.hasFlag(projectProbeFlag) {
+		// The project sets its probe address its own way (a flag of its
+		// own): the checks are on the serving port already, and instances
+		// side by side (opzero dev) must not all bind that address.
+		env = append(env, map[string]any{"name": description.ProbeAddressEnv, "value": "0"})
+	}
 	if _, set := envLiteral(g.env, enableWebhooksEnv); g.in.Webhooks != nil && !g.viaHub() && !set {
 		// the webhooks Deployment serves them (webhooks.go)
 		env = append(env, map[string]any{"name": enableWebhooksEnv, "value": "false"})

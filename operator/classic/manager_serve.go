@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/opzero/opzero/internal/description"
 )
 
 // The parts of the adopted manager that serve beside the engine (health
@@ -29,11 +32,15 @@ func (m *adopted) serveChecks(next http.Handler) http.Handler {
 }
 
 // probeServer serves the health and ready checks on
-// mo.HealthProbeBindAddress (nil when it is "" or "0"), as
+// mo.HealthProbeBindAddress (nil when it is "" or "0"; ProbeAddressEnv
+// wins over it), as
 // controller-runtime's manager does: /healthz and /readyz with their
 // /<name> forms. It listens at once, so a taken address fails Start.
 func (m *adopted) probeServer() (manager.Runnable, error) {
 	addr := m.mo.HealthProbeBindAddress
+	if v, ok := os.LookupEnv(description.ProbeAddressEnv); ok {
+		addr = v // the generated Knative Service's: its checks are on the serving port
+	}
 	if addr == "" || addr == "0" {
 		return nil, nil
 	}
