@@ -62,7 +62,9 @@ func (c describingClient) GroupVersionKindFor(o runtime.Object) (schema.GroupVer
 }
 func (describingClient) IsObjectNamespaced(runtime.Object) (bool, error) { return false, errDescribing }
 
-type describingSub struct{}
+type describingSub struct {
+	client.SubResourceClient // nil: methods of newer controller-runtimes not listed here
+}
 
 func (describingSub) Get(context.Context, client.Object, client.Object, ...client.SubResourceGetOption) error {
 	return errDescribing
