@@ -158,12 +158,8 @@ func (c *Controller) Start(ctx context.Context) (done <-chan error, _ error) {
 // (its cache.Options) is not read: the hub watches the kind wider. The
 // moves are reported for the log.
 func (c *Controller) foreignCaches() (moved []string, _ error) {
-	v := reflect.ValueOf(c.ctrl)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, nil
-	}
-	watches := v.Elem().FieldByName("startWatches")
-	if !watches.IsValid() || watches.Kind() != reflect.Slice {
+	watches, ok := c.startWatches()
+	if !ok {
 		return nil, nil
 	}
 	ours := reflect.TypeFor[Cache]().PkgPath() // the adopted Cache, its forks and views
@@ -205,6 +201,18 @@ func (c *Controller) foreignCaches() (moved []string, _ error) {
 	return moved, nil
 }
 
+// startWatches is the controller's list of sources to start (its
+// unexported startWatches, emptied by Start); ok is false for a controller
+// of another shape.
+func (c *Controller) startWatches() (_ reflect.Value, ok bool) {
+	v := reflect.ValueOf(c.ctrl)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	watches := v.Elem().FieldByName("startWatches")
+	return watches, watches.IsValid() && watches.Kind() == reflect.Slice
+}
+
 // RawSources names the controller's sources that watch no kind
 // (source.Channel, source.Func, a custom source.Source), as Start found
 // them: what they add is reconciled while an instance runs, and nothing
@@ -212,12 +220,8 @@ func (c *Controller) foreignCaches() (moved []string, _ error) {
 func (c *Controller) RawSources() []string { return c.raw }
 
 func (c *Controller) rawSources() []string {
-	v := reflect.ValueOf(c.ctrl)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	watches := v.Elem().FieldByName("startWatches")
-	if !watches.IsValid() || watches.Kind() != reflect.Slice {
+	watches, ok := c.startWatches()
+	if !ok {
 		return nil
 	}
 	var out []string

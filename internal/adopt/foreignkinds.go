@@ -48,12 +48,8 @@ func (c *Controller) ForeignKinds(scheme *kruntime.Scheme) []schema.GroupVersion
 // watches its targets of the same kind everywhere through its own); where
 // the handler maps only owned objects, the hub can send only those.
 func (c *Controller) ForeignSources(scheme *kruntime.Scheme) []ForeignSource {
-	v := reflect.ValueOf(c.ctrl)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	watches := v.Elem().FieldByName("startWatches")
-	if !watches.IsValid() || watches.Kind() != reflect.Slice {
+	watches, ok := c.startWatches()
+	if !ok {
 		return nil
 	}
 	ours := reflect.TypeFor[Cache]().PkgPath()

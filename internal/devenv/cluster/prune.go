@@ -10,11 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/opzero/opzero/internal/devenv/prune"
@@ -48,15 +44,10 @@ func (c *Cluster) ApplyPruning(ctx context.Context, manifest string) (out string
 // namespace in ns, as kubectl applied it) and prunes what ApplyFieldManager
 // applied before of another wiring of their operators.
 func PruneEarlier(ctx context.Context, cfg *rest.Config, manifest, ns string) ([]string, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	dyn, mapper, err := prune.Clients(cfg)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
 	for {

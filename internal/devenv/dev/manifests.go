@@ -20,12 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/opzero/opzero/internal/devenv/prune"
 	"github.com/opzero/opzero/internal/kustomize"
 )
 
@@ -144,15 +143,11 @@ type applier struct {
 }
 
 func newApplier(cfg *rest.Config, namespace string) (*applier, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	dyn, mapper, err := prune.Clients(cfg)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &applier{dyn: dyn, namespace: namespace, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
+	return &applier{dyn: dyn, namespace: namespace, mapper: mapper}, nil
 }
 
 // resource returns the client for u's kind, namespaced if the kind is; an
