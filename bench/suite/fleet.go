@@ -38,31 +38,14 @@ func fleet(ctx context.Context, r *report, dir string) error {
 	if err != nil {
 		return err
 	}
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
 	// The classic mode of the example, for opzero manifests and the
 	// images opzero dev builds.
 	os.Setenv("GOFLAGS", strings.TrimSpace(os.Getenv("GOFLAGS")+" -tags=opzero_classic"))
-	w := &worthPart{dir: filepath.Join(dir, "fleet"), root: root}
-	if err := os.MkdirAll(w.dir, 0o755); err != nil {
-		return err
-	}
-	if err := w.build(ctx); err != nil {
-		return err
-	}
-	if w.hubNote != "" {
-		return fmt.Errorf("%s", w.hubNote)
-	}
-	stop, err := w.startPlane(ctx, "fleet")
+	w, stop, err := hubPart(ctx, dir, "fleet")
 	if err != nil {
 		return err
 	}
 	defer stop()
-	if err := w.setup(ctx); err != nil {
-		return err
-	}
 	classicFile, zeroFile, oneFile, narrowFile, err := w.fleetManifests(ctx)
 	if err != nil {
 		return err
@@ -141,6 +124,34 @@ func fleet(ctx context.Context, r *report, dir string) error {
 	b.WriteString("\nNot measured here: the node's working set (kubelet's; `make e2e-knative` measures a fleet of unchanged kubebuilder projects there), and non-Go operators.\n")
 	r.add(fleetTitle, b.String())
 	return nil
+}
+
+// hubPart readies a part that runs the hub wiring in dir/part: the
+// builds (the hub's is required), a control plane of its own and the
+// worth part's namespaces and ConfigMaps on it.
+func hubPart(ctx context.Context, dir, part string) (w *worthPart, stop func(), err error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	w = &worthPart{dir: filepath.Join(dir, part), root: root}
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if err := w.build(ctx); err != nil {
+		return nil, nil, err
+	}
+	if w.hubNote != "" {
+		return nil, nil, fmt.Errorf("%s", w.hubNote)
+	}
+	if stop, err = w.startPlane(ctx, part); err != nil {
+		return nil, nil, err
+	}
+	if err := w.setup(ctx); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return w, stop, nil
 }
 
 // fleetManifests writes the ten classic releases (one file), the same

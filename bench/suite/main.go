@@ -12,6 +12,7 @@
 //	go run ./bench/suite -only worth     # always-on memory of each wiring at zero, instance time under unrelated churn
 //	go run ./bench/suite -only worth -worth-objects 0,2000 -churn 1m # the same, smaller and shorter
 //	go run ./bench/suite -only fleet     # ten operators classic vs served unchanged at zero by the hub (opzero hub adopt)
+//	go run ./bench/suite -only bundles   # examples/bundles at zero: unrelated ConfigMap/Secret/Namespace changes, an owned child deleted
 //	go run ./bench/suite -only hubscale  # one hub, 100 Subscriptions, 100k ConfigMaps: memory, delivery latency beside a watch's, CPU
 package main
 
@@ -45,7 +46,7 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, hubscale or wakeup; worth, fleet, hubscale and throughput alone replace their own sections of -out and keep the rest")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, bundles, hubscale or wakeup; worth, fleet, bundles, hubscale and throughput alone replace their own sections of -out and keep the rest")
 	flag.IntVar(&hubscaleOps, "hubscale-ops", hubscaleOps, "hubscale: operators (Subscriptions), one namespace each")
 	flag.IntVar(&hubscaleObjects, "hubscale-objects", hubscaleObjects, "hubscale: ConfigMaps of 1 KiB, spread over the operators' namespaces")
 	flag.IntVar(&hubscaleChanges, "hubscale-changes", hubscaleChanges, "hubscale: changes in the measured stream")
@@ -57,7 +58,7 @@ func main() {
 	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
 	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
 	flag.StringVar(&fleetObjects, "fleet-objects", fleetObjects, "fleet: the ConfigMap counts of its rows, ascending")
-	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth: how long the unrelated churn runs for each serverless wiring")
+	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth, fleet: how long the unrelated churn runs for each serverless wiring; bundles: for the three kinds of change, a third each")
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
 	runs := flag.Int("runs", 3, "runs per figure (cold start uses at least 10)")
 	out := flag.String("out", "docs/benchmarks.md", "report to write (empty: none)")
@@ -113,7 +114,7 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if only == "worth" || only == "hubscale" || only == "fleet" { // a plane and builds of its own: nothing else is needed
+	if only == "worth" || only == "hubscale" || only == "fleet" || only == "bundles" { // a plane and builds of its own: nothing else is needed
 		r := &report{figs: map[string]float64{}}
 		part := worth
 		switch only {
@@ -121,6 +122,8 @@ func run(only string, runs int, out string) error {
 			part = hubScale
 		case "fleet":
 			part = fleet
+		case "bundles":
+			part = bundles
 		}
 		if err := part(ctx, r, dir); err != nil {
 			return err
@@ -131,7 +134,7 @@ func run(only string, runs int, out string) error {
 		if err := mergeSection(out, r.sections[0]); err != nil {
 			return err
 		}
-		if only == "fleet" {
+		if only == "fleet" || only == "bundles" {
 			return nil
 		}
 		return r.writeWorthSVG(out)

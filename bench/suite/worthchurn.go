@@ -17,7 +17,7 @@ import (
 // opzero dev's event stream over the churn's window.
 type churnResult struct {
 	window     time.Duration
-	updates    int           // ConfigMap updates made
+	updates    int           // changes made (ConfigMap updates, unless said)
 	up         time.Duration // time with at least one operator instance running
 	coldStarts int           // instances started with none running
 	starts     int           // instances started
@@ -61,18 +61,19 @@ func (w *worthPart) runChurn(ctx context.Context, wiring string, d time.Duration
 // operator (the process events of matches) from s's event stream over
 // that window.
 func (w *worthPart) churnFor(ctx context.Context, s *devSession, d time.Duration, matches func(dev.Event) bool) (churnResult, error) {
+	return w.churnWith(ctx, s, d, matches, w.touchConfigMap)
+}
+
+// churnWith makes change(i), i = 0, 1, ..., worthChurnHz times a second
+// for d and reads the instances of the operator (the process events of
+// matches) from s's event stream over that window.
+func (w *worthPart) churnWith(ctx context.Context, s *devSession, d time.Duration, matches func(dev.Event) bool, change func(context.Context, int) error) (churnResult, error) {
 	res := churnResult{}
 	t0 := time.Now()
 	tick := time.NewTicker(time.Second / worthChurnHz)
 	defer tick.Stop()
 	for i := 0; time.Since(t0) < d; i++ {
-		cm := &corev1.ConfigMap{}
-		key := client.ObjectKey{Namespace: cmNamespace(i % worthCMNS), Name: "churn"}
-		if err := w.c.Get(ctx, key, cm); err != nil {
-			return churnResult{}, err
-		}
-		cm.Data = map[string]string{"n": strconv.Itoa(i)}
-		if err := w.c.Update(ctx, cm); err != nil {
+		if err := change(ctx, i); err != nil {
 			return churnResult{}, err
 		}
 		res.updates++
@@ -83,6 +84,23 @@ func (w *worthPart) churnFor(ctx context.Context, s *devSession, d time.Duration
 	res.window = t1.Sub(t0)
 	churnWindow(readEvents(s.events), t0, t1, &res, matches)
 	return res, nil
+}
+
+// touchConfigMap updates the i-th change's churn ConfigMap (round-robin
+// over the wcm-N namespaces).
+func (w *worthPart) touchConfigMap(ctx context.Context, i int) error {
+	return w.touch(ctx, &corev1.ConfigMap{}, client.ObjectKey{Namespace: cmNamespace(i % worthCMNS), Name: "churn"}, func(o client.Object) {
+		o.(*corev1.ConfigMap).Data = map[string]string{"n": strconv.Itoa(i)}
+	})
+}
+
+// touch reads o at key, applies set to it and updates it.
+func (w *worthPart) touch(ctx context.Context, o client.Object, key client.ObjectKey, set func(client.Object)) error {
+	if err := w.c.Get(ctx, key, o); err != nil {
+		return err
+	}
+	set(o)
+	return w.c.Update(ctx, o)
 }
 
 // ofServices matches the events of Knative Services' instances (not of
