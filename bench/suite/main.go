@@ -13,6 +13,7 @@
 //	go run ./bench/suite -only worth -worth-objects 0,2000 -churn 1m # the same, smaller and shorter
 //	go run ./bench/suite -only fleet     # ten operators classic vs served unchanged at zero by the hub (opzero hub adopt)
 //	go run ./bench/suite -only bundles   # examples/bundles at zero: unrelated ConfigMap/Secret/Namespace changes, an owned child deleted
+//	go run ./bench/suite -only idle -idle-for 1h # the CronJob-style project (no observedGeneration) at zero with nothing changing: the sweeps' instance time
 //	go run ./bench/suite -only hubscale  # one hub, 100 Subscriptions, 100k ConfigMaps: memory, delivery latency beside a watch's, CPU
 package main
 
@@ -46,7 +47,7 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, bundles, hubscale or wakeup; worth, fleet, bundles, hubscale and throughput alone replace their own sections of -out and keep the rest")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, bundles, idle, hubscale or wakeup; worth, fleet, bundles, idle, hubscale and throughput alone replace their own sections of -out and keep the rest")
 	flag.IntVar(&hubscaleOps, "hubscale-ops", hubscaleOps, "hubscale: operators (Subscriptions), one namespace each")
 	flag.IntVar(&hubscaleObjects, "hubscale-objects", hubscaleObjects, "hubscale: ConfigMaps of 1 KiB, spread over the operators' namespaces")
 	flag.IntVar(&hubscaleChanges, "hubscale-changes", hubscaleChanges, "hubscale: changes in the measured stream")
@@ -114,7 +115,7 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if only == "worth" || only == "hubscale" || only == "fleet" || only == "bundles" { // a plane and builds of its own: nothing else is needed
+	if only == "worth" || only == "hubscale" || only == "fleet" || only == "idle" || only == "bundles" { // a plane and builds of its own: nothing else is needed
 		r := &report{figs: map[string]float64{}}
 		part := worth
 		switch only {
@@ -122,6 +123,8 @@ func run(only string, runs int, out string) error {
 			part = hubScale
 		case "fleet":
 			part = fleet
+		case "idle":
+			part = idlePart
 		case "bundles":
 			part = bundles
 		}
@@ -134,7 +137,7 @@ func run(only string, runs int, out string) error {
 		if err := mergeSection(out, r.sections[0]); err != nil {
 			return err
 		}
-		if only == "fleet" || only == "bundles" {
+		if only == "fleet" || only == "bundles" || only == "idle" {
 			return nil
 		}
 		return r.writeWorthSVG(out)

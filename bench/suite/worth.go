@@ -69,6 +69,9 @@ type worthPart struct {
 	churn map[string]churnResult
 	// churnNote: why the hub's churn row is empty, if it is
 	churnNote string
+	// ownIdle: opzero dev runs without --idle, each Service with its own
+	// scale-to-zero period (the manifests': Knative's), not worthIdle
+	ownIdle bool
 }
 
 // procMem is one always-on process: what it plays, whether it serves every

@@ -282,8 +282,12 @@ func (w *worthPart) startDev(ctx context.Context, name, manifests string) (*devS
 		return nil, err
 	}
 	s := &devSession{events: filepath.Join(logs, "events.jsonl"), gone: make(chan struct{})}
-	s.cmd = exec.Command(w.opzero, "dev", "-f", manifests, "--kubeconfig", w.kubeconfig, "--no-status", "--idle", worthIdle.String(),
-		"--cache-dir", filepath.Join(w.dir, "ko"), "--build-dir", w.root, "--log-dir", logs, "--events=json", "--events-file", s.events)
+	args := []string{"dev", "-f", manifests, "--kubeconfig", w.kubeconfig, "--no-status",
+		"--cache-dir", filepath.Join(w.dir, "ko"), "--build-dir", w.root, "--log-dir", logs, "--events=json", "--events-file", s.events}
+	if !w.ownIdle {
+		args = append(args, "--idle", worthIdle.String())
+	}
+	s.cmd = exec.Command(w.opzero, args...)
 	s.cmd.Dir = w.root
 	// dev builds the ko:// images with `go build`: static, as ko and the
 	// cluster's images are (and crbaseline, buildCmd), not linked to libc.
