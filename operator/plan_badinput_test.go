@@ -327,3 +327,33 @@ func TestPlanEventsExternalCallsAndPlanning(t *testing.T) {
 	a.check(t)
 	sameSnapshot(t, before, snapshot(t, env, ns))
 }
+
+// TestPlanOfNoSuchObject: a plan of one object that is not there (a typo,
+// with or without its kind) is an error naming it and exits 1, not "nothing
+// would change"; one that is there plans it alone.
+func TestPlanOfNoSuchObject(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	createWatchers(t, env, ns, "d-ok")
+	register := func(rt *operator.Runtime) {
+		r := &scripted{Client: rt.GetClient(), admin: env.Client}
+		if err := builder.ControllerManagedBy(rt).Named("scripted").For(&v1.ConfigWatcher{}).Complete(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"d-okk", "ConfigWatcher/d-okk"} {
+		rep := runPlan(t, env.Config, plan.Request{Namespace: ns, Name: name}, 0, register)
+		if got := rep.ExitCode(); got != 1 || len(rep.Controllers) != 1 || !strings.Contains(rep.Controllers[0].Error, `no ConfigWatcher named "d-okk" in namespace `+ns) {
+			t.Errorf("plan of %s: exit code %d, controllers %+v; want 1 and an error naming it", name, got, rep.Controllers)
+		}
+	}
+	rep := runPlan(t, env.Config, plan.Request{Namespace: ns, Name: "ConfigWatcher/d-ok"}, 0, register)
+	if got := rep.ExitCode(); got != 2 || len(rep.Objects) == 0 || rep.Controllers[0].Error != "" {
+		t.Errorf("plan of ConfigWatcher/d-ok: exit code %d, controllers %+v, objects %+v; want 2 and d-ok planned", got, rep.Controllers, rep.Objects)
+	}
+	for _, o := range rep.Objects {
+		if o.Name != "d-ok" {
+			t.Errorf("plan of ConfigWatcher/d-ok planned %s too (round %d)", o.Name, o.Round)
+		}
+	}
+}

@@ -88,6 +88,7 @@ func (p *Planner) Run(ctx context.Context, ops []*builder.Controller, req plan.R
 		}
 		rep.Controllers = append(rep.Controllers, c)
 	}
+	p.nothingNamed(ops, req, rep)
 	rounds := max(req.Rounds, 1)
 	for round := 1; round <= rounds && len(todo) > 0; round++ {
 		rep.Rounds = round
@@ -112,6 +113,35 @@ func (p *Planner) Run(ctx context.Context, ops []*builder.Controller, req plan.R
 	rep.Refused = int(p.opts.Refused.Load())
 	rep.Sort()
 	return rep
+}
+
+// nothingNamed makes a plan of one object that no controller found an
+// error of each controller it could have named (exit code 1, as kubectl
+// diff of a missing object): a typo would otherwise plan nothing and exit
+// 0, "nothing would change".
+func (p *Planner) nothingNamed(ops []*builder.Controller, req plan.Request, rep *plan.Report) {
+	if req.Name == "" {
+		return
+	}
+	for _, c := range rep.Controllers {
+		if c.Listed > 0 || c.Error != "" {
+			return
+		}
+	}
+	kind, name, typed := strings.Cut(req.Name, "/")
+	if !typed {
+		name = req.Name
+	}
+	where := " in any namespace"
+	if req.Namespace != "" {
+		where = " in namespace " + req.Namespace
+	}
+	for i, op := range ops {
+		if typed && !strings.EqualFold(kind, op.Primary.GVK.Kind) {
+			continue
+		}
+		rep.Controllers[i].Error = fmt.Sprintf("no %s named %q%s: nothing to plan", op.Primary.GVK.Kind, name, where)
+	}
 }
 
 // list returns the keys of op's primary objects req names.
