@@ -169,13 +169,13 @@ func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZ
 		if err != nil {
 			return "", "", "", "", err
 		}
-		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle-after", "5s")
+		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle", "5s")
 		if err != nil {
 			return "", "", "", "", err
 		}
 		releases, adopted = append(releases, rel), append(adopted, sub)
 	}
-	narrowed, err := w.opzeroOut(ctx, strings.NewReader(releases[0]), "hub", "adopt", "-f", "-", "--idle-after", "5s", "--watch-namespace", opNamespace(0))
+	narrowed, err := w.opzeroOut(ctx, strings.NewReader(releases[0]), "hub", "adopt", "-f", "-", "--idle", "5s", "--watch-namespace", opNamespace(0))
 	if err != nil {
 		return "", "", "", "", err
 	}

@@ -9,7 +9,7 @@
 // Why a program and not controller-tools as a library: opzero's CLI is in
 // the library's module, so a library import would make every project that
 // adopts opzero require controller-tools, and with it newer cobra, pflag and
-// golang.org/x modules than the project has (issue 28).
+// golang.org/x modules than the project has.
 package controllergen
 
 import (

@@ -42,7 +42,7 @@ const (
 	hubWebhookPort     = 8443
 	hubWebhookCertName = HubName + "-webhook-certs"
 	// coldStartBudget: a webhook whose timeoutSeconds is shorter gets a
-	// warning (a cold start on a real node is 1.5-1.8 s p50, issue 38).
+	// warning (a cold start on a real node is 1.5-1.8 s p50: docs/webhooks.md).
 	coldStartBudget = 5
 	// defaultWebhookTimeout is the API server's default timeoutSeconds,
 	// written out when a marker leaves it empty.

@@ -8,7 +8,7 @@
 // pinned.ImageBuild: go-containerregistry's empty.Image,
 // mutate.AppendLayers and tarball.MultiRefWriteToFile), a program found and
 // built the first time like every pinned binary, so that opzero's module
-// requires no go-containerregistry (issue 54). Read reads an image back
+// requires no go-containerregistry. Read reads an image back
 // with the standard library. Spec.Files adds more files to the layer (a dynamically
 // linked interpreter's libraries and standard library, a script), at
 // their own paths, with Spec.Path placing the binary and Spec.WorkDir the
