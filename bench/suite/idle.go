@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/proc"
 )
 
 // The idle part (issue 54): how much instance time the sweeps cost an
@@ -153,6 +155,7 @@ func idlePart(ctx context.Context, r *report, dir string) error {
 		return err
 	}
 	fmt.Printf("  idle: nothing changes for %s (from %s UTC) ...\n", idleFor, time.Now().UTC().Format("15:04:05"))
+	sent0, skipped0, ok0 := hubSweepCounters(s.cmd.Process.Pid)
 	t0 := time.Now()
 	for end := t0.Add(idleFor); time.Now().Before(end); {
 		select {
@@ -167,6 +170,11 @@ func idlePart(ctx context.Context, r *report, dir string) error {
 		}
 	}
 	t1 := time.Now()
+	sent1, skipped1, ok1 := hubSweepCounters(s.cmd.Process.Pid)
+	hubNote := "the hub's sweep counters could not be read"
+	if ok0 && ok1 {
+		hubNote = fmt.Sprintf("the hub's counters over the window, both operators: `opzero_hub_sweeps_total` +%.0f, `opzero_hub_sweeps_skipped_total` +%.0f", sent1-sent0, skipped1-skipped0)
+	}
 	time.Sleep(2 * time.Second) // an answer in flight at t1 is written
 	evs := readEvents(s.events)
 	for _, p := range idleProjects {
@@ -182,11 +190,45 @@ func idlePart(ctx context.Context, r *report, dir string) error {
 			rr.delivered[i] += sweepDeliveries(evs, p, sw.name, t0, t1)
 		}
 	}
-	r.add(idleTitle, idleSection(res, t0)) // add prints it
+	r.add(idleTitle, idleSection(res, t0, hubNote)) // add prints it
 	return nil
 }
 
 const idleTitle = "Sweeps at zero with nothing changing"
+
+// hubSweepCounters reads the sweep counters of the hub opzero dev runs
+// (its /metrics on its --health-addr): ticks sent, anti-entropy ticks
+// skipped, over every Subscription; ok false if it cannot.
+func hubSweepCounters(devPid int) (sent, skipped float64, ok bool) {
+	for _, p := range proc.Descendants(devPid) {
+		argv := proc.Argv(p)
+		if len(argv) == 0 || !strings.Contains(filepath.Base(argv[0]), "opzero-hub") {
+			continue
+		}
+		for _, a := range argv[1:] {
+			addr, found := strings.CutPrefix(a, "--health-addr=")
+			if !found {
+				continue
+			}
+			if strings.HasPrefix(addr, ":") {
+				addr = "127.0.0.1" + addr
+			}
+			resp, err := http.Get("http://" + addr + "/metrics")
+			if err != nil {
+				return 0, 0, false
+			}
+			defer resp.Body.Close()
+			m, err := parseMetrics(resp.Body)
+			if err != nil {
+				return 0, 0, false
+			}
+			sent, ok1 := m.sum("opzero_hub_sweeps_total", nil)
+			skipped, ok2 := m.sum("opzero_hub_sweeps_skipped_total", nil)
+			return sent, skipped, ok1 && ok2
+		}
+	}
+	return 0, 0, false
+}
 
 // ofService keeps the events of Service key (its instances, deliveries
 // and reconciles).
@@ -370,7 +412,7 @@ func sweepDeliveries(evs []dev.Event, p idleProject, name string, t0, t1 time.Ti
 	return n
 }
 
-func idleSection(res map[string]*idleResult, t0 time.Time) string {
+func idleSection(res map[string]*idleResult, t0 time.Time, hubNote string) string {
 	var b strings.Builder
 	first := res[idleProjects[0].name]
 	var sched []string
@@ -412,6 +454,6 @@ func idleSection(res map[string]*idleResult, t0 time.Time) string {
 		rr := res[p.name]
 		firsts = append(firsts, fmt.Sprintf("%s %s, %d keys reconciled", p.name, rr.firstSweep, rr.firstKeys))
 	}
-	b.WriteString(strings.Join(firsts, "; ") + ".\n")
+	b.WriteString(strings.Join(firsts, "; ") + ". In the window, " + hubNote + ".\n")
 	return b.String()
 }
