@@ -23,7 +23,7 @@ import (
 	"github.com/opzero/opzero/internal/proc"
 )
 
-// The idle part (issue 54): how much instance time the sweeps cost an
+// The idle part: how much instance time the sweeps cost an
 // operator at zero when nothing changes. The CronJob-style project
 // (bench/testdata/cronjob: kubebuilder's CronJob tutorial in shape, its
 // status without observedGeneration, so that every anti-entropy sweep it

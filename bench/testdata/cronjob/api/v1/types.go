@@ -1,4 +1,4 @@
-// Package v1 is the API of the bench's CronJob-style project (issue 54):
+// Package v1 is the API of the bench's CronJob-style project:
 // kubebuilder's CronJob tutorial in shape, whose status is what the
 // reconciler lists of its children (status.active) and carries no
 // observedGeneration; and ObservedCronJob, the same kind with
