@@ -98,11 +98,12 @@ func (g *gen) sourceKinds() []sourceKind {
 	at := map[[4]string]int{}
 	use := func(k description.Kind, mode string, owner, referrer *description.Kind, skip *description.Skip) {
 		id := [4]string{k.Group, k.Version, k.Kind}
-		if k.Everywhere && g.o.hub() {
-			// Through a cache of the operator's own: the hub's
-			// Subscription says this use apart, not narrowed by the
-			// manager cache's scope (ApiServerSources watch every
-			// namespace anyway, one per kind).
+		if nss, sel := g.in.Cache.For(k.Group, k.Kind); k.Everywhere && g.o.hub() && (len(nss) > 0 || sel != "") {
+			// Through a cache of the operator's own, where the manager's
+			// cache holds the kind in part: the hub's Subscription says
+			// this use apart, not narrowed by the manager cache's scope
+			// (ApiServerSources watch every namespace anyway, one per
+			// kind).
 			id[3] = "everywhere"
 		}
 		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil, skip: skip}
