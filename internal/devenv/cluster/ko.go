@@ -134,12 +134,12 @@ func ReadKustomization(dir string) (string, error) {
 // kubectl maps every object's kind before it applies any, so a CRD and an
 // object of its kind in one apply fail ("no matches for kind"), as
 // `opzero manifests --source=hub` writes them (crds.yaml, sources.yaml).
+//
+// Every apply here is made as ApplyFieldManager, taking over the fields
+// another manager applied (--force-conflicts): what one apply wrote (the
+// hub's Deployment, say) another may write again without a conflict.
 func (c *Cluster) Apply(ctx context.Context, manifest string) (string, error) {
-	return c.apply(ctx, manifest)
-}
-
-// apply is Apply with kubectl apply's further flags.
-func (c *Cluster) apply(ctx context.Context, manifest string, flags ...string) (string, error) {
+	flags := []string{"--field-manager=" + ApplyFieldManager, "--force-conflicts"}
 	first, crds, rest := splitCRDs(manifest)
 	var out strings.Builder
 	if first != "" && rest != "" {

@@ -21,15 +21,14 @@ import (
 // same operator is applied next.
 const ApplyFieldManager = "opzero-cluster-apply"
 
-// ApplyPruning is Apply as `opzero cluster apply` does it: as
-// ApplyFieldManager (taking over fields another manager applied), then it
+// ApplyPruning is Apply as `opzero cluster apply` does it: Apply, then it
 // deletes what an earlier apply of another wiring of the manifest's
 // operators left (prune.Earlier): after a switch from --source=knative to
 // the hub, the ApiServerSources and the wakeup source stop, after a switch
 // to classic the Knative Service and its Subscription go. It returns
 // kubectl's output and what it deleted.
 func (c *Cluster) ApplyPruning(ctx context.Context, manifest string) (out string, pruned []string, _ error) {
-	out, err := c.apply(ctx, manifest, "--field-manager="+ApplyFieldManager, "--force-conflicts")
+	out, err := c.Apply(ctx, manifest)
 	if err != nil {
 		return out, nil, err
 	}
