@@ -159,21 +159,9 @@ func hubPart(ctx context.Context, dir, part string) (w *worthPart, stop func(), 
 // first release alone with the hub and its adopt output, and that again
 // with the adopt output narrowed to its namespace.
 func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZero, oneNarrowed string, err error) {
-	hub, err := w.opzeroOut(ctx, nil, "hub", "manifests", "-o", "-")
+	hub, releases, adopted, err := w.fleetReleases(ctx)
 	if err != nil {
 		return "", "", "", "", err
-	}
-	var releases, adopted []string
-	for i := range worthOps {
-		rel, err := w.opzeroOut(ctx, nil, "manifests", "--operator", "./examples/configwatcher", "--mode=classic", "--namespace", opNamespace(i), "-o", "-")
-		if err != nil {
-			return "", "", "", "", err
-		}
-		sub, err := w.opzeroOut(ctx, strings.NewReader(rel), "hub", "adopt", "-f", "-", "--idle", "5s")
-		if err != nil {
-			return "", "", "", "", err
-		}
-		releases, adopted = append(releases, rel), append(adopted, sub)
 	}
 	narrowed, err := w.opzeroOut(ctx, strings.NewReader(releases[0]), "hub", "adopt", "-f", "-", "--idle", "5s", "--watch-namespace", opNamespace(0))
 	if err != nil {
@@ -193,6 +181,31 @@ func (w *worthPart) fleetManifests(ctx context.Context) (classic, atZero, oneAtZ
 		}
 	}
 	return classic, atZero, oneAtZero, oneNarrowed, nil
+}
+
+// fleetReleases is the hub's manifests and the ten classic releases, each
+// with its `opzero hub adopt` output.
+func (w *worthPart) fleetReleases(ctx context.Context) (hub string, releases, adopted []string, err error) {
+	if hub, err = w.opzeroOut(ctx, nil, "hub", "manifests", "-o", "-"); err != nil {
+		return "", nil, nil, err
+	}
+	for i := range worthOps {
+		rel, err := w.opzeroOut(ctx, nil, "manifests", "--operator", "./examples/configwatcher", "--mode=classic", "--namespace", opNamespace(i), "-o", "-")
+		if err != nil {
+			return "", nil, nil, err
+		}
+		sub, err := w.fleetAdopt(ctx, rel)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		releases, adopted = append(releases, rel), append(adopted, sub)
+	}
+	return hub, releases, adopted, nil
+}
+
+// fleetAdopt is `opzero hub adopt` of a release, idle after 5 s.
+func (w *worthPart) fleetAdopt(ctx context.Context, release string) (string, error) {
+	return w.opzeroOut(ctx, strings.NewReader(release), "hub", "adopt", "-f", "-", "--idle", "5s")
 }
 
 // fleetChurn runs the first release served by the hub (file), waits until
@@ -288,31 +301,11 @@ func (w *worthPart) fleetClassic(ctx context.Context, file string, n int) (float
 // waits for every one at 0 replicas and no classic process, starts the
 // hub's standby, and reads what stays running.
 func (w *worthPart) fleetAtZero(ctx context.Context, file string, n, ops int) ([]procMem, error) {
-	s, err := w.startDev(ctx, fmt.Sprintf("fleet-zero-%d-%d", ops, n), file)
+	s, atZero, err := w.fleetServed(ctx, fmt.Sprintf("fleet-zero-%d-%d", ops, n), file, ops)
 	if err != nil {
 		return nil, err
 	}
 	defer s.stop()
-	if ops < worthOps { // the others' Subscriptions, from the previous session, are not served by these manifests
-		if err := w.deleteSubscriptions(ctx, ops); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.subscriptionsReady(ctx, ops); err != nil {
-		return nil, fmt.Errorf("fleet: %w", err)
-	}
-	atZero := func(ctx context.Context) (bool, error) {
-		for i := range ops {
-			var d appsv1.Deployment
-			if err := w.c.Get(ctx, client.ObjectKey{Namespace: opNamespace(i), Name: "configwatcher"}, &d); err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
-				return false, nil
-			}
-		}
-		return len(classicProcs(s.cmd.Process.Pid)) == 0, nil
-	}
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, atZero); err != nil {
-		return nil, fmt.Errorf("fleet: the ten Deployments not at zero within 5 minutes (%d classic processes left)", len(classicProcs(s.cmd.Process.Pid)))
-	}
 	pid, stop, err := w.secondHub(s.cmd.Process.Pid)
 	if err != nil {
 		return nil, err
@@ -329,4 +322,39 @@ func (w *worthPart) fleetAtZero(ctx context.Context, file string, n, ops int) ([
 		fmt.Printf("      %s: RSS %.1f MiB\n", p.what, p.rss)
 	}
 	return procs, nil
+}
+
+// fleetServed runs the releases in file (the first ops operators) with
+// the hub serving their Deployments and waits for every Subscription
+// Ready, every Deployment at 0 replicas and no classic process; atZero
+// says whether that still holds. The caller stops the session.
+func (w *worthPart) fleetServed(ctx context.Context, name, file string, ops int) (s *devSession, atZero func(context.Context) (bool, error), err error) {
+	if s, err = w.startDev(ctx, name, file); err != nil {
+		return nil, nil, err
+	}
+	if ops < worthOps { // the others' Subscriptions, from the previous session, are not served by these manifests
+		if err := w.deleteSubscriptions(ctx, ops); err != nil {
+			s.stop()
+			return nil, nil, err
+		}
+	}
+	if err := w.subscriptionsReady(ctx, ops); err != nil {
+		s.stop()
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	atZero = func(ctx context.Context) (bool, error) {
+		for i := range ops {
+			var d appsv1.Deployment
+			if err := w.c.Get(ctx, client.ObjectKey{Namespace: opNamespace(i), Name: "configwatcher"}, &d); err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+				return false, nil
+			}
+		}
+		return len(classicProcs(s.cmd.Process.Pid)) == 0, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, atZero); err != nil {
+		n := len(classicProcs(s.cmd.Process.Pid))
+		s.stop()
+		return nil, nil, fmt.Errorf("fleet: the %d Deployments not at zero within 5 minutes (%d classic processes left)", ops, n)
+	}
+	return s, atZero, nil
 }

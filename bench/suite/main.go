@@ -12,6 +12,7 @@
 //	go run ./bench/suite -only worth     # always-on memory of each wiring at zero, instance time under unrelated churn
 //	go run ./bench/suite -only worth -worth-objects 0,2000 -churn 1m # the same, smaller and shorter
 //	go run ./bench/suite -only fleet     # ten operators classic vs served unchanged at zero by the hub (opzero hub adopt)
+//	go run ./bench/suite -only hubadd    # the hub's RSS with N and N+1 unchanged operators at zero, 10k ConfigMaps (and Secrets, a new kind)
 //	go run ./bench/suite -only bundles   # examples/bundles at zero: unrelated ConfigMap/Secret/Namespace changes, an owned child deleted
 //	go run ./bench/suite -only idle -idle-for 1h # the CronJob-style project (no observedGeneration) at zero with nothing changing: the sweeps' instance time
 //	go run ./bench/suite -only hubscale  # one hub, 100 Subscriptions, 100k ConfigMaps: memory, delivery latency beside a watch's, CPU
@@ -47,7 +48,7 @@ var operators = []string{"controller-runtime", "opzero", "opzero-notrim", "opzer
 const baseline = "5042ed28a2275c39dec4ea788071e5b7c0c5fe6b"
 
 func main() {
-	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, bundles, idle, hubscale or wakeup; worth, fleet, bundles, idle, hubscale and throughput alone replace their own sections of -out and keep the rest")
+	only := flag.String("only", "", "run one part: memory, coldstart, throughput, intake, scaleout (leasestream: only its steady stream), telemetry, worth, fleet, hubadd, bundles, idle, hubscale or wakeup; worth, fleet, hubadd, bundles, idle, hubscale and throughput alone replace their own sections of -out and keep the rest")
 	flag.IntVar(&hubscaleOps, "hubscale-ops", hubscaleOps, "hubscale: operators (Subscriptions), one namespace each")
 	flag.IntVar(&hubscaleObjects, "hubscale-objects", hubscaleObjects, "hubscale: ConfigMaps of 1 KiB, spread over the operators' namespaces")
 	flag.IntVar(&hubscaleChanges, "hubscale-changes", hubscaleChanges, "hubscale: changes in the measured stream")
@@ -57,7 +58,9 @@ func main() {
 	flag.StringVar(&hubscaleCSV, "hubscale-csv", "", "hubscale: also write each change's figures (its PATCH, the watches', every delivery's latency) to this CSV file")
 	flag.StringVar(&hubscaleHubArgs, "hubscale-hub-args", hubscaleHubArgs, "hubscale: more flags for every hub replica; {i} and {n} become the replica's index and the replica count")
 	flag.StringVar(&worthObjects, "worth-objects", worthObjects, "worth: the ConfigMap counts of its rows, ascending (objects are added row by row)")
-	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth: how long the always-on processes run after ready before their RSS is read")
+	flag.DurationVar(&worthSettle, "worth-settle", worthSettle, "worth, fleet, hubadd: how long the always-on processes run after ready (hubadd: after every Deployment is at zero) before their RSS is read")
+	flag.StringVar(&hubaddOps, "hubadd-ops", hubaddOps, "hubadd: the operator counts N, ascending, each measured beside N+1 (at most 9)")
+	flag.IntVar(&hubaddObjects, "hubadd-objects", hubaddObjects, "hubadd: ConfigMaps of 1 KiB, and as many Secrets")
 	flag.StringVar(&fleetObjects, "fleet-objects", fleetObjects, "fleet: the ConfigMap counts of its rows, ascending")
 	flag.DurationVar(&worthChurn, "churn", worthChurn, "worth, fleet: how long the unrelated churn runs for each serverless wiring; bundles: for the three kinds of change, a third each")
 	flag.IntVar(&wakeupsPending, "wakeups", 1_000_000, "how many Wakeups are pending in the wakeup part's largest run (after 10k and 100k)")
@@ -115,7 +118,7 @@ func run(only string, runs int, out string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if only == "worth" || only == "hubscale" || only == "fleet" || only == "idle" || only == "bundles" { // a plane and builds of its own: nothing else is needed
+	if only == "worth" || only == "hubscale" || only == "fleet" || only == "hubadd" || only == "idle" || only == "bundles" { // a plane and builds of its own: nothing else is needed
 		r := &report{figs: map[string]float64{}}
 		part := worth
 		switch only {
@@ -123,6 +126,8 @@ func run(only string, runs int, out string) error {
 			part = hubScale
 		case "fleet":
 			part = fleet
+		case "hubadd":
+			part = hubAdd
 		case "idle":
 			part = idlePart
 		case "bundles":
@@ -137,7 +142,7 @@ func run(only string, runs int, out string) error {
 		if err := mergeSection(out, r.sections[0]); err != nil {
 			return err
 		}
-		if only == "fleet" || only == "bundles" || only == "idle" {
+		if only == "fleet" || only == "hubadd" || only == "bundles" || only == "idle" {
 			return nil
 		}
 		return r.writeWorthSVG(out)

@@ -116,12 +116,7 @@ func secondReplica(argv []string, env map[string]string) ([]string, []string) {
 // and it is the standby, as a rolling update or a replica restarted
 // after the other leaves it.
 func (w *worthPart) secondHub(devPid int) (pid int, stop func(), err error) {
-	hub := 0
-	for _, p := range proc.Descendants(devPid) {
-		if argv := proc.Argv(p); len(argv) > 0 && strings.Contains(strings.Join(argv, " "), "opzero-hub") {
-			hub = p
-		}
-	}
+	hub := hubProcess(devPid)
 	if hub == 0 {
 		return 0, nil, fmt.Errorf("no hub process under opzero dev (pid %d) to start a second replica of", devPid)
 	}
@@ -150,6 +145,17 @@ func (w *worthPart) secondHub(devPid int) (pid int, stop func(), err error) {
 		}
 	}
 	return cmd.Process.Pid, stop, nil
+}
+
+// hubProcess is the hub replica opzero dev (devPid) runs, 0 if none.
+func hubProcess(devPid int) int {
+	hub := 0
+	for _, p := range proc.Descendants(devPid) {
+		if argv := proc.Argv(p); len(argv) > 0 && strings.Contains(strings.Join(argv, " "), "opzero-hub") {
+			hub = p
+		}
+	}
+	return hub
 }
 
 // clearOtherWiring deletes what the other serverless wiring's session left
