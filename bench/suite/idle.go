@@ -171,9 +171,9 @@ func idlePart(ctx context.Context, r *report, dir string) error {
 	}
 	t1 := time.Now()
 	sent1, skipped1, ok1 := hubSweepCounters(s.cmd.Process.Pid)
-	hubNote := "the hub's sweep counters could not be read"
+	hubNote := "The hub's sweep counters could not be read"
 	if ok0 && ok1 {
-		hubNote = fmt.Sprintf("the hub's counters over the window, both operators: `opzero_hub_sweeps_total` +%.0f, `opzero_hub_sweeps_skipped_total` +%.0f", sent1-sent0, skipped1-skipped0)
+		hubNote = fmt.Sprintf("The hub's counters over the window, both operators: `opzero_hub_sweeps_total` +%.0f, `opzero_hub_sweeps_skipped_total` +%.0f", sent1-sent0, skipped1-skipped0)
 	}
 	time.Sleep(2 * time.Second) // an answer in flight at t1 is written
 	evs := readEvents(s.events)
@@ -454,6 +454,6 @@ func idleSection(res map[string]*idleResult, t0 time.Time, hubNote string) strin
 		rr := res[p.name]
 		firsts = append(firsts, fmt.Sprintf("%s %s, %d keys reconciled", p.name, rr.firstSweep, rr.firstKeys))
 	}
-	b.WriteString(strings.Join(firsts, "; ") + ". In the window, " + hubNote + ".\n")
+	b.WriteString(strings.Join(firsts, "; ") + ". " + hubNote + ".\n")
 	return b.String()
 }
