@@ -99,8 +99,8 @@ func TestPlanCommand(t *testing.T) {
 	if code != 2 || !strings.Contains(diff, "--- ConfigWatcher "+ns+"/web (status)\n+++ ConfigWatcher "+ns+"/web (status)") {
 		t.Errorf("-o diff: exit %d, want web's status hunk:\n%s", code, diff)
 	}
-	if _, code := opzeroPlan("nosuch"); code != 0 {
-		t.Errorf("a name nothing has: exit %d, want 0 (nothing planned)", code)
+	if out, code := opzeroPlan("nosuch"); code != 1 || !strings.Contains(out, `no ConfigWatcher named "nosuch"`) {
+		t.Errorf("a name nothing has: exit %d, want 1 and the name said (a typo is no plan that changes nothing):\n%s", code, out)
 	}
 	got := &v1.ConfigWatcher{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cw), got); err != nil || got.ResourceVersion != cw.ResourceVersion {
