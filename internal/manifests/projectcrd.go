@@ -85,25 +85,7 @@ func ProjectCRDs(root, dir string) ([]GeneratedCRD, error) {
 // projectCRDs is ProjectCRDs, and the CRDs of rendered
 // (Options.ProjectManifests) after config/'s.
 func projectCRDs(root, dir string, rendered map[string][]byte) ([]GeneratedCRD, error) {
-	files := map[string][]byte{}
-	err := filepath.WalkDir(filepath.Join(root, projectCRDDir), func(path string, d os.DirEntry, err error) error {
-		if os.IsNotExist(err) {
-			return filepath.SkipDir
-		}
-		if err != nil {
-			return err
-		}
-		ext := filepath.Ext(path)
-		if d.IsDir() || (ext != ".yaml" && ext != ".yml") || strings.HasPrefix(d.Name(), "kustomization") || strings.HasPrefix(d.Name(), "kustomizeconfig") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		files[relTo(dir, path)] = b
-		return nil
-	})
+	files, err := projectYAML(root, projectCRDDir, dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -182,4 +164,37 @@ func projectCRDsFor(root, dir string, rendered map[string][]byte, want map[[2]st
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].File < out[j].File })
 	return out, nil
+}
+
+// projectYAML reads the YAML files of root's folder sub (and its
+// subfolders when recursive), kustomize's own files left out, keyed by
+// their path relative to dir. No folder is no files.
+func projectYAML(root, sub, dir string, recursive bool) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	top := filepath.Join(root, sub)
+	err := filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return filepath.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != top && !recursive {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(path)
+		if (ext != ".yaml" && ext != ".yml") || strings.HasPrefix(d.Name(), "kustomization") || strings.HasPrefix(d.Name(), "kustomizeconfig") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files[relTo(dir, path)] = b
+		return nil
+	})
+	return files, err
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -25,19 +23,9 @@ const projectWebhookDir = "config/webhook"
 // files maps each returned webhook's name to its file, relative to dir
 // (for errors). A file that does not parse is an error naming it.
 func ProjectWebhooks(root, dir string, rendered map[string][]byte, paths []string, marked []string) (mut []admissionregv1.MutatingWebhook, val []admissionregv1.ValidatingWebhook, files map[string]string, err error) {
-	matches, _ := filepath.Glob(filepath.Join(root, projectWebhookDir, "*.yaml"))
-	yml, _ := filepath.Glob(filepath.Join(root, projectWebhookDir, "*.yml"))
-	matches = append(matches, yml...)
-	read := map[string][]byte{}
-	for _, m := range matches {
-		if b := filepath.Base(m); b == "kustomization.yaml" || b == "kustomizeconfig.yaml" {
-			continue
-		}
-		b, err := os.ReadFile(m)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		read[relTo(dir, m)] = b
+	read, err := projectYAML(root, projectWebhookDir, dir, false)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	maps.Copy(read, rendered)
 	files = map[string]string{}
