@@ -150,6 +150,7 @@ func TestKnativeOperators(t *testing.T) {
 	t.Run("unchanged-webhooks", e.unchangedWebhooks)
 	t.Run("unchanged-classic", e.unchangedClassic)
 	t.Run("unchanged-node", e.unchangedNode)
+	t.Run("fleet", e.fleet)
 	if len(e.figures) > 0 {
 		t.Logf("FIGURES of this run, side by side:\n    %s", strings.Join(e.figures, "\n    "))
 	}

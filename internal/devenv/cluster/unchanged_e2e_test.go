@@ -60,45 +60,13 @@ type release struct {
 // started after the caches synced); changes made while it starts and
 // while it stops, and while the hub's replicas are killed, counted.
 func (e *e2e) unchanged(t *testing.T) {
-	ctx := context.Background()
-	t0 := time.Now()
-	dir := kbproject.Scaffolded(t)
-	if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err != nil || strings.Contains(string(mod), "opzero") {
-		t.Fatalf("the project's go.mod names opzero (or cannot be read: %v): it is not unchanged", err)
-	}
-	kbproject.ManagerEnv(t, dir, "MEMCACHED_IMAGE", memcachedImage) // its config, not its code
-	t.Logf("kubebuilder %s project generated, unchanged, in %s", kbproject.Version, time.Since(t0).Round(time.Second))
-	// The reconciler's Deployment names memcached:1.6.26-alpine3.19: the
-	// node has the netcheck image under that name (see kubebuilder).
-	if err := run(ctx, "", "ctr", "--address", e.c.sock(), "-n", "k8s.io", "images", "tag", "--force", e.c.Images["netcheck"], memcachedImage); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "manager")
-	if err := goBuild(ctx, dir, "./cmd", bin); err != nil {
-		t.Fatal(err)
-	}
-	// The project's Dockerfile puts the binary at /manager, which its
-	// Deployment runs.
-	built, err := e.c.Import(ctx, image.Spec{Name: "e2e/memcached-unchanged", Binary: bin, Path: "/manager"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, ref := e.memcachedUnchanged(t)
 	e.installHub(t)
 
 	rels := make([]release, fleetSize)
 	for i := range rels {
 		ns := e.namespace(t, fmt.Sprintf("e2e-unchanged-%d", i))
-		rels[i] = e.installRelease(t, dir, ns, fmt.Sprintf("mc%d-%s-", i, e.run), built[0].Ref, nil)
-		// Before its namespace goes (cleanups run last first): its
-		// Memcacheds carry the operator's finalizer, which only the
-		// operator, woken at zero by their deletes, removes; deleted with
-		// the namespace, the operator's Deployment goes with them and the
-		// namespace stays Terminating.
-		t.Cleanup(func() {
-			if os.Getenv("OPZERO_E2E_KEEP") == "" {
-				t.Logf("Memcacheds of %s deleted at zero: %s", ns, kubectl(t, e.c, "delete", "memcached", "--all", "-n", ns, "--timeout=3m"))
-			}
-		})
+		rels[i] = e.memcachedRelease(t, dir, ns, fmt.Sprintf("mc%d-%s-", i, e.run), ref)
 	}
 
 	// Classic, as released: every manager up, its caches synced (its
@@ -138,6 +106,55 @@ func (e *e2e) unchanged(t *testing.T) {
 	e.unchangedColdStarts(t, r, 10)
 	e.unchangedNothingLost(t, r, 5)
 	t.Logf("release 0's Subscription after it all: %s", e.targetStatus(t, r.ns))
+}
+
+// memcachedUnchanged generates the kubebuilder project, unchanged, builds
+// its manager and loads its image into the node: the project's folder and
+// the image's reference.
+func (e *e2e) memcachedUnchanged(t *testing.T) (dir, ref string) {
+	t.Helper()
+	ctx := context.Background()
+	t0 := time.Now()
+	dir = kbproject.Scaffolded(t)
+	if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err != nil || strings.Contains(string(mod), "opzero") {
+		t.Fatalf("the project's go.mod names opzero (or cannot be read: %v): it is not unchanged", err)
+	}
+	kbproject.ManagerEnv(t, dir, "MEMCACHED_IMAGE", memcachedImage) // its config, not its code
+	t.Logf("kubebuilder %s project generated, unchanged, in %s", kbproject.Version, time.Since(t0).Round(time.Second))
+	// The reconciler's Deployment names memcached:1.6.26-alpine3.19: the
+	// node has the netcheck image under that name (see kubebuilder).
+	if err := run(ctx, "", "ctr", "--address", e.c.sock(), "-n", "k8s.io", "images", "tag", "--force", e.c.Images["netcheck"], memcachedImage); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "manager")
+	if err := goBuild(ctx, dir, "./cmd", bin); err != nil {
+		t.Fatal(err)
+	}
+	// The project's Dockerfile puts the binary at /manager, which its
+	// Deployment runs.
+	built, err := e.c.Import(ctx, image.Spec{Name: "e2e/memcached-unchanged", Binary: bin, Path: "/manager"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, built[0].Ref
+}
+
+// memcachedRelease installs a release of the unchanged project in ns
+// (installRelease), its Memcacheds deleted at zero before ns goes.
+func (e *e2e) memcachedRelease(t *testing.T, dir, ns, prefix, ref string) release {
+	t.Helper()
+	r := e.installRelease(t, dir, ns, prefix, ref, nil)
+	// Before its namespace goes (cleanups run last first): its
+	// Memcacheds carry the operator's finalizer, which only the
+	// operator, woken at zero by their deletes, removes; deleted with
+	// the namespace, the operator's Deployment goes with them and the
+	// namespace stays Terminating.
+	t.Cleanup(func() {
+		if os.Getenv("OPZERO_E2E_KEEP") == "" {
+			t.Logf("Memcacheds of %s deleted at zero: %s", ns, kubectl(t, e.c, "delete", "memcached", "--all", "-n", ns, "--timeout=3m"))
+		}
+	})
+	return r
 }
 
 // installRelease renders the project's release (kustomize build
@@ -734,22 +751,9 @@ func TestManagerLogTimes(t *testing.T) {
 func (e *e2e) unchangedClassic(t *testing.T) {
 	const svc = "configwatcher"
 	ctx := context.Background()
-	ns := e.namespace(t, "e2e-unchanged-classic")
-	if _, err := e.c.Apply(ctx, fmt.Sprintf(webapp, ns, e.c.Images["netcheck"])); err != nil {
-		t.Fatal(err)
-	}
 	e.installHub(t)
-	t.Setenv("GOFLAGS", "-tags=opzero_classic") // the example links classic mode with the tag
-	dir := e.deploy(t, ns, "--operator", "./examples/configwatcher", "--mode=classic")
-	e.waitAvailable(t, ns, svc)
-	text, err := ReadManifests(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := release{ns: ns, file: filepath.Join(t.TempDir(), "release.yaml"), deployment: svc}
-	if err := os.WriteFile(rel.file, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rel := e.configWatcherClassic(t, e.namespace(t, "e2e-unchanged-classic"))
+	ns := rel.ns
 	e.adopt(t, rel, true, "--idle-after", "5s")
 	e.ready(t, ns, gvrSubscription, 1)
 	e.deploymentAtZero(t, ns, svc)
@@ -769,4 +773,27 @@ func (e *e2e) unchangedClassic(t *testing.T) {
 	e.figure(t, "real node, the repo's ConfigWatcher built classic, served at zero by the hub: ConfigMap edited at zero -> reconciled %s (one sample); back at zero %s after",
 		d.Round(time.Millisecond), e.deploymentAtZero(t, ns, svc).Round(time.Second))
 	t.Logf("its Subscription: %s", e.targetStatus(t, ns))
+}
+
+// configWatcherClassic deploys the repo's ConfigWatcher built classic
+// (`opzero manifests --mode=classic`, its webapp beside it) in ns and
+// returns it as a release: its rendered manifests and its Deployment.
+func (e *e2e) configWatcherClassic(t *testing.T, ns string) release {
+	t.Helper()
+	const svc = "configwatcher"
+	if _, err := e.c.Apply(context.Background(), fmt.Sprintf(webapp, ns, e.c.Images["netcheck"])); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOFLAGS", "-tags=opzero_classic") // the example links classic mode with the tag
+	dir := e.deploy(t, ns, "--operator", "./examples/configwatcher", "--mode=classic")
+	e.waitAvailable(t, ns, svc)
+	text, err := ReadManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := release{ns: ns, file: filepath.Join(t.TempDir(), "release.yaml"), deployment: svc}
+	if err := os.WriteFile(rel.file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rel
 }

@@ -23,40 +23,9 @@ import (
 // ConfigMap edited, its ConfigMap deleted and the Greeting deleted, each
 // made at zero, each reconciled by the woken pod, which goes back to zero.
 func (e *e2e) unchangedNode(t *testing.T) {
-	ctx := context.Background()
-	dir, bundle := nodeoperator.Built(t)
-	rel, err := filepath.Rel(dir, bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := CommandImage(ctx, dir, "greeting-operator", []string{"node", rel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := e.c.Import(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.installHub(t)
-
-	ns := e.namespace(t, "e2e-unchanged-node")
-	y := string(nodeoperator.Release(t))
-	r := strings.ReplaceAll(y, "image: ghcr.io/example/greeting-operator:0.1.0", "image: "+built[0].Ref)
-	if r == y {
-		t.Fatal("the release names no image ghcr.io/example/greeting-operator:0.1.0")
-	}
-	r = strings.ReplaceAll(r, nodeoperator.Namespace, ns)
-	release := release{ns: ns, file: filepath.Join(t.TempDir(), "install.yaml"), deployment: nodeoperator.Deployment}
-	if err := os.WriteFile(release.file, []byte(r), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // its cluster-scoped objects (the namespace goes with e.namespace)
-		e.c.kubectl(context.Background(), "", "delete", "clusterrole,clusterrolebinding", "-l", "opzero-e2e-release=greeting", "--ignore-not-found")
-		e.c.kubectl(context.Background(), "", "delete", "crd", "greetings.hello.example.com", "--ignore-not-found")
-	})
-	if out, err := e.c.Apply(ctx, labelClusterScoped(r, "opzero-e2e-release", "greeting", map[string]bool{"Namespace": true})); err != nil {
-		t.Fatalf("applying the release in %s: %v\n%s", ns, err, out)
-	}
+	release := e.nodeRelease(t, e.namespace(t, "e2e-unchanged-node"))
+	ns := release.ns
 
 	// Classic, as released: 1 replica, its watches started.
 	e.waitAvailable(t, ns, release.deployment)
@@ -87,4 +56,43 @@ func (e *e2e) unchangedNode(t *testing.T) {
 		t0 = time.Now()
 	})
 	t.Logf("its Subscription: %s", e.targetStatus(t, ns))
+}
+
+// nodeRelease builds greeting-operator's image (examples/nodeoperator: npm
+// ci, its esbuild bundle, the local node) and installs its release in ns:
+// CRD, RBAC and its Deployment, classic as released.
+func (e *e2e) nodeRelease(t *testing.T, ns string) release {
+	t.Helper()
+	ctx := context.Background()
+	dir, bundle := nodeoperator.Built(t)
+	rel, err := filepath.Rel(dir, bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := CommandImage(ctx, dir, "greeting-operator", []string{"node", rel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := e.c.Import(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := string(nodeoperator.Release(t))
+	r := strings.ReplaceAll(y, "image: ghcr.io/example/greeting-operator:0.1.0", "image: "+built[0].Ref)
+	if r == y {
+		t.Fatal("the release names no image ghcr.io/example/greeting-operator:0.1.0")
+	}
+	r = strings.ReplaceAll(r, nodeoperator.Namespace, ns)
+	release := release{ns: ns, file: filepath.Join(t.TempDir(), "install.yaml"), deployment: nodeoperator.Deployment}
+	if err := os.WriteFile(release.file, []byte(r), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // its cluster-scoped objects (the namespace goes with e.namespace)
+		e.c.kubectl(context.Background(), "", "delete", "clusterrole,clusterrolebinding", "-l", "opzero-e2e-release=greeting", "--ignore-not-found")
+		e.c.kubectl(context.Background(), "", "delete", "crd", "greetings.hello.example.com", "--ignore-not-found")
+	})
+	if out, err := e.c.Apply(ctx, labelClusterScoped(r, "opzero-e2e-release", "greeting", map[string]bool{"Namespace": true})); err != nil {
+		t.Fatalf("applying the release in %s: %v\n%s", ns, err, out)
+	}
+	return release
 }
