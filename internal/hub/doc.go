@@ -167,7 +167,8 @@
 //     (it may be older than what it already reconciled, even from before
 //     a deletion). A watch gone back to an older progress (a Subscription
 //     joining it) does not send its other subscribers what they were
-//     handed already.
+//     handed already, and hands the joiner nothing (no change, no
+//     bookmark, no relist) before it has gone back to it.
 //   - Two versions side by side (a rolling update, two installs): each
 //     Lease carries its holder's version and bucket count; a replica logs,
 //     once per holder, a bucket held by another version

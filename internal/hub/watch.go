@@ -243,6 +243,15 @@ type sharedWatch struct {
 	taps    []*refIndex   // referrer indexes fed by this watch's changes
 	restart chan struct{} // a subscriber needs changes older than the watch's position
 	rv      string        // where the watch is
+	// behind are the subscribers that joined with progress older than
+	// where the watch is: they are handed nothing (no change, no
+	// bookmark, no relist) until it has gone back to them (rewind), or a
+	// change handed meanwhile would count as handed, for the way back,
+	// every older one they were never given.
+	behind map[*attachment]bool
+	// relisting: a relist is under way; it hands nothing to a subscriber
+	// that joins meanwhile, which is behind until the watch goes back.
+	relisting bool
 
 	positioned chan struct{} // closed once the watch knows where it starts
 	posOnce    sync.Once
@@ -304,56 +313,91 @@ func (h *Hub) startWatch(ctx context.Context, k watchKey, atts []*attachment) *s
 func (w *sharedWatch) stop() { w.cancel() }
 
 // setSubscribers replaces the subscribers; one whose progress is older
-// than the watch's position restarts the watch from there.
+// than the watch's position (or that joins during a relist) is behind, and
+// restarts the watch from there.
 func (w *sharedWatch) setSubscribers(atts []*attachment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	known := map[*attachment]bool{}
+	known, now := map[*attachment]bool{}, map[*attachment]bool{}
 	for _, a := range w.subs {
 		known[a] = true
 	}
 	w.subs = atts
 	for _, a := range atts {
+		now[a] = true
 		if known[a] {
 			continue
 		}
 		p := a.start()
-		if w.rv != "" && p != "" {
-			if c, err := resourceversion.CompareResourceVersion(p, w.rv); err == nil && c < 0 {
-				select {
-				case w.restart <- struct{}{}:
-				default:
-				}
+		c, err := resourceversion.CompareResourceVersion(p, w.rv)
+		if w.relisting || (w.rv != "" && p != "" && err == nil && c < 0) {
+			if w.behind == nil {
+				w.behind = map[*attachment]bool{}
 			}
+			w.behind[a] = true
+			select {
+			case w.restart <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for a := range w.behind {
+		if !now[a] {
+			delete(w.behind, a)
 		}
 	}
 }
 
+// subscribers are those the watch hands its changes to: all but those
+// behind.
 func (w *sharedWatch) subscribers() []*attachment {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.subs
+	return w.handedLocked()
 }
 
-// from is where the watch starts: the oldest progress of its subscribers,
-// or "" (now) if one has none.
-func (w *sharedWatch) from() string {
+func (w *sharedWatch) handedLocked() []*attachment {
+	if len(w.behind) == 0 {
+		return w.subs
+	}
+	out := make([]*attachment, 0, len(w.subs))
+	for _, a := range w.subs {
+		if !w.behind[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// rewind is where the watch starts (again): the oldest progress of its
+// subscribers, or "" (now) if one has none. Every subscriber is handed
+// changes from there on: none is behind the watch's position any more,
+// which moves there at once, so that a subscriber joining before the
+// watch is started is compared with where it will be.
+func (w *sharedWatch) rewind() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	min := ""
-	for _, a := range w.subscribers() {
+	for _, a := range w.subs {
 		p := a.start()
 		if p == "" {
-			return ""
+			min = ""
+			break
 		}
 		if c, err := resourceversion.CompareResourceVersion(p, min); min == "" || (err == nil && c < 0) {
 			min = p
 		}
+	}
+	w.behind = nil
+	if min != "" {
+		w.rv = min
 	}
 	return min
 }
 
 func (w *sharedWatch) run(ctx context.Context) {
 	log := w.h.opts.Log.WithValues("watch", w.key.String())
-	rv := w.from()
+	rv := w.rewind()
 	fails := 0
 	for ctx.Err() == nil {
 		var err error
@@ -368,7 +412,7 @@ func (w *sharedWatch) run(ctx context.Context) {
 			return
 		}
 		if err == errRestart {
-			rv = w.from()
+			rv = w.rewind()
 			fails = 0
 			w.resyncTaps()
 			continue
@@ -664,7 +708,19 @@ const skipMemo = 4096
 // the gap cannot be seen). It returns the list's resource version.
 func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) {
 	w.h.epoch.bump() // the gap may hide what the indexes would have told (EpochHeader)
-	subs := w.subscribers()
+	w.mu.Lock()
+	subs := w.handedLocked()
+	w.relisting = true
+	w.mu.Unlock()
+	next := "" // where the watch goes on from, once listed
+	defer func() {
+		w.mu.Lock()
+		w.relisting = false
+		if next != "" {
+			w.rv = next
+		}
+		w.mu.Unlock()
+	}()
 	type item struct {
 		obj runtime.Object
 		m   metav1.Object
@@ -762,6 +818,7 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 			a.sub.sweepNow()
 		}
 	}
+	next = listRV
 	return listRV, nil
 }
 
