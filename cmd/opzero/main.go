@@ -12,9 +12,12 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/opzero/opzero/internal/devenv/mountns"
 )
 
 func main() {
+	mountns.Main() // a helper re-executed by opzero dev: it execs a hook and never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opzero/opzero/internal/devenv/interp"
+	"github.com/opzero/opzero/internal/devenv/mountns"
 	"github.com/opzero/opzero/internal/localport"
 )
 
@@ -40,11 +41,12 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			return err
 		}
 		var workDir string
+		var binds []mountns.Bind
 		what := "ko://" + pkg
 		if !ok && command == nil {
 			// hosted as Metacontroller's examples host hooks: an
 			// interpreter image running a script from a ConfigMap
-			if command, workDir, err = p.interpreterCommand(ctx, u); err != nil {
+			if command, workDir, binds, err = p.interpreterCommand(ctx, u); err != nil {
 				if errors.Is(err, interp.ErrNotRecognized) {
 					p.say("Deployment %s: only applied, not run: %v", key(u), err)
 					continue
@@ -101,6 +103,8 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err := ownPorts(u, c, argv); err != nil {
 			return err
 		}
+		binds = p.canBind(u, binds)
+		nsRoot := filepath.Join(p.opts.Dir, "mountns", "deployment-"+u.GetNamespace()+"-"+u.GetName())
 		start := func(context.Context) (running, error) {
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
@@ -111,6 +115,15 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 				cmd.Dir = p.build.buildDir // relative paths, as a Knative Service's command
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if binds != nil { // its volumes at their mount paths, in a mount namespace of its own
+				nc, err := mountns.Command(nsRoot, binds, cmd.Dir, append([]string{cmd.Path}, cmd.Args[1:]...), env)
+				if err != nil {
+					return nil, fmt.Errorf("Deployment %s: %w", key(u), err)
+				}
+				nc.Stdout, nc.Stderr = logf, logf
+				nc.SysProcAttr.Pdeathsig = syscall.SIGKILL
+				cmd = nc
+			}
 			pr, err := startProc(cmd)
 			if err != nil {
 				return nil, fmt.Errorf("Deployment %s: starting %s: %w", key(u), what, err)
@@ -280,29 +293,68 @@ func movePort(argv []string, port int) (int, error) {
 // interpreter on the files of the ConfigMaps it mounts, written under the
 // platform's folder, and the folder it runs in (its workingDir there, else
 // the folder of the ConfigMaps' files).
-func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstructured) (argv []string, dir string, err error) {
+func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstructured) (argv []string, dir string, binds []mountns.Bind, err error) {
 	h, err := interp.Recognize(u)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	prog, err := exec.LookPath(h.Program)
 	if err != nil {
-		return nil, "", fmt.Errorf("Deployment %s: its image runs %s, which is not installed here: %w (install it, or annotate the Deployment %s)", key(u), h.Program, err, interp.Annotation)
+		return nil, "", nil, fmt.Errorf("Deployment %s: its image runs %s, which is not installed here: %w (install it, or annotate the Deployment %s)", key(u), h.Program, err, interp.Annotation)
 	}
 	root := filepath.Join(p.opts.Dir, "files", "deployment-"+u.GetNamespace()+"-"+u.GetName())
 	if err := os.RemoveAll(root); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	args, wd, err := h.Materialize(root, func(name string) (*unstructured.Unstructured, error) {
+	args, wd, err := h.MaterializeSecrets(root, func(name string) (*unstructured.Unstructured, error) {
 		return p.configMap(ctx, u.GetNamespace(), name)
+	}, func(name string) (*unstructured.Unstructured, error) {
+		return p.secret(ctx, u.GetNamespace(), name)
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("Deployment %s: %w", key(u), err)
+		return nil, "", nil, fmt.Errorf("Deployment %s: %w", key(u), err)
 	}
 	if !strings.HasPrefix(wd, root) { // unset, or a folder of the image: none here
 		wd = root
 	}
-	return append([]string{prog}, args...), wd, nil
+	if h.NeedsPaths() { // every mount at its path, its ConfigMaps' too
+		for _, m := range h.Mounts {
+			binds = append(binds, mountns.Bind{Src: h.Local(root, m), Dst: m.MountPath})
+		}
+	}
+	return append([]string{prog}, args...), wd, binds, nil
+}
+
+// canBind is binds if a mount namespace can be made for Deployment u
+// here, else nil after a one-line warning naming the paths it is not
+// given (the process starts as it did before, its arguments rewritten).
+func (p *Platform) canBind(u *unstructured.Unstructured, binds []mountns.Bind) []mountns.Bind {
+	if binds == nil {
+		return nil
+	}
+	err := mountns.Available()
+	if err == nil {
+		err = mountns.Check(binds)
+	}
+	if err == nil {
+		return binds
+	}
+	var paths []string
+	for _, b := range binds {
+		paths = append(paths, b.Dst)
+	}
+	p.say("Deployment %s: its volumes are not at %s (only its arguments name their local copies): %v", key(u), strings.Join(paths, ", "), err)
+	return nil
+}
+
+// secret is a Secret of the manifests, as the API server has it.
+func (p *Platform) secret(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("Secret")
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return p.apply.get(ctx, u)
 }
 
 // configMap is a ConfigMap of the manifests, as the API server has it.

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/opzero/opzero/examples/configwatcher/api/v1"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/mountns"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/proc"
 	"github.com/opzero/opzero/internal/testkit"
@@ -34,6 +35,7 @@ import (
 var cacheDir string
 
 func TestMain(m *testing.M) {
+	mountns.Main() // the helper of TestSecretVolumeAtItsMountPath's hook
 	dir, err := os.MkdirTemp("", "opzero-dev-test-")
 	if err != nil {
 		panic(err)

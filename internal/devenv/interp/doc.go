@@ -24,12 +24,15 @@
 //   - Materialize writes each mounted ConfigMap's files (data and
 //     binaryData, honouring items and subPath) under a local folder and
 //     rewrites every argument (and the working folder) naming a path under
-//     a mountPath to the same path under that folder.
+//     a mountPath to the same path under that folder. MaterializeSecrets
+//     writes secret volumes' files too (their data decoded) and makes each
+//     emptyDir an empty folder; NeedsPaths says the hook mounts one, so
+//     `opzero dev` gives it every mount at its mountPath (package mountns).
 //
 // # Caveats
 //
-// Only configMap volumes are materialized; a script in a Secret,
-// emptyDir or image layer is not. The files are written once, when `opzero
+// Only configMap, secret and emptyDir volumes are materialized (not
+// projected, downwardAPI or others); a script in an image layer is not. The files are written once, when `opzero
 // dev` starts: a ConfigMap changed later is not seen by the running
 // process (start `opzero dev` again). The local interpreter's version is the
 // machine's, not the image's tag, and no packages are installed: hooks

@@ -56,14 +56,19 @@ type Hook struct {
 	Args []string
 	// WorkingDir is the container's workingDir ("" if unset).
 	WorkingDir string
-	// Mounts are the container's mounts of configMap volumes.
+	// Mounts are the container's mounts of configMap, secret and
+	// emptyDir volumes.
 	Mounts []Mount
 }
 
-// Mount is one configMap volume mounted by the container.
+// Mount is one configMap, secret or emptyDir volume mounted by the
+// container: one of ConfigMap, Secret and EmptyDir is set.
 type Mount struct {
 	MountPath, SubPath string
 	ConfigMap          string
+	// Secret is a secret volume's secretName.
+	Secret   string
+	EmptyDir bool
 	// Items, if set, are the keys projected and their paths (else every key at its own name).
 	Items map[string]string
 }
@@ -105,11 +110,14 @@ func Recognize(u *unstructured.Unstructured) (*Hook, error) {
 func configMapMounts(u *unstructured.Unstructured, c map[string]any) []Mount {
 	vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
 	byName := map[string]map[string]any{}
+	kind := map[string]string{}
 	for _, v := range vols {
 		m, _ := v.(map[string]any)
-		if cm, ok := m["configMap"].(map[string]any); ok {
-			n, _ := m["name"].(string)
-			byName[n] = cm
+		n, _ := m["name"].(string)
+		for _, k := range []string{"configMap", "secret", "emptyDir"} {
+			if src, ok := m[k].(map[string]any); ok {
+				byName[n], kind[n] = src, k
+			}
 		}
 	}
 	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
@@ -124,7 +132,14 @@ func configMapMounts(u *unstructured.Unstructured, c map[string]any) []Mount {
 		mt := Mount{}
 		mt.MountPath, _ = m["mountPath"].(string)
 		mt.SubPath, _ = m["subPath"].(string)
-		mt.ConfigMap, _ = cm["name"].(string)
+		switch kind[n] {
+		case "configMap":
+			mt.ConfigMap, _ = cm["name"].(string)
+		case "secret":
+			mt.Secret, _ = cm["secretName"].(string)
+		case "emptyDir":
+			mt.EmptyDir = true
+		}
 		items, _, _ := unstructured.NestedSlice(cm, "items")
 		for _, it := range items {
 			im, _ := it.(map[string]any)

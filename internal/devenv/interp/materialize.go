@@ -15,21 +15,44 @@ import (
 // ConfigMapFunc reads a ConfigMap of the workload's namespace by name.
 type ConfigMapFunc func(name string) (*unstructured.Unstructured, error)
 
+// SecretFunc reads a Secret of the workload's namespace by name.
+type SecretFunc func(name string) (*unstructured.Unstructured, error)
+
 // Materialize writes the files of h's ConfigMap mounts under dir (each
 // mountPath at dir/<mountPath>) and returns h's arguments and working
 // folder with every path under a mountPath rewritten to its local copy.
+// A Secret mount is an error (MaterializeSecrets reads them).
 func (h *Hook) Materialize(dir string, read ConfigMapFunc) (args []string, workDir string, err error) {
+	return h.MaterializeSecrets(dir, read, func(name string) (*unstructured.Unstructured, error) {
+		return nil, fmt.Errorf("Secrets are not read here")
+	})
+}
+
+// MaterializeSecrets is Materialize with Secret mounts written too (their
+// data decoded) and each emptyDir mount an empty folder.
+func (h *Hook) MaterializeSecrets(dir string, read ConfigMapFunc, secret SecretFunc) (args []string, workDir string, err error) {
 	var froms, tos []string
 	for _, m := range h.Mounts {
-		cm, err := read(m.ConfigMap)
-		if err != nil {
-			return nil, "", fmt.Errorf("ConfigMap %s mounted at %s: %w", m.ConfigMap, m.MountPath, err)
+		local := h.Local(dir, m)
+		if m.EmptyDir {
+			if err := os.MkdirAll(local, 0o777); err != nil {
+				return nil, "", err
+			}
+			froms, tos = append(froms, path.Clean(m.MountPath)), append(tos, local)
+			continue
 		}
-		files, err := m.files(cm)
-		if err != nil {
-			return nil, "", fmt.Errorf("ConfigMap %s: %w", m.ConfigMap, err)
+		what, name, rd := "ConfigMap", m.ConfigMap, read
+		if m.Secret != "" {
+			what, name, rd = "Secret", m.Secret, ConfigMapFunc(secret)
 		}
-		local := filepath.Join(dir, filepath.FromSlash(path.Clean("/"+m.MountPath)))
+		obj, err := rd(name)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s %s mounted at %s: %w", what, name, m.MountPath, err)
+		}
+		files, err := m.files(obj)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s %s: %w", what, name, err)
+		}
 		for rel, b := range files {
 			p := local
 			if rel != "" {
@@ -51,15 +74,35 @@ func (h *Hook) Materialize(dir string, read ConfigMapFunc) (args []string, workD
 	return args, rewritePath(h.WorkingDir, froms, tos), nil
 }
 
+// Local is where Materialize writes mount m's files under dir.
+func (h *Hook) Local(dir string, m Mount) string {
+	return filepath.Join(dir, filepath.FromSlash(path.Clean("/"+m.MountPath)))
+}
+
+// NeedsPaths reports whether h mounts a Secret or an emptyDir: files a
+// script reads at their mount paths rather than by an argument (its
+// ConfigMaps' scripts are found by the rewritten arguments).
+func (h *Hook) NeedsPaths() bool {
+	for _, m := range h.Mounts {
+		if m.Secret != "" || m.EmptyDir {
+			return true
+		}
+	}
+	return false
+}
+
 // files are the files a mount shows: path relative to the mountPath ("" for
 // a subPath mount, whose mountPath is the file itself) -> content.
 func (m Mount) files(cm *unstructured.Unstructured) (map[string][]byte, error) {
 	all := map[string][]byte{}
 	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	bin, _, _ := unstructured.NestedStringMap(cm.Object, "binaryData")
+	if m.Secret != "" { // a Secret's data is base64, as binaryData
+		data, bin = nil, data
+	}
 	for k, v := range data {
 		all[k] = []byte(v)
 	}
-	bin, _, _ := unstructured.NestedStringMap(cm.Object, "binaryData")
 	for k, v := range bin {
 		b, err := base64.StdEncoding.DecodeString(v)
 		if err != nil {

@@ -1,0 +1,140 @@
+package dev_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/mountns"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/testenv"
+)
+
+// secretHook is a hook hosted as Metacontroller's webhook-auth hosts its
+// own: a python script of a ConfigMap that reads a Secret's keys at the
+// Secret volume's absolute mount path, writing them to marker. secret
+// is the Secret's YAML ("" for none).
+func secretHook(ns, certs, marker, secret string) string {
+	return `
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hooks, namespace: ` + ns + `}
+data:
+  sync.py: |
+    import sys, time
+    crt = open("` + certs + `/tls.crt").read()
+    ca = open("` + certs + `/ca.crt").read()
+    open(sys.argv[1], "w").write(crt + ca)
+    time.sleep(600)
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hook, namespace: ` + ns + `}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: hook}}
+  template:
+    metadata: {labels: {app: hook}}
+    spec:
+      containers:
+      - name: hook
+        image: python:3.11
+        command: [python, /hooks/sync.py, ` + marker + `]
+        volumeMounts:
+        - {name: hooks, mountPath: /hooks}
+        - {name: certs, mountPath: ` + certs + `, readOnly: true}
+      volumes:
+      - {name: hooks, configMap: {name: hooks}}
+      - {name: certs, secret: {secretName: certs}}
+` + secret
+}
+
+func randomPath(t *testing.T) string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "/opzero-test-certs-" + hex.EncodeToString(b)
+}
+
+// TestSecretVolumeAtItsMountPath: a hook Deployment run on its
+// interpreter reads a Secret's keys at the absolute mount path of its
+// Secret volume, a path that does not exist on the host before, during
+// or after (the process has a mount namespace of its own).
+func TestSecretVolumeAtItsMountPath(t *testing.T) {
+	if err := mountns.Available(); err != nil {
+		t.Skip(err)
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
+	objs, err := dev.ReadManifests("-", strings.NewReader(secretHook(ns, certs, marker, `---
+apiVersion: v1
+kind: Secret
+metadata: {name: certs, namespace: `+ns+`}
+stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	testkit.Eventually(t, 30*time.Second, "the hook read the Secret at "+certs, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(marker)
+		return err == nil && string(b) == "CERT\nCA\n", nil
+	})
+	if _, err := os.Lstat(certs); !os.IsNotExist(err) {
+		t.Errorf("%s on the host while the hook runs: %v", certs, err)
+	}
+	p.Stop()
+	if _, err := os.Lstat(certs); !os.IsNotExist(err) {
+		t.Errorf("%s on the host after: %v", certs, err)
+	}
+}
+
+// TestSecretVolumeMissing: a hook whose Secret volume's Secret does not
+// exist is not started, and dev says which Secret, as for a ConfigMap.
+func TestSecretVolumeMissing(t *testing.T) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
+	objs, err := dev.ReadManifests("-", strings.NewReader(secretHook(ns, certs, marker, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+	if err == nil {
+		p.Stop()
+		t.Fatal("dev started a hook whose Secret is missing")
+	}
+	if want := "Secret certs mounted at " + certs; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the hook ran")
+	}
+}
