@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,7 +106,15 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		}
 		binds = p.canBind(u, binds)
 		nsRoot := filepath.Join(p.opts.Dir, "mountns", "deployment-"+u.GetNamespace()+"-"+u.GetName())
-		start := func(context.Context) (running, error) {
+		var restarted atomic.Bool
+		start := func(ctx context.Context) (running, error) {
+			if restarted.Swap(true) && what == "local interpreter" {
+				// its ConfigMaps' and Secrets' files written again: a
+				// restart sees them as they are now
+				if _, _, _, err := p.interpreterCommand(ctx, u); err != nil {
+					return nil, err
+				}
+			}
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
 			cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
 			switch {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
 	"github.com/opzero/opzero/internal/devenv/mountns"
@@ -22,6 +25,12 @@ import (
 // Secret volume's absolute mount path, writing them to marker. secret
 // is the Secret's YAML ("" for none).
 func secretHook(ns, certs, marker, secret string) string {
+	return secretHookScript(ns, certs, marker, secret, `open(sys.argv[1], "w").write(crt + ca)
+    time.sleep(600)`)
+}
+
+// secretHookScript is secretHook with the script's last lines.
+func secretHookScript(ns, certs, marker, secret, last string) string {
 	return `
 apiVersion: v1
 kind: ConfigMap
@@ -31,8 +40,7 @@ data:
     import sys, time
     crt = open("` + certs + `/tls.crt").read()
     ca = open("` + certs + `/ca.crt").read()
-    open(sys.argv[1], "w").write(crt + ca)
-    time.sleep(600)
+    ` + last + `
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -137,4 +145,52 @@ func TestSecretVolumeMissing(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the hook ran")
 	}
+}
+
+// TestSecretVolumeReadAgainOnRestart: a hook restarted (here: it exits)
+// sees its Secret as it is now, as a pod recreated would.
+func TestSecretVolumeReadAgainOnRestart(t *testing.T) {
+	if err := mountns.Available(); err != nil {
+		t.Skip(err)
+	}
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
+	objs, err := dev.ReadManifests("-", strings.NewReader(secretHookScript(ns, certs, marker, `---
+apiVersion: v1
+kind: Secret
+metadata: {name: certs, namespace: `+ns+`}
+stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
+`, `open(sys.argv[1], "a").write(crt + ca)`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	testkit.Eventually(t, 30*time.Second, "the hook read the Secret", func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(marker)
+		return strings.HasPrefix(string(b), "CERT\nCA\n"), nil
+	})
+	s := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "certs"}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data["tls.crt"] = []byte("NEW\n")
+	if err := env.Client.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the restarted hook read the Secret changed", func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(marker)
+		return strings.HasSuffix(string(b), "NEW\nCA\n"), nil
+	})
 }
