@@ -32,7 +32,7 @@ e2e-cluster-knative: bins cluster-bins ## (root) e2e-cluster with Knative Servin
 	$(GO) run ./cmd/opzero install knative-cluster
 	OPZERO_E2E_CLUSTER=1 OPZERO_E2E_KNATIVE=1 $(GO) test -race -count=1 -timeout 30m -run '^TestCluster$$' -v ./internal/devenv/cluster
 
-e2e-knative: bins cluster-bins ## (root) what `opzero manifests` generates for the examples, applied unchanged on real Knative (a running `opzero cluster up --knative`, else one of its own), wired by the hub (the default) and by --source=knative: create, ConfigMap edit, scale to zero, a Wakeup at zero, OIDC, cold start figures of both wirings, the adopted kubebuilder projects (memcached, multigroup), scale-out to max-scale 3, the Metacontroller HelloWorld with its Python hook, kubebuilder projects built unchanged and served at zero by the hub (a fleet of ten, webhooks, a Node.js operator); not part of make test
+e2e-knative: bins cluster-bins ## (root) what `opzero manifests` generates for the examples, applied unchanged on real Knative (a running `opzero cluster up --knative`, else one of its own), wired by the hub (the default) and by --source=knative: create, ConfigMap edit, scale to zero, a Wakeup at zero, OIDC, cold start figures of both wirings, the adopted kubebuilder projects (memcached, multigroup), scale-out to max-scale 3, the Metacontroller HelloWorld with its Python hook, kubebuilder projects built unchanged and served at zero by the hub (a fleet of ten, webhooks, a Node.js operator), and a fleet of ten of different shapes classic vs at zero; not part of make test
 	$(GO) run ./cmd/opzero install knative-cluster
 	OPZERO_E2E_KNATIVE_OPERATORS=1 $(GO) test -race -count=1 -timeout 100m -run '^TestKnativeOperators$$' -v ./internal/devenv/cluster
 
