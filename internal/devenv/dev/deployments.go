@@ -316,9 +316,9 @@ func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstr
 		return nil, "", nil, err
 	}
 	args, wd, err := h.MaterializeSecrets(root, func(name string) (*unstructured.Unstructured, error) {
-		return p.configMap(ctx, u.GetNamespace(), name)
+		return p.core(ctx, "ConfigMap", u.GetNamespace(), name)
 	}, func(name string) (*unstructured.Unstructured, error) {
-		return p.secret(ctx, u.GetNamespace(), name)
+		return p.core(ctx, "Secret", u.GetNamespace(), name)
 	})
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("Deployment %s: %w", key(u), err)
@@ -356,21 +356,12 @@ func (p *Platform) canBind(u *unstructured.Unstructured, binds []mountns.Bind) [
 	return nil
 }
 
-// secret is a Secret of the manifests, as the API server has it.
-func (p *Platform) secret(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
+// core is a ConfigMap or Secret (kind) of the manifests, as the API
+// server has it.
+func (p *Platform) core(ctx context.Context, kind, ns, name string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion("v1")
-	u.SetKind("Secret")
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return p.apply.get(ctx, u)
-}
-
-// configMap is a ConfigMap of the manifests, as the API server has it.
-func (p *Platform) configMap(ctx context.Context, ns, name string) (*unstructured.Unstructured, error) {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("v1")
-	u.SetKind("ConfigMap")
+	u.SetKind(kind)
 	u.SetNamespace(ns)
 	u.SetName(name)
 	return p.apply.get(ctx, u)
