@@ -80,28 +80,10 @@ func TestSecretVolumeAtItsMountPath(t *testing.T) {
 	if err := mountns.Available(); err != nil {
 		t.Skip(err)
 	}
-	env := testenv.Get(t)
-	ns := env.Namespace(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
-	objs, err := dev.ReadManifests("-", strings.NewReader(secretHook(ns, certs, marker, `---
-apiVersion: v1
-kind: Secret
-metadata: {name: certs, namespace: `+ns+`}
-stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
-`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
-	if err != nil {
-		t.Fatal(err)
+	h := startSecretHook(t, func(ns, certs, marker string) string { return secretHook(ns, certs, marker, certsSecret(ns)) })
+	certs, marker, p := h.certs, h.marker, h.p
+	if h.err != nil {
+		t.Fatal(h.err)
 	}
 	t.Cleanup(p.Stop)
 	testkit.Eventually(t, 30*time.Second, "the hook read the Secret at "+certs, func(context.Context) (bool, error) {
@@ -120,21 +102,8 @@ stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
 // TestSecretVolumeMissing: a hook whose Secret volume's Secret does not
 // exist is not started, and dev says which Secret, as for a ConfigMap.
 func TestSecretVolumeMissing(t *testing.T) {
-	env := testenv.Get(t)
-	ns := env.Namespace(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
-	objs, err := dev.ReadManifests("-", strings.NewReader(secretHook(ns, certs, marker, "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+	h := startSecretHook(t, func(ns, certs, marker string) string { return secretHook(ns, certs, marker, "") })
+	certs, marker, p, err := h.certs, h.marker, h.p, h.err
 	if err == nil {
 		p.Stop()
 		t.Fatal("dev started a hook whose Secret is missing")
@@ -153,28 +122,12 @@ func TestSecretVolumeReadAgainOnRestart(t *testing.T) {
 	if err := mountns.Available(); err != nil {
 		t.Skip(err)
 	}
-	env := testenv.Get(t)
-	ns := env.Namespace(t)
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs, marker := randomPath(t), filepath.Join(t.TempDir(), "ran")
-	objs, err := dev.ReadManifests("-", strings.NewReader(secretHookScript(ns, certs, marker, `---
-apiVersion: v1
-kind: Secret
-metadata: {name: certs, namespace: `+ns+`}
-stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
-`, `open(sys.argv[1], "a").write(crt + ca)`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	p, err := dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
-	if err != nil {
-		t.Fatal(err)
+	h := startSecretHook(t, func(ns, certs, marker string) string {
+		return secretHookScript(ns, certs, marker, certsSecret(ns), `open(sys.argv[1], "a").write(crt + ca)`)
+	})
+	env, ns, ctx, marker, p := h.env, h.ns, h.ctx, h.marker, h.p
+	if h.err != nil {
+		t.Fatal(h.err)
 	}
 	t.Cleanup(p.Stop)
 	testkit.Eventually(t, 30*time.Second, "the hook read the Secret", func(context.Context) (bool, error) {
@@ -193,4 +146,48 @@ stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
 		b, _ := os.ReadFile(marker)
 		return strings.HasSuffix(string(b), "NEW\nCA\n"), nil
 	})
+}
+
+// certsSecret is the Secret certs the hooks of these tests mount.
+func certsSecret(ns string) string {
+	return `---
+apiVersion: v1
+kind: Secret
+metadata: {name: certs, namespace: ` + ns + `}
+stringData: {tls.crt: "CERT\n", ca.crt: "CA\n"}
+`
+}
+
+// secretHookRun is a dev started on a hook's manifests: its namespace, the
+// hook's mount path and marker file, and what dev.Start returned.
+type secretHookRun struct {
+	env           *testenv.Env
+	ns            string
+	ctx           context.Context
+	certs, marker string
+	p             *dev.Platform
+	err           error
+}
+
+// startSecretHook starts dev on the manifests manifest writes for a new
+// namespace, a mount path that does not exist on the host and a marker
+// file.
+func startSecretHook(t *testing.T, manifest func(ns, certs, marker string) string) secretHookRun {
+	t.Helper()
+	env := testenv.Get(t)
+	h := secretHookRun{env: env, ns: env.Namespace(t), certs: randomPath(t), marker: filepath.Join(t.TempDir(), "ran")}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := dev.ReadManifests("-", strings.NewReader(manifest(h.ns, h.certs, h.marker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.ctx = ctx
+	h.p, h.err = dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
+		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+	return h
 }
