@@ -43,14 +43,19 @@ func (h *Hub) HealthHandler() http.Handler {
 
 // ReadyHandler serves /readyz: 200 once the watch of Subscriptions has
 // synced and every bucket was tried (held here, or found held by another
-// replica); its body lists the buckets.
+// replica); its body lists the buckets. A light standby is ready while it
+// waits: it has found every bucket held, and takes one when it is free.
 func (h *Hub) ReadyHandler() http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		if h.standing.Load() {
+			_ = json.NewEncoder(rw).Encode(map[string]any{"lightStandby": true})
+			return
+		}
 		h.health.mu.Lock()
 		synced := h.health.ok
 		h.health.mu.Unlock()
 		tried := h.el.Tried()
-		rw.Header().Set("Content-Type", "application/json")
 		if !synced || !tried {
 			rw.WriteHeader(http.StatusServiceUnavailable)
 		}

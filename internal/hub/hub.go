@@ -74,6 +74,15 @@ type Options struct {
 	// Drain bounds how long a graceful stop waits for the sends under way
 	// before it writes the progress and releases its buckets (5 s).
 	Drain time.Duration
+	// LightStandby: a replica that finds every bucket held by others only
+	// reads their Leases (bucket.Elector.Wait) until one is free, then
+	// starts as any replica does. Meanwhile it watches no Subscription and
+	// checks none, so it keeps about half the memory of a replica that
+	// does; it takes a bucket over as soon (its observations of the
+	// Leases are the elector's). Ignored without LeaseNamespace. Not with
+	// an admission endpoint in front of the replicas: every replica must
+	// answer those calls (hubcmd leaves it off with --webhook-addr).
+	LightStandby bool
 }
 
 // deliveryIdleConns is how many idle connections the hub keeps to each
@@ -121,6 +130,8 @@ type Hub struct {
 
 	recheck chan struct{}
 	health  health
+	// standing is set while a light standby waits for a bucket.
+	standing atomic.Bool
 	// starting follows the starting pods of Knative Service sinks (early
 	// delivery); nil with NoEarlyDelivery. direct posts to them (with the
 	// epoch, as opts.HTTP).
@@ -187,6 +198,9 @@ func (h *Hub) Stats() *Stats { return h.stats }
 // Run serves until ctx ends, then hands its buckets over: it stops
 // sending, writes its progress and releases its Leases.
 func (h *Hub) Run(ctx context.Context) error {
+	if err := h.standBy(ctx); err != nil {
+		return nil // stopped while standing by: nothing held, nothing to hand over
+	}
 	// life outlives ctx by the hand-off: the Leases are renewed, and the
 	// progress written, until the sends under way are settled.
 	life, end := context.WithCancel(context.WithoutCancel(ctx))

@@ -77,6 +77,34 @@ func (h *Hub) newElector() elector {
 		RetryPeriod: h.opts.RetryPeriod, OnChange: h.onBucket, Log: h.opts.Log.WithName("buckets")})
 }
 
+// standBy is a light standby's wait (Options.LightStandby): it returns
+// once a bucket may be taken, or ctx's error when the replica is stopped
+// first. A replica without Leases, or a full standby, returns at once.
+func (h *Hub) standBy(ctx context.Context) error {
+	el, ok := h.el.(*bucket.Elector)
+	if !ok || !h.opts.LightStandby {
+		return nil
+	}
+	h.standing.Store(true)
+	defer h.standing.Store(false)
+	h.opts.Log.Info("light standby: reading the bucket Leases until one is free; nothing else is watched meanwhile",
+		"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", h.retryPeriod())
+	f, err := el.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	h.opts.Log.Info("light standby: a bucket is free; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
+	return nil
+}
+
+// retryPeriod is how often the elector tries (bucket.Options' default).
+func (h *Hub) retryPeriod() time.Duration {
+	if h.opts.RetryPeriod > 0 {
+		return h.opts.RetryPeriod
+	}
+	return 2 * time.Second
+}
+
 // BuildVersion is the binary's module version, else its VCS revision
 // ("-dirty" if modified), else "devel".
 func BuildVersion() string {

@@ -256,7 +256,7 @@ func (e *Elector) Run(ctx context.Context) {
 func (e *Elector) loop(ctx context.Context, b *state) {
 	for ctx.Err() == nil {
 		e.step(ctx, b)
-		wait := e.o.RetryPeriod + time.Duration(rand.Int64N(int64(e.o.RetryPeriod)/5+1))
+		wait := e.o.RetryPeriod + jitter(e.o.RetryPeriod)
 		select {
 		case <-ctx.Done():
 		case <-e.o.Clock.After(wait):

@@ -197,3 +197,68 @@ func TestElectorOtherVersion(t *testing.T) {
 		t.Errorf("the holder counts %d, want 0", n)
 	}
 }
+
+// TestWaitFree: a light standby's read of each Lease says free for a
+// missing Lease, a released one, one naming itself, and one unchanged for
+// LeaseDuration as it observed it; and its observations are the
+// elector's, so the step after Wait takes an expired bucket at once.
+func TestWaitFree(t *testing.T) {
+	ctx := context.Background()
+	_, clk, es, _ := electors(t, "v1", "v1")
+	a, b := es[0], es[1]
+	if f, ok := b.free(ctx, b.bs[0]); !ok || f.Why != "missing" {
+		t.Fatalf("no Lease: free %+v %v, want missing", f, ok)
+	}
+	a.step(ctx, a.bs[0])
+	for range 10 { // a renews: never free
+		if f, ok := b.free(ctx, b.bs[0]); ok {
+			t.Fatalf("while a renews: free %+v", f)
+		}
+		clk.Step(2 * time.Second)
+		a.step(ctx, a.bs[0])
+	}
+	if _, ok := b.free(ctx, b.bs[0]); ok {
+		t.Fatal("free right after a's renewal")
+	}
+	clk.Step(9 * time.Second) // a died after its last renewal
+	if f, ok := b.free(ctx, b.bs[0]); ok {
+		t.Fatalf("free %+v before the lease duration passed", f)
+	}
+	clk.Step(time.Second)
+	f, ok := b.free(ctx, b.bs[0])
+	if !ok || f.Why != "expired" || f.Holder != "r0" {
+		t.Fatalf("after the lease duration: free %+v %v, want expired, held by r0", f, ok)
+	}
+	b.step(ctx, b.bs[0]) // Run's first try: no second wait
+	if !b.Holds(0) {
+		t.Fatal("the step after Wait did not take the bucket Wait found expired")
+	}
+	b.release(ctx, b.bs[0])
+	if f, ok := a.free(ctx, a.bs[0]); !ok || f.Why != "released" {
+		t.Fatalf("after a release: free %+v %v, want released", f, ok)
+	}
+	a.step(ctx, a.bs[0])
+	if f, ok := a.free(ctx, a.bs[0]); !ok || f.Why != "own" { // a restarted in its pod
+		t.Fatalf("a Lease naming the replica: free %+v %v, want own", f, ok)
+	}
+}
+
+// TestWaitEndsWithContext: Wait returns the context's error once it ends
+// while every bucket is held.
+func TestWaitEndsWithContext(t *testing.T) {
+	_, _, es, _ := electors(t, "v1", "v1")
+	a, b := es[0], es[1]
+	a.step(context.Background(), a.bs[0])
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := b.Wait(ctx); done <- err }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait returned %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return once its context ended")
+	}
+}

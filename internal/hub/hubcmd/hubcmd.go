@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -76,7 +77,7 @@ const Example = `--health-addr :8081 --service-account opzero-system/opzero-hub`
 // Flags are the hub's settings.
 type Flags struct {
 	serviceAccount, leaseNamespace *clihelp.Computed
-	healthAddr, id                 string
+	healthAddr, id, standby        string
 	recheck, flush                 time.Duration
 	early                          bool
 	buckets                        int
@@ -101,6 +102,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.buckets, "buckets", 4, "how many buckets the Subscriptions are hashed into; every replica must use the same number")
 	fs.StringVar(&f.id, "instance-id", "", "this replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix)")
 	clihelp.Alias(fs, "replica-id", "instance-id")
+	fs.StringVar(&f.standby, "standby", "", "how a replica that finds every bucket held by others waits: light (reads the bucket Leases every 2s and nothing else until one is free, then serves: about half the memory) or full (also watches and checks the Subscriptions); the takeover is as fast either way (default light; full with --webhook-addr, where every replica answers admission calls)")
 	f.webhooks = admission.BindFlags(fs, ns)
 }
 
@@ -109,25 +111,60 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 // and again once the hub has been quiet for 10 s after it worked or won
 // or lost buckets (a replica that hands its Subscriptions over keeps
 // nothing of them resident): an always-on process keeps resident only
-// what its steady state touches (minor faults map the rest again).
+// what its steady state touches (minor faults map the rest again). From a
+// trim until the next work the collector runs tighter and the heap's free
+// pages go back every 30 s (trim.IdleGC), so that the little an idle hub
+// allocates (its Lease renewals) does not stay resident as garbage.
 // OPZERO_TRIM=off turns it off, =heap keeps the binary's pages.
 func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 	if os.Getenv("OPZERO_TRIM") == "off" {
 		return
 	}
 	s := &trim.Settle{After: 10 * time.Second, Quiet: 10 * time.Second}
+	gc := trim.NewIdleGC()
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
-	for s.Due(time.Now(), h.Stats().Work()); ; {
+	last := h.Stats().Work()
+	for s.Due(time.Now(), last); ; {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if s.Due(now, h.Stats().Work()) {
+			work := h.Stats().Work()
+			if work != last {
+				gc.Busy()
+			}
+			last = work
+			if s.Due(now, work) {
 				trim.Now()
+				gc.Idle(now)
+			} else {
+				gc.Tick(now)
 			}
 		}
 	}
+}
+
+// lightStandby is --standby: light by default, full with the admission
+// endpoint (a light standby answers no admission call, and the webhooks'
+// Service sends calls to every ready replica).
+func (f Flags) lightStandby() (bool, error) {
+	_, webhooks, err := f.webhooks.Options()
+	if err != nil {
+		return false, err
+	}
+	switch f.standby {
+	case "":
+		return !webhooks, nil
+	case "full":
+		return false, nil
+	case "light":
+		if webhooks {
+			return false, errors.New("--standby=light with --webhook-addr: every replica must answer the admission calls its Service sends it; use --standby=full, or leave --standby unset")
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("--standby %q: want light or full", f.standby)
 }
 
 // replicaID is --instance-id, else $POD_NAME: a container restarted in its
@@ -177,6 +214,10 @@ func (f Flags) Run(ctx context.Context) error {
 	if ha.buckets < 1 {
 		return fmt.Errorf("--buckets %d: want 1 or more (the same on every replica)", ha.buckets)
 	}
+	light, err := f.lightStandby()
+	if err != nil {
+		return err
+	}
 	replica, version := f.replicaID(), hub.BuildVersion()
 	// One follower of the operators' starting pods for the events and the
 	// admission calls, which takes the pods' announcements too.
@@ -189,7 +230,8 @@ func (f Flags) Run(ctx context.Context) error {
 		st = starting.NewServices(dyn, log)
 	}
 	h, err := hub.New(cfg, hub.Options{Identity: id, Recheck: recheck, Flush: flush, Log: log,
-		NoEarlyDelivery: !early, Starting: st, LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version})
+		NoEarlyDelivery: !early, Starting: st, LeaseNamespace: ha.namespace, Buckets: ha.buckets, ReplicaID: replica, Version: version,
+		LightStandby: light})
 	if err != nil {
 		return err
 	}
