@@ -52,7 +52,9 @@ Replicas share the Subscriptions: each Subscription hashes into one of
 (opzero-hub-bucket-<i> in --lease-namespace), and a replica serves the
 Subscriptions of the buckets it holds. A replica killed loses its buckets to
 another once their Leases expire (10 s); one stopped by SIGTERM stops
-sending, writes its progress and releases them at once.
+sending, writes its progress and releases them at once. A replica that
+finds every bucket held stands by lightly (--standby): it reads the Leases
+and nothing else until one is free.
 
 With --webhook-addr it is also the one TLS endpoint of every serverless
 operator's admission webhooks: the API server calls it at
