@@ -85,15 +85,18 @@ func (h *Hub) standBy(ctx context.Context) error {
 	if !ok || !h.opts.LightStandby {
 		return nil
 	}
-	h.standing.Store(true)
 	defer h.standing.Store(false)
-	h.opts.Log.Info("light standby: reading the bucket Leases until one is free; nothing else is watched meanwhile",
-		"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", h.retryPeriod())
-	f, err := el.Wait(ctx)
+	f, err := el.Wait(ctx, func() {
+		h.standing.Store(true)
+		h.opts.Log.Info("light standby: every bucket is held by another replica; reading their Leases until one is free, nothing else is watched meanwhile",
+			"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", h.retryPeriod())
+	})
 	if err != nil {
 		return err
 	}
-	h.opts.Log.Info("light standby: a bucket is free; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
+	if h.standing.Load() {
+		h.opts.Log.Info("light standby: a bucket is free; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
+	}
 	return nil
 }
 

@@ -243,15 +243,21 @@ func TestWaitFree(t *testing.T) {
 	}
 }
 
-// TestWaitEndsWithContext: Wait returns the context's error once it ends
-// while every bucket is held.
+// TestWaitEndsWithContext: Wait says once that every bucket is held, and
+// returns the context's error once it ends.
 func TestWaitEndsWithContext(t *testing.T) {
 	_, _, es, _ := electors(t, "v1", "v1")
 	a, b := es[0], es[1]
 	a.step(context.Background(), a.bs[0])
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := b.Wait(ctx); done <- err }()
+	held := make(chan struct{})
+	go func() { _, err := b.Wait(ctx, func() { close(held) }); done <- err }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not say every bucket is held")
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -28,8 +28,10 @@ type Free struct {
 // What it observes is kept: Run, called next, judges an expiry from the
 // same observations, so a bucket Wait found expired is taken at Run's
 // first try, not a LeaseDuration later. A failed read is logged and tried
-// again. It returns ctx's error when ctx ends first.
-func (e *Elector) Wait(ctx context.Context) (Free, error) {
+// again. It returns ctx's error when ctx ends first. held, if not nil, is
+// called once, when a first round of reads found every bucket held: the
+// replica stands by from then on.
+func (e *Elector) Wait(ctx context.Context, held func()) (Free, error) {
 	for {
 		for _, b := range e.bs {
 			if f, ok := e.free(ctx, b); ok {
@@ -38,6 +40,10 @@ func (e *Elector) Wait(ctx context.Context) (Free, error) {
 			if ctx.Err() != nil {
 				return Free{}, ctx.Err()
 			}
+		}
+		if held != nil {
+			held()
+			held = nil
 		}
 		wait := e.o.RetryPeriod + jitter(e.o.RetryPeriod)
 		select {
