@@ -142,8 +142,16 @@ func TestDeploymentSink(t *testing.T) {
 	// op's wakes and stops must not wake it (nor would they a classic
 	// one, whose peers run on). Its Deployment is there before op's
 	// Subscription, which would be woken by its creation (op watches
-	// the namespace's Deployments).
-	must(t, c.Create(ctx, operatorDeployment(ns, "peer", 0)))
+	// the namespace's Deployments). The Deployment controller writes its
+	// status once after the create: that update must come before op's
+	// Subscription too, or it wakes op (a change op watches, made after
+	// its Subscription: a CI run under load saw "update Deployment peer").
+	peer := operatorDeployment(ns, "peer", 0)
+	must(t, c.Create(ctx, peer))
+	testkit.Eventually(t, 30*time.Second, "the Deployment controller's status of peer", func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(peer), peer)
+		return err == nil && peer.Status.ObservedGeneration >= peer.Generation, err
+	})
 	must(t, c.Create(ctx, sub))
 	must(t, c.Create(ctx, deploymentSub(ns, "peer", "peer", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "Pod", Namespaces: []string{ns}},
 		v1alpha1.SubscribedResource{APIVersion: "apps/v1", Kind: "Deployment", Namespaces: []string{ns}})))
