@@ -180,15 +180,16 @@
 //     referrers (referencedBy) and the objects with a send pending, not with
 //     the objects in the cluster.
 //   - Buckets are not balanced: the replica that starts first takes every
-//     free bucket, and the other is a standby until a hand-off; two that
-//     start together split them by chance. A replica that serves no
+//     free bucket, and the other is a standby until a hand-off; two full
+//     standbys that start together split them by chance. A replica that serves no
 //     Subscription keeps nothing open for them (no watch of their kinds
 //     nor of RBAC objects): its Leases, the watch of Subscriptions and,
 //     with --webhook-addr, the admission endpoint. A light standby
 //     (Options.LightStandby, the binary's default without --webhook-addr)
-//     that finds every bucket held keeps less: it only reads the Leases
-//     (bucket.Elector.Wait) until one is free, then starts as any replica
-//     does, as fast as a full standby would take the bucket over. Replicas
+//     keeps less: it only reads the Leases (bucket.Elector.Wait) until it
+//     takes bucket 0, then starts as any replica does, as fast as a full
+//     standby would take the buckets over; two started together end as
+//     one serving and one standing by. Replicas
 //     give capacity to survive a death, not to serve more than one process
 //     can (docs/hub.md).
 //   - A SIGKILLed replica's Subscriptions get nothing for 10 to 14 s (the

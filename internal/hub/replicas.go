@@ -78,8 +78,8 @@ func (h *Hub) newElector() elector {
 }
 
 // standBy is a light standby's wait (Options.LightStandby): it returns
-// once a bucket may be taken, or ctx's error when the replica is stopped
-// first. A replica without Leases, or a full standby, returns at once.
+// once this replica took bucket 0 (or holds a Lease already), or ctx's
+// error when the replica is stopped first. A replica without Leases, or a full standby, returns at once.
 func (h *Hub) standBy(ctx context.Context) error {
 	el, ok := h.el.(*bucket.Elector)
 	if !ok || !h.opts.LightStandby {
@@ -88,14 +88,14 @@ func (h *Hub) standBy(ctx context.Context) error {
 	defer h.standing.Store(false)
 	f, err := el.Wait(ctx, func() {
 		h.standing.Store(true)
-		h.opts.Log.Info("light standby: every bucket is held by another replica; reading their Leases until one is free, nothing else is watched meanwhile",
+		h.opts.Log.Info("light standby: every bucket is held by another replica; reading their Leases until this one takes bucket 0, nothing else is watched meanwhile",
 			"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", h.retryPeriod())
 	})
 	if err != nil {
 		return err
 	}
 	if h.standing.Load() {
-		h.opts.Log.Info("light standby: a bucket is free; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
+		h.opts.Log.Info("light standby: bucket 0 taken; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
 	}
 	return nil
 }

@@ -976,3 +976,32 @@ func TestLightStandby(t *testing.T) {
 
 	nothingLost(t, rc, f, subs, w.end())
 }
+
+// TestLightStandbysStartedTogether: two light-standby replicas started at
+// once on no Leases (a new install's two pods) end as one that serves
+// every bucket and one that stands by, not two that serve half each.
+func TestLightStandbysStartedTogether(t *testing.T) {
+	f := newFleet(t, 4)
+	a, b := f.start("a", hub.Options{LightStandby: true}), f.start("b", hub.Options{LightStandby: true})
+	var serving, standing *replica
+	testkit.Eventually(t, 30*time.Second, "one replica holding every bucket", func(context.Context) (bool, error) {
+		switch {
+		case len(a.held()) == 4 && len(b.held()) == 0:
+			serving, standing = a, b
+		case len(b.held()) == 4 && len(a.held()) == 0:
+			serving, standing = b, a
+		}
+		return serving != nil, nil
+	})
+	standing.ready(t)
+	time.Sleep(3 * time.Second) // more reads: still standing by
+	if held := standing.held(); len(held) != 0 {
+		t.Errorf("%s holds %v, want none: %s serves every bucket", standing.name, held, serving.name)
+	}
+	if l := standing.logs.String(); !strings.Contains(l, "light standby: every bucket is held") {
+		t.Errorf("%s does not say it stands by; its log:\n%s", standing.name, l)
+	}
+	if got := standing.requested("/subscriptions"); len(got) != 0 {
+		t.Errorf("%s, standing by, asked for Subscriptions: %q", standing.name, got)
+	}
+}

@@ -268,3 +268,75 @@ func TestWaitEndsWithContext(t *testing.T) {
 		t.Fatal("Wait did not return once its context ended")
 	}
 }
+
+// TestWaitTakesBucketZero: a light standby starts serving only by taking
+// bucket 0 (or a Lease naming it): another bucket's missing Lease does
+// not end its wait; bucket 0's expiry does, taken at once; and of two
+// replicas waiting on no Leases at all, one takes bucket 0 and the other
+// stands by.
+func TestWaitTakesBucketZero(t *testing.T) {
+	d := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{leasesGVR: "LeaseList"})
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	elector := func(ns, id string) *Elector {
+		return New(d, Options{Namespace: ns, Name: "b", Buckets: 2, Identity: id, Version: "v1", Clock: clk})
+	}
+	type result struct {
+		f   Free
+		err error
+	}
+	wait := func(e *Elector) (held chan struct{}, done chan result, cancel func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		held, done = make(chan struct{}), make(chan result, 1)
+		go func() { f, err := e.Wait(ctx, func() { close(held) }); done <- result{f, err} }()
+		return held, done, cancel
+	}
+	within := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+
+	a, b := elector("one", "a"), elector("one", "b")
+	a.step(context.Background(), a.bs[0]) // a holds bucket 0; bucket 1 has no Lease
+	held, done, cancel := wait(b)
+	defer cancel()
+	within(held, "b did not stand by while a holds bucket 0")
+	select {
+	case r := <-done:
+		t.Fatalf("b's wait ended with %+v while a holds bucket 0 (bucket 1's Lease missing must not end it)", r)
+	default:
+	}
+	clk.Step(11 * time.Second) // a died after its last renewal
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not take bucket 0 once it expired")
+	}
+	if r.err != nil || r.f.Bucket != 0 || r.f.Why != "expired" || r.f.Holder != "a" || !b.Holds(0) {
+		t.Fatalf("b's wait ended with %+v (holds bucket 0: %v), want bucket 0 taken over from a's expiry", r, b.Holds(0))
+	}
+
+	c, e := elector("two", "c"), elector("two", "e")
+	heldC, doneC, cancelC := wait(c)
+	defer cancelC()
+	heldE, doneE, cancelE := wait(e)
+	defer cancelE()
+	var winner, loser *Elector
+	var loserHeld chan struct{}
+	select {
+	case <-doneC:
+		winner, loser, loserHeld = c, e, heldE
+	case <-doneE:
+		winner, loser, loserHeld = e, c, heldC
+	case <-time.After(10 * time.Second):
+		t.Fatal("neither of two replicas waiting on no Leases took bucket 0")
+	}
+	within(loserHeld, "the other replica did not stand by")
+	if !winner.Holds(0) || loser.Holds(0) {
+		t.Fatalf("bucket 0: the winner holds it %v, the other %v; want the winner only", winner.Holds(0), loser.Holds(0))
+	}
+}

@@ -9,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Free says why Wait returned: which bucket this replica may take, and why.
+// Free says why Wait returned: which bucket this replica took or holds,
+// and why it was free.
 type Free struct {
 	Bucket int
 	// Why is "missing" (no Lease), "released" (no holder), "own" (the
@@ -20,26 +21,48 @@ type Free struct {
 }
 
 // Wait is a light standby: it only reads the buckets' Leases, every
-// RetryPeriod (jittered), until one of them may be taken, and returns it.
-// It writes nothing and holds nothing, so a replica that calls it before
-// Run keeps nothing of the Subscriptions open (no watch, no check) while
-// another replica holds every bucket.
+// RetryPeriod (jittered), and returns once this replica is to serve: it
+// took bucket 0 (missing, released, or unchanged for LeaseDuration as
+// this replica observed it; taken as Run takes a bucket, so of two
+// replicas that wait together one wins it and the other stands by), or a
+// Lease names this replica (a restart in its pod). Meanwhile it holds
+// nothing else, so a replica that calls it before Run keeps nothing of
+// the Subscriptions open (no watch, no check) while another serves: the
+// holder of bucket 0 takes the other buckets as they come free, which is
+// why two replicas started together end as one that serves and one that
+// stands by, not two that serve half each.
 //
-// What it observes is kept: Run, called next, judges an expiry from the
-// same observations, so a bucket Wait found expired is taken at Run's
-// first try, not a LeaseDuration later. A failed read is logged and tried
-// again. It returns ctx's error when ctx ends first. held, if not nil, is
-// called once, when a first round of reads found every bucket held: the
-// replica stands by from then on.
+// What it observes of every bucket is kept: Run, called next, judges an
+// expiry from the same observations, so a bucket Wait found expired is
+// taken at Run's first try, not a LeaseDuration later. A failed read is
+// logged and tried again. It returns ctx's error when ctx ends first.
+// held, if not nil, is called once, when a first round found bucket 0
+// held by another replica: the replica stands by from then on.
 func (e *Elector) Wait(ctx context.Context, held func()) (Free, error) {
+	lead := e.bs[0]
 	for {
+		var first Free
+		leadFree := false
 		for _, b := range e.bs {
-			if f, ok := e.free(ctx, b); ok {
-				return f, nil
-			}
+			f, ok := e.free(ctx, b)
 			if ctx.Err() != nil {
 				return Free{}, ctx.Err()
 			}
+			switch {
+			case ok && f.Why == "own":
+				return f, nil
+			case ok && b == lead:
+				first, leadFree = f, true
+			}
+		}
+		if leadFree {
+			e.step(ctx, lead) // acquire it as Run would: one replica wins
+			if e.Holds(lead.i) {
+				return first, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return Free{}, ctx.Err()
 		}
 		if held != nil {
 			held()

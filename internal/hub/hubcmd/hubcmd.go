@@ -53,8 +53,9 @@ Replicas share the Subscriptions: each Subscription hashes into one of
 Subscriptions of the buckets it holds. A replica killed loses its buckets to
 another once their Leases expire (10 s); one stopped by SIGTERM stops
 sending, writes its progress and releases them at once. A replica that
-finds every bucket held stands by lightly (--standby): it reads the Leases
-and nothing else until one is free.
+finds bucket 0 held stands by lightly (--standby): it reads the Leases and
+nothing else until it takes bucket 0, so two replicas started together end
+as one that serves and one that stands by.
 
 With --webhook-addr it is also the one TLS endpoint of every serverless
 operator's admission webhooks: the API server calls it at
@@ -104,7 +105,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.buckets, "buckets", 4, "how many buckets the Subscriptions are hashed into; every replica must use the same number")
 	fs.StringVar(&f.id, "instance-id", "", "this replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix)")
 	clihelp.Alias(fs, "replica-id", "instance-id")
-	fs.StringVar(&f.standby, "standby", "", "how a replica that finds every bucket held by others waits: light (reads the bucket Leases every 2s and nothing else until one is free, then serves: about half the memory) or full (also watches and checks the Subscriptions); the takeover is as fast either way (default light; full with --webhook-addr, where every replica answers admission calls)")
+	fs.StringVar(&f.standby, "standby", "", "how a replica that finds bucket 0 held by another waits: light (reads the bucket Leases every 2s and nothing else until it takes bucket 0, then serves and takes the others as they come free; less memory, and two replicas started together end as one serving and one standing by) or full (also watches and checks the Subscriptions); the takeover is as fast either way (default light; full with --webhook-addr, where every replica answers admission calls)")
 	f.webhooks = admission.BindFlags(fs, ns)
 }
 
