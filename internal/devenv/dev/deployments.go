@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,11 +42,12 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		}
 		var workDir string
 		var binds []mountns.Bind
+		var hook *interp.Hook
 		what := "ko://" + pkg
 		if !ok && command == nil {
 			// hosted as Metacontroller's examples host hooks: an
 			// interpreter image running a script from a ConfigMap
-			if command, workDir, binds, err = p.interpreterCommand(ctx, u); err != nil {
+			if hook, command, workDir, binds, err = p.interpreterCommand(u); err != nil {
 				if errors.Is(err, interp.ErrNotRecognized) {
 					p.say("Deployment %s: only applied, not run: %v", key(u), err)
 					continue
@@ -106,13 +106,12 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		}
 		binds = p.canBind(u, binds)
 		nsRoot := filepath.Join(p.opts.Dir, "mountns", "deployment-"+u.GetNamespace()+"-"+u.GetName())
-		var restarted atomic.Bool
 		start := func(ctx context.Context) (running, error) {
-			if restarted.Swap(true) && what == "local interpreter" {
-				// its ConfigMaps' and Secrets' files written again: a
-				// restart sees them as they are now
-				if _, _, _, err := p.interpreterCommand(ctx, u); err != nil {
-					return nil, err
+			if hook != nil {
+				// its ConfigMaps' and Secrets' files written at each
+				// start: a restart sees them as they are now
+				if err := p.hookFiles(ctx, u, hook); err != nil {
+					return nil, fmt.Errorf("Deployment %s: %w", key(u), err)
 				}
 			}
 			cmd := exec.Command(exe[0], slices.Concat(exe[1:], argv)...)
@@ -152,23 +151,36 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 				key(u), what, replicasOf(u), p.LogPath(name))
 			continue
 		}
+		started := func(ctx context.Context, r running) error {
+			p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; its pods marked Ready while it runs; runs as %s; log %s)",
+				key(u), what, r.PID(), probeNote(u, c), as, p.LogPath(name))
+			p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
+			if wh == nil {
+				return nil
+			}
+			if err := wh.waitServing(ctx, "Deployment "+key(u), time.Minute); err != nil {
+				return err
+			}
+			p.say("Deployment %s: serves webhooks at https://127.0.0.1:%d (certificate in %s)", key(u), wh.port, wh.dir)
+			return nil
+		}
 		r, err := start(ctx)
-		if err != nil {
+		var missing *interp.MissingError
+		switch {
+		case errors.As(err, &missing): // as a kubelet, it waits for the object (mountwait.go)
+			r = p.waitMounts(u, err, start, started)
+		case err != nil:
 			return err
+		default:
+			if err := started(ctx, r); err != nil {
+				r.Stop()
+				return err
+			}
 		}
 		s := &supervised{what: "Deployment " + key(u), start: start, cur: r, gone: p.deploymentGone(u), ready: p.podsReady(u)}
 		p.supervise(s)
 		p.procs = append(p.procs, s)
 		p.Sources = append(p.Sources, fmt.Sprintf("Deployment %s (%s %s)", key(u), what, strings.Join(slices.Concat(command, argv), " ")))
-		p.say("Deployment %s: %s running as pid %d (one replica, always on, restarted if it exits%s; its pods marked Ready while it runs; runs as %s; log %s)",
-			key(u), what, r.PID(), probeNote(u, c), as, p.LogPath(name))
-		p.opts.Events.Write(Event{Event: EventProcessStarted, Deployment: key(u), PID: r.PID()})
-		if wh != nil {
-			if err := wh.waitServing(ctx, "Deployment "+key(u), time.Minute); err != nil {
-				return err
-			}
-			p.say("Deployment %s: serves webhooks at https://127.0.0.1:%d (certificate in %s)", key(u), wh.port, wh.dir)
-		}
 	}
 	return nil
 }
@@ -299,30 +311,20 @@ func movePort(argv []string, port int) (int, error) {
 
 // interpreterCommand is the local command of a Deployment hosted as
 // Metacontroller's published hooks are (package interp): the local
-// interpreter on the files of the ConfigMaps it mounts, written under the
-// platform's folder, and the folder it runs in (its workingDir there, else
-// the folder of the ConfigMaps' files).
-func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstructured) (argv []string, dir string, binds []mountns.Bind, err error) {
-	h, err := interp.Recognize(u)
-	if err != nil {
-		return nil, "", nil, err
+// interpreter on the files of the ConfigMaps it mounts, as hookFiles
+// writes them under the platform's folder, the folder it runs in (its
+// workingDir there, else the folder of the ConfigMaps' files) and, if it
+// mounts a Secret or emptyDir, every mount bound at its path.
+func (p *Platform) interpreterCommand(u *unstructured.Unstructured) (h *interp.Hook, argv []string, dir string, binds []mountns.Bind, err error) {
+	if h, err = interp.Recognize(u); err != nil {
+		return nil, nil, "", nil, err
 	}
 	prog, err := exec.LookPath(h.Program)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("Deployment %s: its image runs %s, which is not installed here: %w (install it, or annotate the Deployment %s)", key(u), h.Program, err, interp.Annotation)
+		return nil, nil, "", nil, fmt.Errorf("Deployment %s: its image runs %s, which is not installed here: %w (install it, or annotate the Deployment %s)", key(u), h.Program, err, interp.Annotation)
 	}
-	root := filepath.Join(p.opts.Dir, "files", "deployment-"+u.GetNamespace()+"-"+u.GetName())
-	if err := os.RemoveAll(root); err != nil {
-		return nil, "", nil, err
-	}
-	args, wd, err := h.MaterializeSecrets(root, func(name string) (*unstructured.Unstructured, error) {
-		return p.core(ctx, "ConfigMap", u.GetNamespace(), name)
-	}, func(name string) (*unstructured.Unstructured, error) {
-		return p.core(ctx, "Secret", u.GetNamespace(), name)
-	})
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("Deployment %s: %w", key(u), err)
-	}
+	root := p.hookRoot(u)
+	args, wd := h.Paths(root)
 	if !strings.HasPrefix(wd, root) { // unset, or a folder of the image: none here
 		wd = root
 	}
@@ -331,7 +333,32 @@ func (p *Platform) interpreterCommand(ctx context.Context, u *unstructured.Unstr
 			binds = append(binds, mountns.Bind{Src: h.Local(root, m), Dst: m.MountPath})
 		}
 	}
-	return append([]string{prog}, args...), wd, binds, nil
+	return h, append([]string{prog}, args...), wd, binds, nil
+}
+
+// hookRoot is the folder of a hook's volumes' files.
+func (p *Platform) hookRoot(u *unstructured.Unstructured) string {
+	return filepath.Join(p.opts.Dir, "files", "deployment-"+u.GetNamespace()+"-"+u.GetName())
+}
+
+// hookFiles writes afresh the files of hook h's volumes (Deployment u's)
+// as the API server has its ConfigMaps and Secrets now; a required one
+// that does not exist is an *interp.MissingError.
+func (p *Platform) hookFiles(ctx context.Context, u *unstructured.Unstructured, h *interp.Hook) error {
+	root := p.hookRoot(u)
+	if err := os.RemoveAll(root); err != nil {
+		return err
+	}
+	read := func(kind string) interp.ConfigMapFunc {
+		return func(name string) (*unstructured.Unstructured, error) {
+			o, err := p.core(ctx, kind, u.GetNamespace(), name)
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: %w", interp.ErrNotFound, err)
+			}
+			return o, err
+		}
+	}
+	return h.Write(root, read("ConfigMap"), interp.SecretFunc(read("Secret")))
 }
 
 // canBind is binds if a mount namespace can be made for Deployment u

@@ -84,6 +84,11 @@ const (
 	EventReady          = "ready"           // Start has applied the manifests and started everything
 	EventProcessStarted = "process-started" // an operator instance or a ko:// Deployment was exec'd
 	EventProcessReady   = "process-ready"   // an operator instance became ready (its readiness path, else its port)
+	// An always-on hook Deployment's process is not started: a ConfigMap
+	// or Secret its volumes name does not exist (Message names it, as a
+	// kubelet's FailedMount event). It starts once the object exists
+	// (process-started); again if what it waits for changes.
+	EventProcessWaiting = "process-waiting"
 	EventProcessStopped = "process-stopped" // an instance exited (scaled down, shut down, or on its own)
 	EventDelivery       = "delivery"        // a request to a Service was answered
 	EventReconciled     = "reconciled"      // a 2xx answer that reports keys reconciled

@@ -345,8 +345,11 @@ func (p *Platform) Stop() {
 // Done is closed once Stop has begun.
 func (p *Platform) Done() <-chan struct{} { return p.ctx.Done() }
 
-// logFile opens the log of one process in Options.Dir.
+// logFile opens the log of one process in Options.Dir (made if need be).
 func (p *Platform) logFile(name string) (*os.File, error) {
+	if err := os.MkdirAll(p.opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
 	return os.OpenFile(filepath.Join(p.opts.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 }
 

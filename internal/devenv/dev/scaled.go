@@ -86,6 +86,7 @@ func (s *scaledProc) loop(ctx context.Context) {
 	var cur running
 	var started, retryAt, checked time.Time
 	ready, pod := false, "" // pod: the one marked Ready for cur
+	failed := ""            // the last start's error, said once
 	defer func() {
 		if cur != nil {
 			cur.Stop()
@@ -128,10 +129,14 @@ func (s *scaledProc) loop(ctx context.Context) {
 		case want && cur == nil && time.Now().After(retryAt):
 			r, err := s.start(ctx)
 			if err != nil {
-				p.say("%s: starting it: %v; again in 1s", what, err)
+				if err.Error() != failed { // a Secret it waits for: said once
+					p.say("%s: starting it: %v; again every 1s", what, err)
+					failed = err.Error()
+				}
 				retryAt = time.Now().Add(time.Second)
 				continue
 			}
+			failed = ""
 			cur, started, ready = r, time.Now(), false
 			s.set(r)
 			p.say("%s: scaled to %d: running as pid %d", what, replicasOf(d), r.PID())

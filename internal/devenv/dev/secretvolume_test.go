@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/controlplane"
@@ -99,21 +101,110 @@ func TestSecretVolumeAtItsMountPath(t *testing.T) {
 	}
 }
 
-// TestSecretVolumeMissing: a hook whose Secret volume's Secret does not
-// exist is not started, and dev says which Secret, as for a ConfigMap.
+// TestSecretVolumeMissing: a hook whose Secret volume names a Secret that
+// does not exist is not started, as a kubelet keeps its pod
+// ContainerCreating, and dev does not stop for it: dev says once which
+// Secret it waits for (a line, a process-waiting event), its pod is not
+// marked Ready; once the Secret is created the hook starts and reads its
+// keys at the mount path.
 func TestSecretVolumeMissing(t *testing.T) {
+	if err := mountns.Available(); err != nil {
+		t.Skip(err)
+	}
 	h := startSecretHook(t, func(ns, certs, marker string) string { return secretHook(ns, certs, marker, "") })
-	certs, marker, p, err := h.certs, h.marker, h.p, h.err
-	if err == nil {
-		p.Stop()
-		t.Fatal("dev started a hook whose Secret is missing")
+	env, ns, ctx, certs, marker, p := h.env, h.ns, h.ctx, h.certs, h.marker, h.p
+	if h.err != nil {
+		t.Fatalf("dev stopped for a missing Secret: %v", h.err)
 	}
-	if want := "Secret certs mounted at " + certs; !strings.Contains(err.Error(), want) {
-		t.Errorf("error %q does not say %q", err, want)
-	}
+	t.Cleanup(p.Stop)
+	waiting := "Deployment " + ns + "/hook: not started"
+	missing := "Secret certs mounted at " + certs + " (volume certs) not found"
+	testkit.Eventually(t, 10*time.Second, "dev says it waits for Secret certs", func(context.Context) (bool, error) {
+		return strings.Contains(h.out.String(), waiting) && strings.Contains(h.out.String(), missing), nil
+	})
+	pods := &corev1.PodList{}
+	testkit.Eventually(t, 30*time.Second, "a pod of the hook's Deployment", func(ctx context.Context) (bool, error) {
+		err := env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": "hook"})
+		return err == nil && len(pods.Items) > 0, err
+	})
+	time.Sleep(5 * time.Second) // several polls, and ticks of its supervisor
 	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the hook ran while its Secret is missing")
+	}
+	if n := strings.Count(h.out.String(), waiting); n != 1 {
+		t.Errorf("dev said %d times that it waits, want once", n)
+	}
+	if err := env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": "hook"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods.Items {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				t.Errorf("pod %s marked Ready while its Secret is missing", pod.Name)
+			}
+		}
+	}
+	var waited bool
+	for _, e := range h.events.events(t) {
+		waited = waited || e.Event == dev.EventProcessWaiting && e.Deployment == ns+"/hook" && e.Message == missing
+		if e.Event == dev.EventProcessStarted && e.Deployment == ns+"/hook" {
+			t.Errorf("a process-started event while its Secret is missing: %+v", e)
+		}
+	}
+	if !waited {
+		t.Errorf("no process-waiting event naming %q", missing)
+	}
+
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "certs"}, StringData: map[string]string{"tls.crt": "CERT\n", "ca.crt": "CA\n"}}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "the hook started once its Secret exists and read it at "+certs, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(marker)
+		return err == nil && string(b) == "CERT\nCA\n", nil
+	})
+	testkit.Eventually(t, 30*time.Second, "its pod marked Ready", func(ctx context.Context) (bool, error) {
+		if err := env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": "hook"}); err != nil {
+			return false, err
+		}
+		for _, pod := range pods.Items {
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if _, err := os.Lstat(certs); !os.IsNotExist(err) {
+		t.Errorf("%s on the host while the hook runs: %v", certs, err)
+	}
+}
+
+// TestSecretVolumeNoSecretName: a secret volume that names no Secret is
+// bad input, not a Secret to wait for: dev stops at start (the API
+// server refuses the Deployment at apply), naming secretName.
+func TestSecretVolumeNoSecretName(t *testing.T) {
+	h := startSecretHook(t, func(ns, certs, marker string) string {
+		return strings.Replace(secretHook(ns, certs, marker, ""), "secret: {secretName: certs}", "secret: {}", 1)
+	})
+	if h.err == nil {
+		h.p.Stop()
+		t.Fatal("dev started a hook whose secret volume names no Secret")
+	}
+	if !strings.Contains(h.err.Error(), "secretName") {
+		t.Errorf("error %q does not name secretName", h.err)
+	}
+	if _, err := os.Stat(h.marker); err == nil {
 		t.Error("the hook ran")
 	}
+}
+
+// String is what was written so far.
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestSecretVolumeReadAgainOnRestart: a hook restarted (here: it exits)
@@ -167,6 +258,8 @@ type secretHookRun struct {
 	certs, marker string
 	p             *dev.Platform
 	err           error
+	// out and events are what dev said and its event stream.
+	out, events *syncBuffer
 }
 
 // startSecretHook starts dev on the manifests manifest writes for a new
@@ -175,7 +268,8 @@ type secretHookRun struct {
 func startSecretHook(t *testing.T, manifest func(ns, certs, marker string) string) secretHookRun {
 	t.Helper()
 	env := testenv.Get(t)
-	h := secretHookRun{env: env, ns: env.Namespace(t), certs: randomPath(t), marker: filepath.Join(t.TempDir(), "ran")}
+	h := secretHookRun{env: env, ns: env.Namespace(t), certs: randomPath(t), marker: filepath.Join(t.TempDir(), "ran"),
+		out: &syncBuffer{}, events: &syncBuffer{}}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +282,6 @@ func startSecretHook(t *testing.T, manifest func(ns, certs, marker string) strin
 	t.Cleanup(cancel)
 	h.ctx = ctx
 	h.p, h.err = dev.Start(ctx, dev.Options{Kubeconfig: env.Kubeconfig, Objects: objs, Dir: t.TempDir(),
-		CacheDir: cacheDir, BuildDir: root, Out: testkit.LogWriter(t)})
+		CacheDir: cacheDir, BuildDir: root, Out: io.MultiWriter(testkit.LogWriter(t), h.out), Events: dev.NewEventWriter(h.events)})
 	return h
 }

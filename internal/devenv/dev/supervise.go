@@ -117,6 +117,9 @@ func (p *Platform) watch(s *supervised) {
 				p.opts.Events.Write(Event{Event: EventProcessStopped, Process: s.what, PID: r.PID(), Reason: "Deployment deleted"})
 				return
 			}
+			if w, ok := r.(interface{ Waiting() bool }); ok && w.Waiting() {
+				continue // not started (mountwait.go): its pods stay not Ready
+			}
 			pr, ok := r.(probed)
 			if !ok {
 				s.tellReady(true)

@@ -28,6 +28,12 @@
 //     writes secret volumes' files too (their data decoded) and makes each
 //     emptyDir an empty folder; NeedsPaths says the hook mounts one, so
 //     `opzero dev` gives it every mount at its mountPath (package mountns).
+//   - Write (Paths computes the rewritten arguments without writing) is
+//     MaterializeSecrets' first half. A required configMap or secret
+//     volume whose object does not exist (its reader returns
+//     ErrNotFound) is a *MissingError naming it, which a caller waits on
+//     as a kubelet does; an optional one is an empty folder and its
+//     missing items keys are left out, as a kubelet mounts it.
 //
 // # Caveats
 //

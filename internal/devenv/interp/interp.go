@@ -64,6 +64,8 @@ type Hook struct {
 // Mount is one configMap, secret or emptyDir volume mounted by the
 // container: one of ConfigMap, Secret and EmptyDir is set.
 type Mount struct {
+	// Volume is the volume's name.
+	Volume             string
 	MountPath, SubPath string
 	ConfigMap          string
 	// Secret is a secret volume's secretName.
@@ -71,6 +73,12 @@ type Mount struct {
 	EmptyDir bool
 	// Items, if set, are the keys projected and their paths (else every key at its own name).
 	Items map[string]string
+	// Optional is the configMap or secret volume's optional: a missing
+	// object (or key of items) is then an empty folder (no file), as a
+	// kubelet mounts it, not a MissingError.
+	Optional bool
+
+	isSecret bool // a secret volume, even one that names no Secret
 }
 
 // Recognize reads a Deployment's (or Knative Service's) first container:
@@ -129,7 +137,8 @@ func configMapMounts(u *unstructured.Unstructured, c map[string]any) []Mount {
 		if cm == nil {
 			continue
 		}
-		mt := Mount{}
+		mt := Mount{Volume: n}
+		mt.Optional, _ = cm["optional"].(bool)
 		mt.MountPath, _ = m["mountPath"].(string)
 		mt.SubPath, _ = m["subPath"].(string)
 		switch kind[n] {
@@ -137,6 +146,7 @@ func configMapMounts(u *unstructured.Unstructured, c map[string]any) []Mount {
 			mt.ConfigMap, _ = cm["name"].(string)
 		case "secret":
 			mt.Secret, _ = cm["secretName"].(string)
+			mt.isSecret = true
 		case "emptyDir":
 			mt.EmptyDir = true
 		}

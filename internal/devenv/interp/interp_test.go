@@ -2,6 +2,7 @@ package interp
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,5 +131,78 @@ func TestMaterialize(t *testing.T) {
 	if _, _, err := h.Materialize(t.TempDir(), func(string) (*unstructured.Unstructured, error) { return nil, os.ErrNotExist }); err == nil ||
 		!strings.Contains(err.Error(), "hook-abc123") {
 		t.Fatalf("a missing ConfigMap: %v", err)
+	}
+}
+
+// TestWriteMissing: a required volume whose object does not exist is a
+// *MissingError naming it (a kubelet waits for it), an optional one is an
+// empty folder (a kubelet starts without it, leaving out its missing
+// keys), and a volume that names no object is an error of another kind.
+func TestWriteMissing(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hook}
+spec:
+  template:
+    spec:
+      containers:
+      - {name: c, image: "python:3.11", command: [python, /hooks/sync.py],
+         volumeMounts: [{name: hooks, mountPath: /hooks}, {name: opt, mountPath: /opt/x}, {name: some, mountPath: /etc/some},
+                        {name: certs, mountPath: /certs}]}
+      volumes:
+      - {name: hooks, configMap: {name: hooks}}
+      - {name: opt, secret: {secretName: opt, optional: true}}
+      - {name: some, configMap: {name: some, optional: true, items: [{key: a, path: a}, {key: gone, path: gone}]}}
+      - {name: certs, secret: {secretName: certs}}
+`), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	h, err := Recognize(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string]*unstructured.Unstructured{"hooks": configMap(map[string]any{"sync.py": "pass"}), "some": configMap(map[string]any{"a": "A"})}
+	read := func(name string) (*unstructured.Unstructured, error) {
+		if o, ok := objs[name]; ok {
+			return o, nil
+		}
+		return nil, fmt.Errorf("reading %s: %w", name, ErrNotFound)
+	}
+	dir := t.TempDir()
+	err = h.Write(dir, read, read)
+	var missing *MissingError
+	if !errors.As(err, &missing) || !errors.Is(err, ErrNotFound) || *missing != (MissingError{Kind: "Secret", Name: "certs", Volume: "certs", MountPath: "/certs"}) {
+		t.Fatalf("err %v, want the MissingError of Secret certs", err)
+	}
+	if want := "Secret certs mounted at /certs (volume certs) not found"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "opt/x")); err != nil || !fi.IsDir() {
+		t.Errorf("the optional Secret's mount is not an empty folder: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "etc/some/a")); err != nil || string(b) != "A" {
+		t.Errorf("the optional ConfigMap's key a: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc/some/gone")); err == nil {
+		t.Error("an optional ConfigMap's missing key was written")
+	}
+	objs["certs"] = &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"tls.crt": "Q0VSVA=="}}}
+	if err := h.Write(dir, read, read); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "certs/tls.crt")); err != nil || string(b) != "CERT" {
+		t.Errorf("certs/tls.crt once the Secret exists: %q %v", b, err)
+	}
+
+	vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+	vols[3] = map[string]any{"name": "certs", "secret": map[string]any{}}
+	_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
+	if h, err = Recognize(u); err != nil {
+		t.Fatal(err)
+	}
+	err = h.Write(t.TempDir(), read, read)
+	if err == nil || errors.As(err, &missing) || !strings.Contains(err.Error(), "volume certs mounted at /certs: no secret.secretName") {
+		t.Fatalf("a secret volume with no secretName: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package interp
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -29,29 +30,76 @@ func (h *Hook) Materialize(dir string, read ConfigMapFunc) (args []string, workD
 }
 
 // MaterializeSecrets is Materialize with Secret mounts written too (their
-// data decoded) and each emptyDir mount an empty folder.
+// data decoded) and each emptyDir mount an empty folder: Write, then Paths.
 func (h *Hook) MaterializeSecrets(dir string, read ConfigMapFunc, secret SecretFunc) (args []string, workDir string, err error) {
-	var froms, tos []string
+	if err := h.Write(dir, read, secret); err != nil {
+		return nil, "", err
+	}
+	args, workDir = h.Paths(dir)
+	return args, workDir, nil
+}
+
+// ErrNotFound is what a ConfigMapFunc or SecretFunc returns (or wraps)
+// for an object that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// MissingError is a mount whose ConfigMap or Secret does not exist and is
+// not optional. A kubelet does not fail such a pod: it stays
+// ContainerCreating (an event "MountVolume.SetUp failed ... not found")
+// and its container starts once the object exists, so a caller waits
+// and writes the files again rather than give up. errors.Is(err,
+// ErrNotFound) holds for it.
+type MissingError struct {
+	Kind              string // ConfigMap or Secret
+	Name              string
+	Volume, MountPath string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s %s mounted at %s (volume %s) not found", e.Kind, e.Name, e.MountPath, e.Volume)
+}
+
+// Is makes a MissingError an ErrNotFound.
+func (e *MissingError) Is(target error) bool { return target == ErrNotFound }
+
+// Write writes the files of h's mounts under dir (each mountPath at
+// Local(dir, m)): a ConfigMap's data and binaryData, a Secret's data
+// decoded, an empty folder for an emptyDir and for an optional volume
+// whose object does not exist. A required volume whose object does not
+// exist is a *MissingError (the files of the mounts before it written);
+// a configMap or secret volume that names no object is an error.
+func (h *Hook) Write(dir string, read ConfigMapFunc, secret SecretFunc) error {
 	for _, m := range h.Mounts {
 		local := h.Local(dir, m)
 		if m.EmptyDir {
 			if err := os.MkdirAll(local, 0o777); err != nil {
-				return nil, "", err
+				return err
 			}
-			froms, tos = append(froms, path.Clean(m.MountPath)), append(tos, local)
 			continue
 		}
 		what, name, rd := "ConfigMap", m.ConfigMap, read
-		if m.Secret != "" {
+		if m.Secret != "" || m.isSecret {
 			what, name, rd = "Secret", m.Secret, ConfigMapFunc(secret)
 		}
+		if name == "" {
+			field := map[string]string{"ConfigMap": "configMap.name", "Secret": "secret.secretName"}[what]
+			return fmt.Errorf("volume %s mounted at %s: no %s", m.Volume, m.MountPath, field)
+		}
 		obj, err := rd(name)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s %s mounted at %s: %w", what, name, m.MountPath, err)
+		switch {
+		case errors.Is(err, ErrNotFound) && m.Optional:
+			if err := os.MkdirAll(local, 0o755); err != nil { // an empty volume, as a kubelet mounts it
+				return err
+			}
+			continue
+		case errors.Is(err, ErrNotFound):
+			return &MissingError{Kind: what, Name: name, Volume: m.Volume, MountPath: m.MountPath}
+		case err != nil:
+			return fmt.Errorf("%s %s mounted at %s: %w", what, name, m.MountPath, err)
 		}
 		files, err := m.files(obj)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s %s: %w", what, name, err)
+			return fmt.Errorf("%s %s: %w", what, name, err)
 		}
 		for rel, b := range files {
 			p := local
@@ -59,19 +107,33 @@ func (h *Hook) MaterializeSecrets(dir string, read ConfigMapFunc, secret SecretF
 				p = filepath.Join(local, filepath.FromSlash(rel))
 			}
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return nil, "", err
+				return err
 			}
 			if err := os.WriteFile(p, b, 0o644); err != nil {
-				return nil, "", err
+				return err
 			}
 		}
-		froms, tos = append(froms, path.Clean(m.MountPath)), append(tos, local)
+		if len(files) == 0 { // an empty ConfigMap, or optional items none of which it has
+			if err := os.MkdirAll(local, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Paths are h's arguments and working folder with every path under a
+// mountPath rewritten to its local copy under dir (where Write writes it).
+func (h *Hook) Paths(dir string) (args []string, workDir string) {
+	var froms, tos []string
+	for _, m := range h.Mounts {
+		froms, tos = append(froms, path.Clean(m.MountPath)), append(tos, h.Local(dir, m))
 	}
 	args = make([]string, len(h.Args))
 	for i, a := range h.Args {
 		args[i] = rewritePath(a, froms, tos)
 	}
-	return args, rewritePath(h.WorkingDir, froms, tos), nil
+	return args, rewritePath(h.WorkingDir, froms, tos)
 }
 
 // Local is where Materialize writes mount m's files under dir.
@@ -115,6 +177,9 @@ func (m Mount) files(cm *unstructured.Unstructured) (map[string][]byte, error) {
 		byPath = map[string][]byte{}
 		for k, p := range m.Items {
 			b, ok := all[k]
+			if !ok && m.Optional { // a kubelet leaves out an optional volume's missing keys
+				continue
+			}
 			if !ok {
 				return nil, fmt.Errorf("no key %s (items)", k)
 			}
