@@ -65,7 +65,10 @@
 //     Service runs locally, and binds its container's port itself. So is a
 //     Deployment whose image is python or node running a script from a
 //     ConfigMap, as Metacontroller publishes hooks (package interp: the
-//     local interpreter on the ConfigMap's files, under Options.Dir). Other
+//     local interpreter on the ConfigMap's files, under Options.Dir; a
+//     ConfigMap or Secret its volumes name that does not exist, and is not
+//     optional, holds its process back until it exists, as a kubelet
+//     holds the pod in ContainerCreating: mountwait.go). Other
 //     Deployments are only applied, with a line saying so. The pods
 //     kube-controller-manager makes for an always-on Deployment dev runs
 //     are marked Running and Ready at 127.0.0.1 while its process runs
