@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -178,6 +179,36 @@ func TestSecretVolumeMissing(t *testing.T) {
 	})
 	if _, err := os.Lstat(certs); !os.IsNotExist(err) {
 		t.Errorf("%s on the host while the hook runs: %v", certs, err)
+	}
+}
+
+// TestSecretVolumeMissingDeploymentDeleted: a hook deleted while it waits
+// for its Secret is never started, even once the Secret exists, as a
+// kubelet never starts a deleted pod.
+func TestSecretVolumeMissingDeploymentDeleted(t *testing.T) {
+	if err := mountns.Available(); err != nil {
+		t.Skip(err)
+	}
+	h := startSecretHook(t, func(ns, certs, marker string) string { return secretHook(ns, certs, marker, "") })
+	env, ns, ctx, marker, p := h.env, h.ns, h.ctx, h.marker, h.p
+	if h.err != nil {
+		t.Fatalf("dev stopped for a missing Secret: %v", h.err)
+	}
+	t.Cleanup(p.Stop)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hook"}}
+	if err := env.Client.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "dev says the hook was deleted before it started", func(context.Context) (bool, error) {
+		return strings.Contains(h.out.String(), "Deployment "+ns+"/hook: deleted before it started"), nil
+	})
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "certs"}, StringData: map[string]string{"tls.crt": "CERT\n", "ca.crt": "CA\n"}}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // several polls
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("a hook deleted while it waited started once its Secret existed")
 	}
 }
 

@@ -112,9 +112,14 @@ func (p *Platform) watch(s *supervised) {
 			why = "its watch had a gap, so events were lost (its log: " + line + ")"
 		case <-tick.C:
 			if s.gone != nil && s.gone(s.ctx) {
+				pid := r.PID() // 0: deleted while it waited for its volumes (mountwait.go)
 				r.Stop()
-				p.say("%s: deleted: pid %d stopped", s.what, r.PID())
-				p.opts.Events.Write(Event{Event: EventProcessStopped, Process: s.what, PID: r.PID(), Reason: "Deployment deleted"})
+				if pid == 0 {
+					p.say("%s: deleted before it started", s.what)
+					return
+				}
+				p.say("%s: deleted: pid %d stopped", s.what, pid)
+				p.opts.Events.Write(Event{Event: EventProcessStopped, Process: s.what, PID: pid, Reason: "Deployment deleted"})
 				return
 			}
 			if w, ok := r.(interface{ Waiting() bool }); ok && w.Waiting() {
