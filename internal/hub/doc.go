@@ -185,8 +185,7 @@
 //     Subscription keeps nothing open for them (no watch of their kinds
 //     nor of RBAC objects): its Leases, the watch of Subscriptions and,
 //     with --webhook-addr, the admission endpoint. A light standby
-//     (Options.LightStandby, the binary's default without --webhook-addr)
-//     keeps less: it only reads the Leases (bucket.Elector.Wait) until it
+//     (Options.LightStandby, the binary's default) keeps less: it only reads the Leases (bucket.Elector.Wait) until it
 //     takes bucket 0, then starts as any replica does, as fast as a full
 //     standby would take the buckets over; two started together end as
 //     one serving and one standing by. Replicas

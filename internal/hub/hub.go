@@ -74,14 +74,14 @@ type Options struct {
 	// Drain bounds how long a graceful stop waits for the sends under way
 	// before it writes the progress and releases its buckets (5 s).
 	Drain time.Duration
-	// LightStandby: a replica that finds every bucket held by others only
-	// reads their Leases (bucket.Elector.Wait) until one is free, then
+	// LightStandby: a replica that finds bucket 0 held by another only
+	// reads the Leases (bucket.Elector.Wait) until it takes bucket 0, then
 	// starts as any replica does. Meanwhile it watches no Subscription and
-	// checks none, so it keeps about half the memory of a replica that
-	// does; it takes a bucket over as soon (its observations of the
-	// Leases are the elector's). Ignored without LeaseNamespace. Not with
-	// an admission endpoint in front of the replicas: every replica must
-	// answer those calls (hubcmd leaves it off with --webhook-addr).
+	// checks none; it takes the buckets over as soon as a full standby
+	// would (its observations of the Leases are the elector's). An
+	// admission endpoint beside it is served all the same: ServingPods
+	// reads the Subscription it is asked about. Ignored without
+	// LeaseNamespace.
 	LightStandby bool
 }
 

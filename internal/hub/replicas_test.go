@@ -1005,3 +1005,50 @@ func TestLightStandbysStartedTogether(t *testing.T) {
 		t.Errorf("%s, standing by, asked for Subscriptions: %q", standing.name, got)
 	}
 }
+
+// TestLightStandbyWakesForAdmission: an admission call that reaches the
+// light standby (the webhooks' Service sends calls to every ready
+// replica) for an unchanged operator at zero wakes its Deployment and is
+// given its pod, as on any replica: the standby reads the Subscription it
+// does not watch. A call for a Subscription that does not exist says so.
+func TestLightStandbyWakesForAdmission(t *testing.T) {
+	env, ctx, ns := withReader(t)
+	f := newFleet(t, 2)
+	a := f.start("a", hub.Options{})
+	f.heldBy(a, a)
+	must(t, env.Client.Create(ctx, operatorDeployment(ns, "op", 0)))
+	sub := deploymentSub(ns, "op", "op", v1alpha1.SubscribedResource{APIVersion: "v1", Kind: "ConfigMap", Namespaces: []string{ns}, LabelSelector: "watched=yes"})
+	sub.Spec.ScaleToZero = &v1alpha1.ScaleToZero{IdleAfter: &metav1.Duration{Duration: 2 * time.Second}}
+	must(t, env.Client.Create(ctx, sub))
+	condition(t, ns, "op", v1alpha1.SubscriptionReady, metav1.ConditionTrue, "")
+	waitState(t, ns, "op", v1alpha1.TargetZero)
+	b := f.start("b", hub.Options{LightStandby: true})
+	b.ready(t)
+
+	type answer struct {
+		pods []corev1.Pod
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		pods, done, err := b.h.ServingPods(cctx, types.NamespacedName{Namespace: ns, Name: "op"}, "Admission: CREATE v1/configmaps (test)")
+		if done != nil {
+			done()
+		}
+		got <- answer{pods, err}
+	}()
+	waitReplicas(t, ns, "op", 1, "an admission call at zero, on the light standby")
+	pod := readyPod(t, ns, "op")
+	r := <-got
+	if r.err != nil || len(r.pods) != 1 || r.pods[0].Name != pod {
+		t.Fatalf("the light standby's ServingPods: %v pods, %v; want pod %s", len(r.pods), r.err, pod)
+	}
+	if held := b.held(); len(held) != 0 {
+		t.Errorf("b holds %v after answering, want none: it still stands by", held)
+	}
+	if _, _, err := b.h.ServingPods(ctx, types.NamespacedName{Namespace: ns, Name: "nothing-here"}, "test"); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("ServingPods of a missing Subscription on the light standby: %v, want an error saying it does not exist", err)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +36,20 @@ func (h *Hub) ServingPods(ctx context.Context, key types.NamespacedName, reason 
 	h.mu.Lock()
 	obj, s := h.all[key], h.subs[key]
 	h.mu.Unlock()
+	if obj == nil && h.standing.Load() {
+		// A light standby knows no Subscription (it watches none): read
+		// this one, and wake its Deployment as a replica that does not
+		// serve it does.
+		u, err := h.dyn.Resource(subscriptionsGVR).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("reading Subscription %s: %w", key, err)
+		}
+		if err == nil {
+			if obj, err = toSubscription(u); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	if obj == nil || !isDeploymentSink(obj.Spec.Sink) {
 		return nil, nil, fmt.Errorf("Subscription %s does not exist or has no Deployment sink (spec.sink.ref)", key)
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -105,7 +104,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.buckets, "buckets", 4, "how many buckets the Subscriptions are hashed into; every replica must use the same number")
 	fs.StringVar(&f.id, "instance-id", "", "this replica's name in the Leases, unique among the replicas (default $POD_NAME, else the host name with a random suffix)")
 	clihelp.Alias(fs, "replica-id", "instance-id")
-	fs.StringVar(&f.standby, "standby", "", "how a replica that finds bucket 0 held by another waits: light (reads the bucket Leases every 2s and nothing else until it takes bucket 0, then serves and takes the others as they come free; less memory, and two replicas started together end as one serving and one standing by) or full (also watches and checks the Subscriptions); the takeover is as fast either way (default light; full with --webhook-addr, where every replica answers admission calls)")
+	fs.StringVar(&f.standby, "standby", "", "how a replica that finds bucket 0 held by another waits: light (reads the bucket Leases every 2s and nothing else until it takes bucket 0, then serves and takes the others as they come free; it answers admission calls all the same; less memory, and two replicas started together end as one serving and one standing by) or full (also watches and checks the Subscriptions); the takeover is as fast either way (default light)")
 	f.webhooks = admission.BindFlags(fs, ns)
 }
 
@@ -148,24 +147,15 @@ func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 	}
 }
 
-// lightStandby is --standby: light by default, full with the admission
-// endpoint (a light standby answers no admission call, and the webhooks'
-// Service sends calls to every ready replica).
+// lightStandby is --standby: light unless full is asked for. A light
+// standby answers admission calls too (its endpoint is started before it
+// stands by, and reads the Subscription of a Deployment it wakes).
 func (f Flags) lightStandby() (bool, error) {
-	_, webhooks, err := f.webhooks.Options()
-	if err != nil {
-		return false, err
-	}
 	switch f.standby {
-	case "":
-		return !webhooks, nil
+	case "", "light":
+		return true, nil
 	case "full":
 		return false, nil
-	case "light":
-		if webhooks {
-			return false, errors.New("--standby=light with --webhook-addr: every replica must answer the admission calls its Service sends it; use --standby=full, or leave --standby unset")
-		}
-		return true, nil
 	}
 	return false, fmt.Errorf("--standby %q: want light or full", f.standby)
 }
