@@ -110,7 +110,30 @@ type SubscribedResource struct {
 	// every update.
 	// +listType=set
 	UpdatedWhen []UpdatedPart `json:"updatedWhen,omitempty"`
+	// Events drops, in the hub, a change of a type not listed (created,
+	// updated, deleted), before it wakes the operator: an operator that
+	// acts only on new Namespaces lists created and is not woken by their
+	// updates. As the watch reports them: with a labelSelector, an object
+	// that comes to match is a create and one that stops matching a
+	// delete. A relist (the watch lost its resource version) cannot tell
+	// a create from an update: what it finds changed is sent when created
+	// or updated is listed, and the deletes it cannot see are left to the
+	// sweep it asks for. Sweeps, Wakeups and a Deployment sink's longest
+	// sleep are not changes and are not filtered. Empty sends every type.
+	// +listType=set
+	Events []EventType `json:"events,omitempty"`
 }
+
+// EventType is a type of change for SubscribedResource.Events.
+// +kubebuilder:validation:Enum=created;updated;deleted
+type EventType string
+
+// The types Events names.
+const (
+	EventCreated EventType = "created"
+	EventUpdated EventType = "updated"
+	EventDeleted EventType = "deleted"
+)
 
 // UpdatedPart is a part of an object for SubscribedResource.UpdatedWhen.
 // +kubebuilder:validation:Enum=generation;labels;annotations

@@ -223,6 +223,11 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 			}
 			skip = &genskip.Options{OnLabelChange: so.Labels, OnAnnotationChange: so.Annotations}
 		}
+		for j, e := range r.Events {
+			if e != v1alpha1.EventCreated && e != v1alpha1.EventUpdated && e != v1alpha1.EventDeleted {
+				return nil, nil, withReason("InvalidSpec", "%s.events[%d] %q: want %s, %s or %s", field, j, e, v1alpha1.EventCreated, v1alpha1.EventUpdated, v1alpha1.EventDeleted)
+			}
+		}
 		nss := r.Namespaces
 		if len(nss) == 0 || !namespaced {
 			nss = []string{""}
@@ -237,6 +242,9 @@ func (h *Hub) plan(ctx context.Context, s *sub, spec v1alpha1.SubscriptionSpec) 
 			if len(r.UpdatedWhen) > 0 {
 				a.when = slices.Clone(r.UpdatedWhen)
 				a.whenMemo = genskip.NewMemo[string](skipMemo)
+			}
+			if len(r.Events) > 0 {
+				a.events = slices.Clone(r.Events)
 			}
 
 			if ref != nil {
@@ -277,7 +285,8 @@ func sameAttachments(a, b []*attachment) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if x.key != y.key || x.mode != y.mode || x.pkey != y.pkey || (x.owner == nil) != (y.owner == nil) || (x.ref == nil) != (y.ref == nil) {
+		if x.key != y.key || x.mode != y.mode || x.pkey != y.pkey || (x.owner == nil) != (y.owner == nil) || (x.ref == nil) != (y.ref == nil) ||
+			!slices.Equal(x.events, y.events) {
 			return false
 		}
 		if x.owner != nil && *x.owner != *y.owner {

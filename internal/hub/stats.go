@@ -32,7 +32,7 @@ func newStats(el elector) *Stats {
 		retries:       c("retries_total", "Sends retried after a failure"),
 		dropped:       c("events_dropped_total", "Events not delivered after their retries, with no dead-letter sink taking them"),
 		deadLettered:  c("events_dead_lettered_total", "Events sent to a dead-letter sink"),
-		filtered:      c("events_filtered_total", "Changes not sent: the owner, referencedBy or skipObserved filter dropped them"),
+		filtered:      c("events_filtered_total", "Changes not sent: the owner, referencedBy, skipObserved, updatedWhen or events filter dropped them"),
 		coalesced:     c("events_coalesced_total", "Changes replaced by a newer change of the same object before they were sent"),
 		relists:       c("relists_total", "Watches that lost their resource version and listed what changed"),
 		referenced:    c("events_referenced_total", "Reference-mode updates of objects that became referenced (referencedBy): their changes while unreferenced were not sent"),

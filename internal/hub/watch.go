@@ -68,6 +68,8 @@ type attachment struct {
 	// fingerprint of those parts per object.
 	when     []v1alpha1.UpdatedPart
 	whenMemo *genskip.Memo[string]
+	// events is Events: the types of change sent (nil: every type).
+	events []v1alpha1.EventType
 
 	mu   sync.Mutex
 	seq  []*mark // sends pending, in watch order
@@ -544,7 +546,7 @@ func (w *sharedWatch) dispatch(ctx context.Context, act string, obj runtime.Obje
 		if a.sent(rv) {
 			continue
 		}
-		want := a.wants(ctx, m) && !a.skips(act, obj, m) && !a.unchanged(act, m)
+		want := a.wants(ctx, m) && !a.skips(act, obj, m) && !a.unchanged(act, m) && a.takes(act)
 		if !want {
 			a.sub.h.stats.filtered.Inc()
 			if told == 0 {
@@ -675,6 +677,29 @@ func (a *attachment) unchanged(act string, m metav1.Object) bool {
 	return act == "update" && same
 }
 
+// takes applies Events to a change the watch reported as act (add,
+// update, delete). Last of the filters, so that the memos of the others
+// see every change.
+func (a *attachment) takes(act string) bool {
+	if a.events == nil {
+		return true
+	}
+	t := v1alpha1.EventUpdated
+	switch act {
+	case "add":
+		t = v1alpha1.EventCreated
+	case "delete":
+		t = v1alpha1.EventDeleted
+	}
+	return slices.Contains(a.events, t)
+}
+
+// takesRelisted applies Events to what a relist found changed, which may
+// have been created or updated since: sent if either is taken.
+func (a *attachment) takesRelisted() bool {
+	return a.events == nil || slices.Contains(a.events, v1alpha1.EventCreated) || slices.Contains(a.events, v1alpha1.EventUpdated)
+}
+
 // partsFingerprint hashes the parts of m that UpdatedWhen names.
 func partsFingerprint(parts []v1alpha1.UpdatedPart, m metav1.Object) uint64 {
 	h := fnv.New64a()
@@ -777,6 +802,10 @@ func (w *sharedWatch) relist(ctx context.Context, since string) (string, error) 
 				mk := marks[a]
 				if mk == nil || a.sent(rv) || !a.wants(ctx, it.m) {
 					continue
+				}
+				if !a.takesRelisted() {
+					a.sub.h.stats.filtered.Inc()
+					continue // the list's mark moves its progress past it
 				}
 				a.mu.Lock()
 				if a.retired {
