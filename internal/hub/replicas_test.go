@@ -922,9 +922,10 @@ func TestStandbyServesNothing(t *testing.T) {
 // Subscriptions, of RBAC objects or of a subscribed kind) and does no
 // work; when the holder is SIGKILLed it takes every bucket once their
 // Leases expire, and when the next holder is stopped (SIGTERM) a second
-// light standby takes them at its next read, as released (no expiry). Through both, while ConfigMaps change
-// every 100 ms, no change is lost, and the duplicates are at most what the
-// replicas counted as replayed, each marked.
+// light standby takes them at its next read, as released (no expiry).
+// Through both, while ConfigMaps change every 100 ms, no change is lost,
+// and the duplicates are at most what the replicas counted as replayed,
+// each marked.
 func TestLightStandby(t *testing.T) {
 	_, _, ns := withReader(t)
 	rc := newRecorder(t)
