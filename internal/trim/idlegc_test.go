@@ -14,7 +14,12 @@ func TestIdleGC(t *testing.T) {
 	percent := 100
 	var calls []string
 	oldSet, oldFree := setGCPercent, freeOSMemory
-	setGCPercent = func(p int) int { calls = append(calls, "percent "+strconv.Itoa(p)); was := percent; percent = p; return was }
+	setGCPercent = func(p int) int {
+		calls = append(calls, "percent "+strconv.Itoa(p))
+		was := percent
+		percent = p
+		return was
+	}
 	freeOSMemory = func() { calls = append(calls, "free") }
 	defer func() { setGCPercent, freeOSMemory = oldSet, oldFree }()
 
