@@ -89,7 +89,7 @@ func (h *Hub) standBy(ctx context.Context) error {
 	f, err := el.Wait(ctx, func() {
 		h.standing.Store(true)
 		h.opts.Log.Info("light standby: every bucket is held by another replica; reading their Leases until this one takes bucket 0, nothing else is watched meanwhile",
-			"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", h.retryPeriod())
+			"leaseNamespace", h.opts.LeaseNamespace, "buckets", el.Buckets(), "every", el.RetryPeriod())
 	})
 	if err != nil {
 		return err
@@ -98,14 +98,6 @@ func (h *Hub) standBy(ctx context.Context) error {
 		h.opts.Log.Info("light standby: bucket 0 taken; starting to serve", "bucket", f.Bucket, "why", f.Why, "holder", f.Holder)
 	}
 	return nil
-}
-
-// retryPeriod is how often the elector tries (bucket.Options' default).
-func (h *Hub) retryPeriod() time.Duration {
-	if h.opts.RetryPeriod > 0 {
-		return h.opts.RetryPeriod
-	}
-	return 2 * time.Second
 }
 
 // BuildVersion is the binary's module version, else its VCS revision

@@ -150,6 +150,10 @@ func New(d dynamic.Interface, o Options) *Elector {
 // LeaseName is the name of bucket i's Lease.
 func LeaseName(prefix string, i int) string { return prefix + "-" + strconv.Itoa(i) }
 
+// RetryPeriod is how often each bucket's Lease is tried (or, standing
+// by, read).
+func (e *Elector) RetryPeriod() time.Duration { return e.o.RetryPeriod }
+
 // Buckets is how many buckets there are.
 func (e *Elector) Buckets() int { return e.o.Buckets }
 
