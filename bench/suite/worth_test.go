@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 )
 
 func TestJoinManifestsKeepsSharedObjectsOnce(t *testing.T) {
@@ -74,7 +75,7 @@ func TestChurnWindow(t *testing.T) {
 // and flags with its own name in the Leases and free ports, and keeps the
 // rest of its environment (its kubeconfig, the Leases' namespace).
 func TestSecondReplica(t *testing.T) {
-	argv, env := secondReplica([]string{"/ko/opzero-hub", "--health-addr=:37907", "--webhook-addr=:8443", "--buckets=4"},
+	argv, env := devtest.SecondReplica([]string{"/ko/opzero-hub", "--health-addr=:37907", "--webhook-addr=:8443", "--buckets=4"},
 		map[string]string{"POD_NAME": "opzero-hub-local", "POD_NAMESPACE": "opzero-system", "KUBECONFIG": "/k", "OPZERO_WEBHOOK_PORT": "9443"})
 	wantArgv := []string{"/ko/opzero-hub", "--health-addr=127.0.0.1:0", "--webhook-addr=127.0.0.1:0", "--buckets=4"}
 	if !slices.Equal(argv, wantArgv) {

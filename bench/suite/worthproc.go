@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/devenv/dev"
+	"github.com/opzero/opzero/internal/devenv/devtest"
 	"github.com/opzero/opzero/internal/proc"
 )
 
@@ -80,71 +79,10 @@ const (
 	hubReplica2 = "hub, replica 2 (standby)"
 )
 
-// secondReplica is the command line and environment of the hub's second
-// replica, from the first one's: its own POD_NAME (its name in the
-// Leases) and free ports for its health and admission endpoints.
-func secondReplica(argv []string, env map[string]string) ([]string, []string) {
-	argv = slices.Clone(argv)
-	for i, a := range argv {
-		switch {
-		case i == 0:
-		case strings.HasPrefix(a, "--health-addr="):
-			argv[i] = "--health-addr=127.0.0.1:0"
-		case strings.HasPrefix(a, "--webhook-addr="):
-			argv[i] = "--webhook-addr=127.0.0.1:0"
-		}
-	}
-	var out []string
-	for k, v := range env {
-		switch k {
-		case "POD_NAME":
-			v += "-2"
-		case "OPZERO_WEBHOOK_PORT":
-			v = "0"
-		}
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return argv, out
-}
-
-// secondHub starts the hub Deployment's second replica beside the one
-// opzero dev runs (dev runs one process per Deployment), as its second
-// pod: the same binary, flags and environment (kubeconfig of the hub's
-// service account, POD_NAMESPACE: the bucket Leases), its own POD_NAME
-// and ports. It started later, so every bucket is held by dev's replica
-// and it is the standby, as a rolling update or a replica restarted
-// after the other leaves it.
+// secondHub starts the hub's second replica (devtest.SecondHub) beside
+// the one opzero dev (devPid) runs.
 func (w *worthPart) secondHub(devPid int) (pid int, stop func(), err error) {
-	hub := hubProcess(devPid)
-	if hub == 0 {
-		return 0, nil, fmt.Errorf("no hub process under opzero dev (pid %d) to start a second replica of", devPid)
-	}
-	argv, env := secondReplica(proc.Argv(hub), proc.Env(hub))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(w.dir, fmt.Sprintf("hub-replica-2-%d.log", time.Now().UnixNano())))
-	if err != nil {
-		return 0, nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return 0, nil, fmt.Errorf("starting the hub's second replica: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM) // it hands nothing over: it holds no bucket
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	return cmd.Process.Pid, stop, nil
+	return devtest.SecondHub(hubProcess(devPid), filepath.Join(w.dir, fmt.Sprintf("hub-replica-2-%d.log", time.Now().UnixNano())))
 }
 
 // hubProcess is the hub replica opzero dev (devPid) runs, 0 if none.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/opzero/opzero/internal/controllergen"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
+	"github.com/opzero/opzero/internal/kustomize"
 )
 
 // Version is the kubebuilder release the projects are generated with (the
@@ -241,4 +243,33 @@ func ReplaceIn(t testing.TB, path, old, new string) {
 	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Release renders the project's release as its `make build-installer`
+// does (kustomize build config/default), with its kustomization's
+// namespace and namePrefix set to ns and prefix: one of several releases
+// of the project installed side by side. The kustomization is left as it
+// was.
+func Release(t testing.TB, dir, ns, prefix string) []byte {
+	t.Helper()
+	kz := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	orig, err := os.ReadFile(kz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(kz, orig, 0o644)
+	nsLine, prefixLine := regexp.MustCompile(`(?m)^namespace: .*$`), regexp.MustCompile(`(?m)^namePrefix: .*$`)
+	if !nsLine.Match(orig) || !prefixLine.Match(orig) {
+		t.Fatalf("%s has no namespace or namePrefix line (kubebuilder %s scaffolds differently?)", kz, Version)
+	}
+	k := nsLine.ReplaceAll(orig, []byte("namespace: "+ns))
+	k = prefixLine.ReplaceAll(k, []byte("namePrefix: "+prefix))
+	if err := os.WriteFile(kz, k, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	y, err := kustomize.Render(filepath.Dir(kz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
 }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/opzero/opzero/examples/kubebuilder/kbproject"
 	"github.com/opzero/opzero/internal/devenv/image"
-	"github.com/opzero/opzero/internal/kustomize"
 	"github.com/opzero/opzero/internal/manifests"
 	"github.com/opzero/opzero/internal/testkit"
 )
@@ -157,32 +156,13 @@ func (e *e2e) memcachedRelease(t *testing.T, dir, ns, prefix, ref string) releas
 	return r
 }
 
-// installRelease renders the project's release (kustomize build
-// config/default) with its kustomization's namespace and namePrefix set
-// to ns and prefix and its manager's image to ref, writes it to a file
+// installRelease renders the project's release (kbproject.Release in ns
+// with prefix) with its manager's image set to ref, writes it to a file
 // (the input of `opzero hub adopt`) and applies it but the objects of the
 // kinds skip names; its cluster-scoped RBAC is deleted when the test ends.
 func (e *e2e) installRelease(t *testing.T, dir, ns, prefix, ref string, skip map[string]bool) release {
 	t.Helper()
-	kz := filepath.Join(dir, "config", "default", "kustomization.yaml")
-	orig, err := os.ReadFile(kz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.WriteFile(kz, orig, 0o644)
-	nsLine, prefixLine := regexp.MustCompile(`(?m)^namespace: .*$`), regexp.MustCompile(`(?m)^namePrefix: .*$`)
-	if !nsLine.Match(orig) || !prefixLine.Match(orig) {
-		t.Fatalf("%s has no namespace or namePrefix line (kubebuilder %s scaffolds differently?)", kz, kbproject.Version)
-	}
-	k := nsLine.ReplaceAll(orig, []byte("namespace: "+ns))
-	k = prefixLine.ReplaceAll(k, []byte("namePrefix: "+prefix))
-	if err := os.WriteFile(kz, k, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	y, err := kustomize.Render(filepath.Dir(kz))
-	if err != nil {
-		t.Fatal(err)
-	}
+	y := kbproject.Release(t, dir, ns, prefix)
 	r := strings.ReplaceAll(string(y), "image: controller:latest", "image: "+ref)
 	if r == string(y) {
 		t.Fatal("the release names no image controller:latest")
