@@ -279,6 +279,10 @@ func progressKey(gvk schema.GroupVersionKind, ns, selector string) string {
 	return k
 }
 
+// sameAttachments says whether b filters and sends as a does: then an
+// edit of the spec keeps the wired attachments (and their memos). Every
+// filter counts: an edit of one that is not compared would go unapplied
+// until the hub restarts.
 func sameAttachments(a, b []*attachment) bool {
 	if len(a) != len(b) {
 		return false
@@ -286,7 +290,10 @@ func sameAttachments(a, b []*attachment) bool {
 	for i := range a {
 		x, y := a[i], b[i]
 		if x.key != y.key || x.mode != y.mode || x.pkey != y.pkey || (x.owner == nil) != (y.owner == nil) || (x.ref == nil) != (y.ref == nil) ||
-			!slices.Equal(x.events, y.events) {
+			(x.skip == nil) != (y.skip == nil) || !slices.Equal(x.when, y.when) || !slices.Equal(x.events, y.events) {
+			return false
+		}
+		if x.skip != nil && *x.skip != *y.skip {
 			return false
 		}
 		if x.owner != nil && *x.owner != *y.owner {
