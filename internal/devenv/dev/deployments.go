@@ -59,8 +59,13 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		c, _ := cs[0].(map[string]any)
 		var exe, argv []string
-		if command != nil { // the annotation (or the interpreter's) is the whole command line
-			exe = command
+		if command != nil {
+			// the annotation (or the interpreter's) is the whole command
+			// line; its arguments are read as the container's args are:
+			// local URLs, $(VAR), and ports a probe or a containerPort
+			// names moved to free local ones (several local commands may
+			// bind the same port, each in a pod of its own in a cluster)
+			exe, argv = command[:1], slices.Clone(command[1:])
 			if what != "local interpreter" {
 				what = "local command"
 			}
@@ -78,9 +83,6 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 			return err
 		}
 		whEnv, wh := p.webhookProcess(u, c, argv)
-		if len(exe) > 1 {
-			exe = slices.Clone(exe) // the annotation's arguments, changed below
-		}
 		if wh == nil { // dev's own webhook servers get dev's certificate (webhookProcess)
 			if err := p.mountIssued(u, c, exe[1:], argv); err != nil {
 				return err
