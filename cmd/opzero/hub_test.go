@@ -66,6 +66,8 @@ func TestHubAdoptBadInput(t *testing.T) {
 		{[]string{"-f", release, "--from-cluster", "--deployment", "ns/op"}, "give the operator's objects one way"},
 		{[]string{"--from-cluster", "--deployment", "op"}, "--from-cluster needs --deployment <namespace>/<name>"},
 		{[]string{"-f", release, "--owner", "Deployment"}, `--owner "Deployment": want Kind=<value>`},
+		{[]string{"-f", release, "--events", "Widget"}, `--events "Widget": want Kind=created,updated,deleted`},
+		{[]string{"-f", release, "--events", "Widget=created,patched"}, `--events Widget=created,patched: "patched" is no type of change; want created, updated, deleted`},
 		{[]string{"-f", release}, "no Deployment in the input"},
 		{[]string{"-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
 	} {

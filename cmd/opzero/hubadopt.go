@@ -25,6 +25,7 @@ func newHubAdoptCmd() *cobra.Command {
 		out                  string
 		o                    unchanged.Options
 		selectors, ownersArg []string
+		events               []string
 		fromCluster          bool
 		kubeconfig           string
 	)
@@ -49,7 +50,8 @@ to stderr.
 
 Narrow it as Subscriptions are narrowed: --watch-namespace, --selector
 Kind=<selector>, --owner Kind=<OwnerKind> (only objects whose controller
-owner is of that kind wake it), --ignore Kind (a kind it may watch whose
+owner is of that kind wake it), --events Kind=created,deleted (only those
+types of change wake it), --ignore Kind (a kind it may watch whose
 changes need no reconcile). A RequeueAfter the hub cannot see is
 covered by --max-sleep: the longest it stays at zero.
 
@@ -126,6 +128,9 @@ operator up: it is warned of.`,
 			if o.Owners, err = pairs("--owner", ownersArg); err != nil {
 				return err
 			}
+			if o.Events, err = kindEvents("--events", events); err != nil {
+				return err
+			}
 			o.HubNamespace, o.HubName, o.AggregateLabel = manifests.HubNamespace, manifests.HubName, manifests.HubAggregateLabel
 			if o.WebhookToken, err = manifests.NewWebhookToken(); err != nil {
 				return err
@@ -169,6 +174,7 @@ operator up: it is warned of.`,
 	f.StringSliceVar(&o.Namespaces, "watch-namespace", nil, "wake it only for changes in these namespaces (namespaced kinds; repeatable or comma-separated)")
 	f.StringArrayVarP(&selectors, "selector", "l", nil, "Kind=<label selector>: wake it only for objects of that kind the selector matches (repeatable)")
 	f.StringArrayVar(&ownersArg, "owner", nil, "Kind=<OwnerKind>: wake it only for objects of that kind whose controller owner is an OwnerKind (repeatable)")
+	f.StringArrayVar(&events, "events", nil, "Kind=created,updated,deleted (any of them): wake it only for those types of change of that kind; the same kind again adds types (repeatable)")
 	f.StringSliceVar(&o.Ignore, "ignore", nil, "Kind (or group/Kind) it may watch but whose changes need no reconcile, such as pods it only lists: they do not wake it (repeatable or comma-separated)")
 	f.DurationVar(&o.IdleAfter, "idle", 0, "how long it runs with nothing let through and no work in flight before it goes back to 0; 0: the hub's (default 1m)")
 	clihelp.PAlias(f, "idle-after", "idle")
@@ -185,6 +191,25 @@ func pairs(flag string, vs []string) (map[string]string, error) {
 			return nil, fmt.Errorf("%s %q: want Kind=<value>", flag, v)
 		}
 		m[k] = val
+	}
+	return m, nil
+}
+
+// kindEvents reads Kind=created,deleted flags (hub adopt's --events,
+// manifests' --hub-events): the types of change by kind, as given (the
+// same kind twice lists both's); the package using them checks the
+// types and the kinds.
+func kindEvents(flag string, vs []string) (map[string][]string, error) {
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	m := map[string][]string{}
+	for _, v := range vs {
+		k, types, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want Kind=created,updated,deleted (any of them, comma-separated)", flag, v)
+		}
+		m[k] = append(m[k], strings.FieldsFunc(types, func(r rune) bool { return r == ',' || r == ' ' })...)
 	}
 	return m, nil
 }

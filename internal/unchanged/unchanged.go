@@ -36,6 +36,7 @@ package unchanged
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -61,6 +62,11 @@ type Options struct {
 	// Ignore are kinds (Kind or group/Kind) it may watch but whose changes
 	// never need a reconcile (pods it only lists): left out.
 	Ignore []string
+	// Events are the types of change (created, updated, deleted) that
+	// wake it, by kind (Kind or group/Kind; a kind not named: every
+	// type): the resource's events. A kind it does not watch, or another
+	// type, is an error.
+	Events map[string][]string
 	// IdleAfter and MaxSleep are spec.scaleToZero's (0: the hub's default).
 	IdleAfter, MaxSleep time.Duration
 	// HubNamespace and HubName name the hub's service account.
@@ -90,6 +96,9 @@ type obj = map[string]any
 // Derive finds the operator's Deployment in objs and writes its
 // Subscription and the rights the hub needs to serve it.
 func Derive(objs []obj, o Options) (*Result, error) {
+	if err := checkEvents(o.Events); err != nil {
+		return nil, err
+	}
 	dep, err := findDeployment(objs, o.Deployment)
 	if err != nil {
 		return nil, err
@@ -297,12 +306,17 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 	}
 	var out []any
 	var grs []schema.GroupResource
+	var watched []string          // the kinds granted, for --events' error
+	eventsOf := map[string]bool{} // the --events keys that name one
 	for _, gr := range order {
 		e := found[gr]
 		kd, err := k.of(gr)
 		if err != nil {
 			return nil, nil, err
 		}
+		watched = append(watched, kd.gvk.Kind)
+		events, key := eventsFor(o.Events, kd.gvk)
+		eventsOf[key] = true
 		if slices.Contains(o.Ignore, kd.gvk.Kind) || slices.Contains(o.Ignore, kd.gvk.Group+"/"+kd.gvk.Kind) {
 			note("left out", "%s: --ignore (its changes do not wake it; its own informers still see them while it runs)", kd.gvk.Kind)
 			continue
@@ -327,6 +341,9 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		}
 		if sel := pick(o.Selectors, kd.gvk); sel != "" {
 			r["labelSelector"] = sel
+		}
+		if len(events) > 0 {
+			r["events"] = anys(events)
 		}
 		if owner := pick(o.Owners, kd.gvk); owner != "" {
 			ok, err := k.kind(owner)
@@ -353,8 +370,18 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		if sel, ok := r["labelSelector"].(string); ok {
 			note("certain", "%s: only those matching %q wake it (--selector)", kd.gvk.Kind, sel)
 		}
+		if len(events) > 0 {
+			note("certain", "%s: only a change of type %s wakes it (--events)", kd.gvk.Kind, strings.Join(events, ", "))
+		}
 		out = append(out, r)
 		grs = append(grs, gr)
+	}
+	for _, key := range slices.Sorted(maps.Keys(o.Events)) {
+		if !eventsOf[key] {
+			slices.Sort(watched)
+			return nil, nil, fmt.Errorf("--events %s=...: it watches no %s (its roles grant list and watch of %s); want Kind=created,updated,deleted (any of them) for one of those",
+				key, key, strings.Join(slices.Compact(watched), ", "))
+		}
 	}
 	if len(out) == 0 {
 		return nil, nil, fmt.Errorf("nothing to watch: the service account's roles grant list and watch of no kind it reconciles (see the notes)")
@@ -373,6 +400,45 @@ func narrow(have, want []string) []string {
 		}
 	}
 	return out
+}
+
+// EventTypes are the types of change a resource's events may list.
+var EventTypes = []string{"created", "updated", "deleted"}
+
+// checkEvents checks the types of change Options.Events lists.
+func checkEvents(m map[string][]string) error {
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		vs := m[key]
+		if len(vs) == 0 {
+			return fmt.Errorf("--events %s=: name the types of change that wake it: %s (comma-separated, any of them)", key, strings.Join(EventTypes, ", "))
+		}
+		for _, v := range vs {
+			if !slices.Contains(EventTypes, v) {
+				return fmt.Errorf("--events %s=%s: %q is no type of change; want %s (comma-separated, any of them)", key, strings.Join(vs, ","), v, strings.Join(EventTypes, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// eventsFor finds the types of change that wake it for gvk in m (keyed
+// by Kind or group/Kind, as pick), in EventTypes' order and each once, and
+// the key they were found under ("" none).
+func eventsFor(m map[string][]string, gvk schema.GroupVersionKind) (events []string, key string) {
+	key = gvk.Group + "/" + gvk.Kind
+	vs, ok := m[key]
+	if !ok {
+		key = gvk.Kind
+		if vs, ok = m[key]; !ok {
+			return nil, ""
+		}
+	}
+	for _, t := range EventTypes {
+		if slices.Contains(vs, t) {
+			events = append(events, t)
+		}
+	}
+	return events, key
 }
 
 // pick finds the value for gvk in m, keyed by Kind or group/Kind.

@@ -190,6 +190,35 @@ sink:
 	}
 }
 
+// TestDeriveEvents: --events Kind=... sets the events of that kind's
+// resource, each type once in the order created, updated, deleted, keyed
+// by Kind or group/Kind, and says so; the kinds not named get none (every
+// type wakes it).
+func TestDeriveEvents(t *testing.T) {
+	o := opts()
+	o.Events = map[string][]string{"Widget": {"deleted", "created", "deleted"}, "apps/Deployment": {"updated"}}
+	r, err := Derive(objects(t, release), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, res := range r.Objects[0]["spec"].(obj)["resources"].([]any) {
+		res := res.(obj)
+		got[res["kind"].(string)] = res["events"]
+	}
+	want := map[string]any{"Widget": []any{"created", "deleted"}, "Deployment": []any{"updated"}, "ConfigMap": nil}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events by kind %v, want %v", got, want)
+	}
+	notes := ""
+	for _, n := range r.Notes {
+		notes += "[" + n.Sure + "] " + n.Text + "\n"
+	}
+	if !strings.Contains(notes, "[certain] Widget: only a change of type created, deleted wakes it (--events)") {
+		t.Errorf("notes do not say Widget's events:\n%s", notes)
+	}
+}
+
 func TestDeriveBadInput(t *testing.T) {
 	objs := objects(t, release)
 	second := objects(t, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: other, namespace: widget-system}\n")
@@ -233,6 +262,12 @@ rules:
 		{"only a wildcard", replace("ClusterRole", wildcard), Options{Namespaces: []string{"elsewhere"}}, "nothing to watch"},
 		{"every kind ignored", objs, Options{Ignore: []string{"Widget", "apps/Deployment", "ConfigMap"}}, "nothing to watch"},
 		{"an ambiguous or unknown owner", objs, Options{Owners: map[string]string{"Deployment": "Gizmo"}}, "--owner Deployment=Gizmo: no kind Gizmo"},
+		{"events of a kind it does not watch", objs, Options{Events: map[string][]string{"Secret": {"created"}}},
+			"--events Secret=...: it watches no Secret (its roles grant list and watch of ConfigMap, Deployment, Widget); want Kind=created,updated,deleted"},
+		{"events of another group's kind", objs, Options{Events: map[string][]string{"example.org/Widget": {"created"}}}, "it watches no example.org/Widget"},
+		{"an unknown event type", objs, Options{Events: map[string][]string{"Widget": {"created", "patched"}}},
+			`--events Widget=created,patched: "patched" is no type of change; want created, updated, deleted`},
+		{"no event type", objs, Options{Events: map[string][]string{"Widget": nil}}, "--events Widget=: name the types of change"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Derive(c.objs, c.o)
