@@ -99,12 +99,26 @@ func (p *Platform) startDeployments(ctx context.Context, _ []net.Listener) error
 		if err != nil {
 			return err
 		}
-		probe, err := livenessProbe(u, c, argv)
+		local := func(port int) (int, error) {
+			if l, ok := p.moved[key(u)][port]; ok {
+				return l, nil // a local command's port that an earlier one binds too
+			}
+			if command != nil {
+				return port, nil // its own, as in its pod: Services and the hub reach it at its pod's address
+			}
+			return localport.Free() // dev's own images: always moved
+		}
+		probe, err := livenessProbe(u, c, argv, local)
 		if err != nil {
 			return err
 		}
-		if err := ownPorts(u, c, argv); err != nil {
+		if err := ownPorts(u, c, argv, local); err != nil {
 			return err
+		}
+		for port := range p.moved[key(u)] { // the ports its Services target
+			if _, err := movePort(argv, port, local); err != nil {
+				return err
+			}
 		}
 		binds = p.canBind(u, binds)
 		nsRoot := filepath.Join(p.opts.Dir, "mountns", "deployment-"+u.GetNamespace()+"-"+u.GetName())
@@ -213,39 +227,24 @@ func (p *Platform) hubTarget(u *unstructured.Unstructured) bool {
 // arguments that end in ":<port>" (--health-addr=:8081) are rewritten in
 // place to it, and the probe asks it (without such an argument, the port
 // itself).
-func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string) (func(context.Context, time.Duration) error, error) {
+func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string, local func(int) (int, error)) (func(context.Context, time.Duration) error, error) {
 	get, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet")
 	if !ok {
 		return nil, nil
 	}
 	path, _, _ := unstructured.NestedString(get, "path")
-	port := 0
-	switch v := get["port"].(type) {
-	case int64:
-		port = int(v)
-	case float64:
-		port = int(v)
-	case string:
-		ports, _, _ := unstructured.NestedSlice(c, "ports")
-		for _, cp := range ports {
-			m, _ := cp.(map[string]any)
-			if m["name"] == v {
-				n, _, _ := unstructured.NestedInt64(m, "containerPort")
-				port = int(n)
-			}
-		}
+	port, err := probePort(u, c, get)
+	if err != nil {
+		return nil, err
 	}
-	if port <= 0 {
-		return nil, fmt.Errorf("Deployment %s: livenessProbe.httpGet.port %v is neither a number nor a named containerPort", key(u), get["port"])
-	}
-	local, err := movePort(argv, port)
+	moved, err := movePort(argv, port, local)
 	if err != nil {
 		return nil, fmt.Errorf("Deployment %s: a local port for its probe: %w", key(u), err)
 	}
-	if local == 0 { // the program binds the port itself: probe it there
-		local = port
+	if moved == 0 { // the program binds the port itself: probe it there
+		moved = port
 	}
-	url := fmt.Sprintf("http://127.0.0.1:%d/%s", local, strings.TrimPrefix(path, "/"))
+	url := fmt.Sprintf("http://127.0.0.1:%d/%s", moved, strings.TrimPrefix(path, "/"))
 	return func(ctx context.Context, timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -265,6 +264,31 @@ func livenessProbe(u *unstructured.Unstructured, c map[string]any, argv []string
 	}, nil
 }
 
+// probePort is the port of a livenessProbe's httpGet (get): a number or
+// the name of a containerPort.
+func probePort(u *unstructured.Unstructured, c, get map[string]any) (int, error) {
+	port := 0
+	switch v := get["port"].(type) {
+	case int64:
+		port = int(v)
+	case float64:
+		port = int(v)
+	case string:
+		ports, _, _ := unstructured.NestedSlice(c, "ports")
+		for _, cp := range ports {
+			m, _ := cp.(map[string]any)
+			if m["name"] == v {
+				n, _, _ := unstructured.NestedInt64(m, "containerPort")
+				port = int(n)
+			}
+		}
+	}
+	if port <= 0 {
+		return 0, fmt.Errorf("Deployment %s: livenessProbe.httpGet.port %v is neither a number nor a named containerPort", key(u), get["port"])
+	}
+	return port, nil
+}
+
 func probeNote(u *unstructured.Unstructured, c map[string]any) string {
 	if _, ok, _ := unstructured.NestedMap(c, "livenessProbe", "httpGet"); ok {
 		return " or its livenessProbe fails"
@@ -278,12 +302,12 @@ func probeNote(u *unstructured.Unstructured, c map[string]any) string {
 // cluster each pod has a network of its own, here every process (and
 // every other opzero dev on the machine) shares one. Run after
 // livenessProbe, which moves the probe's port the same way.
-func ownPorts(u *unstructured.Unstructured, c map[string]any, argv []string) error {
+func ownPorts(u *unstructured.Unstructured, c map[string]any, argv []string, local func(int) (int, error)) error {
 	ports, _, _ := unstructured.NestedSlice(c, "ports")
 	for _, cp := range ports {
 		m, _ := cp.(map[string]any)
 		if n, ok, _ := unstructured.NestedInt64(m, "containerPort"); ok && n > 0 {
-			if _, err := movePort(argv, int(n)); err != nil {
+			if _, err := movePort(argv, int(n), local); err != nil {
 				return fmt.Errorf("Deployment %s: a local port for its port %d: %w", key(u), n, err)
 			}
 		}
@@ -291,24 +315,25 @@ func ownPorts(u *unstructured.Unstructured, c map[string]any, argv []string) err
 	return nil
 }
 
-// movePort rewrites in place the arguments ending in ":<port>" to one free
-// local port and returns it; 0 when no argument binds port.
-func movePort(argv []string, port int) (int, error) {
-	suffix, local := fmt.Sprintf(":%d", port), 0
+// movePort rewrites in place the arguments ending in ":<port>" to one
+// local port (local(port): a free one, or the one planned for it) and
+// returns it; 0 when no argument binds port.
+func movePort(argv []string, port int, local func(int) (int, error)) (int, error) {
+	suffix, moved := fmt.Sprintf(":%d", port), 0
 	for i, a := range argv {
 		if !strings.HasSuffix(a, suffix) {
 			continue
 		}
-		if local == 0 {
-			p, err := localport.Free() // the process binds it, and again after each restart
+		if moved == 0 {
+			p, err := local(port) // the process binds it, and again after each restart
 			if err != nil {
 				return 0, err
 			}
-			local = p
+			moved = p
 		}
-		argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", local)
+		argv[i] = strings.TrimSuffix(a, suffix) + fmt.Sprintf(":%d", moved)
 	}
-	return local, nil
+	return moved, nil
 }
 
 // interpreterCommand is the local command of a Deployment hosted as

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // clusterNames answers the in-cluster names of the Services opzero dev
@@ -146,15 +149,23 @@ func (p *Platform) serveNames() error {
 // nameCommandServices makes the in-cluster names of each core Service that
 // selects the pods of a Deployment run by its local command (annCommand,
 // or its interpreter on its ConfigMaps' files: package interp) reach that
-// process: port -> 127.0.0.1:<targetPort> (the process binds
-// the container's port itself, as in its pod).
+// process: port -> 127.0.0.1:<targetPort> (the process binds the
+// container's port itself, as in its pod). Before that it plans the ports
+// such processes share one network for (planPorts).
 func (p *Platform) nameCommandServices() error {
+	type name struct {
+		service, ns  string
+		port, target int
+	}
 	type deployment struct {
+		key    string
 		ns     string
 		labels map[string]string
 		c      map[string]any
+		args   []string // the annotation's arguments
+		names  []name   // of the Services selecting its pods
 	}
-	var deps []deployment
+	var deps []*deployment
 	for _, u := range p.opts.Objects {
 		if !isKind(u, "apps", "Deployment") || (u.GetAnnotations()[annCommand] == "" && !interpreted(u)) {
 			continue
@@ -168,7 +179,11 @@ func (p *Platform) nameCommandServices() error {
 		}
 		l, _, _ := unstructured.NestedStringMap(u.Object, "spec", "template", "metadata", "labels")
 		c, _ := cs[0].(map[string]any)
-		deps = append(deps, deployment{u.GetNamespace(), l, c})
+		var args []string
+		if cmd, err := localCommand(u, "Deployment "+key(u)); err == nil && len(cmd) > 1 {
+			args = cmd[1:]
+		}
+		deps = append(deps, &deployment{key: key(u), ns: u.GetNamespace(), labels: l, c: c, args: args})
 	}
 	for _, u := range p.opts.Objects {
 		if !isKind(u, "", "Service") || len(deps) == 0 {
@@ -194,11 +209,69 @@ func (p *Platform) nameCommandServices() error {
 				if err != nil {
 					return fmt.Errorf("Service %s: %w", key(u), err)
 				}
-				p.names.add(u.GetName(), ns, int(port), "127.0.0.1:"+strconv.Itoa(target))
+				d.names = append(d.names, name{u.GetName(), ns, int(port), target})
 			}
 		}
 	}
+	p.moved = map[string]map[int]int{}
+	bound := map[int]string{} // port -> the first Deployment whose arguments bind it
+	for _, d := range deps {
+		ports := containerPorts(d.c)
+		for _, n := range d.names {
+			ports = append(ports, n.target)
+		}
+		if get, ok, _ := unstructured.NestedMap(d.c, "livenessProbe", "httpGet"); ok {
+			if port, err := probePort(&unstructured.Unstructured{}, d.c, get); err == nil {
+				ports = append(ports, port)
+			}
+		}
+		slices.Sort(ports)
+		for _, port := range slices.Compact(ports) {
+			if !binds(d.args, port) {
+				continue
+			}
+			if _, taken := bound[port]; !taken {
+				bound[port] = d.key
+				continue
+			}
+			l, err := localport.Free()
+			if err != nil {
+				return err
+			}
+			if p.moved[d.key] == nil {
+				p.moved[d.key] = map[int]int{}
+			}
+			p.moved[d.key][port] = l
+		}
+		for _, n := range d.names {
+			target := n.target
+			if l, ok := p.moved[d.key][target]; ok {
+				target = l
+			}
+			p.names.add(n.service, n.ns, n.port, "127.0.0.1:"+strconv.Itoa(target))
+		}
+	}
 	return nil
+}
+
+// containerPorts are a container's declared containerPorts.
+func containerPorts(c map[string]any) []int {
+	var out []int
+	ports, _, _ := unstructured.NestedSlice(c, "ports")
+	for _, x := range ports {
+		m, _ := x.(map[string]any)
+		if n, ok := number(m["containerPort"]); ok && n > 0 {
+			out = append(out, int(n))
+		}
+	}
+	return out
+}
+
+// binds says whether an argument binds port (ends in ":<port>", as
+// movePort reads it).
+func binds(args []string, port int) bool {
+	suffix := fmt.Sprintf(":%d", port)
+	return slices.ContainsFunc(args, func(a string) bool { return strings.HasSuffix(a, suffix) })
 }
 
 // targetPort is a Service port's targetPort: a number, a container port's

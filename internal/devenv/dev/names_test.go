@@ -227,3 +227,60 @@ func TestClusterNamesProxyHTTPS(t *testing.T) {
 		t.Errorf("CONNECT to %s, where nothing listens: %d, want 502", gone, resp.StatusCode)
 	}
 }
+
+// TestCommandServiceNamesMovedPort: a Service's targetPort that the local
+// command's arguments bind (kubebuilder's --metrics-bind-address=:8443),
+// bound by an earlier Deployment's command too (two releases of one
+// operator), is planned a free local port for the later one, and the
+// Service's name reaches each process where it listens; the first keeps
+// its port (the hub scrapes it at its pod's address); a targetPort no
+// argument binds stays the port itself.
+func TestCommandServiceNamesMovedPort(t *testing.T) {
+	release := func(ns string) string {
+		return `
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: controller-manager
+  namespace: ` + ns + `
+  annotations:
+    dev.opzero.dev/command: '["python3", "manager.py", "--metrics-bind-address=:8443"]'
+spec:
+  selector: {matchLabels: {control-plane: controller-manager}}
+  template:
+    metadata: {labels: {control-plane: controller-manager}}
+    spec:
+      containers: [{name: manager, image: controller:latest}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: metrics
+  namespace: ` + ns + `
+spec:
+  selector: {control-plane: controller-manager}
+  ports: [{name: https, port: 8443, targetPort: 8443}, {name: webhooks, port: 443, targetPort: 9443}]
+---
+`
+	}
+	objs, err := ReadManifests("-", strings.NewReader(release("one")+release("two")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Platform{opts: Options{Objects: objs, Namespace: "default"}}
+	if err := p.nameCommandServices(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := p.names.lookup("metrics.one.svc:8443"); !ok || got != "127.0.0.1:8443" || len(p.moved["one/controller-manager"]) != 0 {
+		t.Errorf("metrics.one:8443 -> %q (%v), moved %v: want the first release's own 127.0.0.1:8443", got, ok, p.moved["one/controller-manager"])
+	}
+	moved := p.moved["two/controller-manager"][8443]
+	if got, ok := p.names.lookup("metrics.two.svc:8443"); !ok || moved == 0 || moved == 8443 || got != fmt.Sprintf("127.0.0.1:%d", moved) {
+		t.Errorf("metrics.two:8443 -> %q (%v), want the free port planned for the second release (%d), not 8443", got, ok, moved)
+	}
+	for _, ns := range []string{"one", "two"} {
+		if got, ok := p.names.lookup("metrics." + ns + ".svc:443"); !ok || got != "127.0.0.1:9443" {
+			t.Errorf("metrics.%s:443 -> %q (%v), want 127.0.0.1:9443 (no argument binds it: the process binds it itself)", ns, got, ok)
+		}
+	}
+}

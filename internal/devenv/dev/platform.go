@@ -78,6 +78,13 @@ type Platform struct {
 	localURLs  map[string]string // in-cluster URL -> local URL
 	names      clusterNames      // in-cluster Service names -> local addresses
 	namesURL   string            // the proxy that answers them: processes' HTTP_PROXY
+	// moved are the ports a local command's arguments bind (its probe's,
+	// its containerPorts, those its Services target) that an earlier
+	// local command of the session binds too, by Deployment
+	// (namespace/name): port -> the free local port it binds instead,
+	// planned before it starts (nameCommandServices) so that its
+	// Services' names reach it there. The first keeps its ports.
+	moved map[string]map[int]int
 
 	Services []*Service
 	Sources  []string // "ApiServerSource ns/name -> sink", ...

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/opzero/opzero/internal/localport"
 )
 
 // TestOwnPorts: an argument binding a declared containerPort (the hub's
@@ -20,7 +22,7 @@ func TestOwnPorts(t *testing.T) {
 		map[string]any{"name": "webhooks", "containerPort": int64(8443)},
 	}}
 	argv := []string{"--health-addr=127.0.0.1:39001", "--webhook-addr=:8443", "--also=0.0.0.0:8443", "--metrics-addr=:9090", "--buckets=4"}
-	if err := ownPorts(u, c, argv); err != nil {
+	if err := ownPorts(u, c, argv, func(int) (int, error) { return localport.Free() }); err != nil {
 		t.Fatal(err)
 	}
 	if argv[0] != "--health-addr=127.0.0.1:39001" || argv[3] != "--metrics-addr=:9090" || argv[4] != "--buckets=4" {
