@@ -19,6 +19,7 @@ func newManifestsCmd() *cobra.Command {
 	var durable, installHub, helpFiles bool
 	var timeout time.Duration
 	var env envFlags
+	var hubEvents []string
 	cmd := &cobra.Command{
 		Use:   "manifests [--operator] <go package> [-o <dir>|-] [--env NAME=VALUE ...] [-- <operator args>]",
 		Short: "Generate everything needed to deploy an operator, from the operator's own description",
@@ -40,6 +41,7 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
   opzero manifests --operator ./cmd/myoperator --namespace ops --broker default --dead-letter-sink http://dls.ops.svc
   opzero manifests ./examples/configwatcher --source=knative -o deploy/
   opzero manifests ./cmd/myoperator --install-hub=false -o deploy/   # the hub: opzero hub manifests
+  opzero manifests ./cmd/myoperator --hub-events Namespace=created -o deploy/   # not woken by updates and deletes of Namespaces
   opzero manifests ./cmd -o config/serverless     # a kubebuilder project: reads config/default, writes an overlay
   opzero manifests ./cmd/myoperator -o deploy/ --env LOG_LEVEL=debug --env-secret GITHUB_TOKEN=github:token \
       --env-from-configmap myoperator-settings -- --max-concurrent-reconciles=4`,
@@ -60,6 +62,10 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
 			o.Args = operatorArgs(cmd, args)
 			args = positional(cmd, args)
 			if err := parseEnvFlags(&o, env); err != nil {
+				return err
+			}
+			var err error
+			if o.HubEvents, err = kindEvents("--hub-events", hubEvents); err != nil {
 				return err
 			}
 			if len(args) == 1 {
@@ -141,6 +147,7 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
 	f.StringVar(&o.Source, "source", manifests.SourceHub, "serverless: how events reach the operator: hub (a Subscription to the cluster's opzero hub, which hub.yaml installs) or knative (an ApiServerSource per kind, PingSources, a wakeup source); --mode=classic ignores it")
 	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
+	f.StringArrayVar(&hubEvents, "hub-events", nil, "with --source=hub: Kind=created,updated,deleted (any of them; Kind or group/Kind): the hub wakes the operator only for those types of change of a kind it watches (the Subscription's events; repeatable, the same kind again adds types)")
 	f.BoolVar(&installHub, "install-hub", true, "with --source=hub: write hub.yaml, the cluster's hub (the same in every operator's manifests, so applying it again is harmless); false when the hub is installed once per cluster with opzero hub manifests")
 	f.DurationVar(&timeout, "timeout", 300*time.Second, "serverless: the Service's timeoutSeconds, the longest one request may take")
 	f.DurationVar(&o.Idle, "idle", 0, "serverless: keep an idle instance this long before scaling to zero (Knative keeps it for its stable window, then the retention period: under 60s autoscaling.knative.dev/window, at least 6s; above, scale-to-zero-pod-retention-period of the rest; 0: Knative's defaults, 60s or more)")

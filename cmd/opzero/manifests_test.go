@@ -213,6 +213,40 @@ func TestManifestsSourceHub(t *testing.T) {
 	}
 }
 
+// TestManifestsHubEvents: --hub-events ConfigMap=created,deleted (and the
+// same kind again) writes the ConfigMap resource's events in the
+// Subscription; a kind the ConfigWatcher does not watch, another type,
+// a flag without Kind= or --source=knative is an error naming the flag,
+// and the folder is not written.
+func TestManifestsHubEvents(t *testing.T) {
+	t.Chdir("../..")
+	out, err := runOpzero(t, "manifests", "./examples/configwatcher", "--hub-events", "ConfigMap=deleted", "--hub-events", "ConfigMap=created")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "    events:\n    - created\n    - deleted\n    kind: ConfigMap\n") {
+		t.Errorf("the Subscription's ConfigMap resource lacks events [created, deleted]:\n%s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hub-events", "Secret=created"}, "--hub-events Secret=...: the operator watches no Secret (it watches ConfigMap, ConfigWatcher)"},
+		{[]string{"--hub-events", "ConfigMap=created,patched"}, `"patched" is no type of change; want created, updated, deleted`},
+		{[]string{"--hub-events", "ConfigMap"}, `--hub-events "ConfigMap": want Kind=created,updated,deleted`},
+		{[]string{"--hub-events", "ConfigMap=created", "--source=knative"}, "--hub-events: the hub drops the changes it names"},
+	} {
+		dir := filepath.Join(t.TempDir(), "deploy")
+		out, err := runOpzero(t, append([]string{"manifests", "./examples/configwatcher", "-o", dir}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v (%s), want an error containing %q", c.args, err, out, c.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%v: the folder was written (%v)", c.args, err)
+		}
+	}
+}
+
 // TestManifestsWebhookBadInputWritesNothing: a project whose kind has two
 // versions with other schemas and no conversion, or whose markers declare
 // webhooks it does not register, gets an error naming the file to fix, and

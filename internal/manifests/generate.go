@@ -301,6 +301,9 @@ func Generate(in Input, o Options) ([]Object, error) {
 	if err := g.checkEvents(); err != nil {
 		return nil, err
 	}
+	if err := g.checkHubEvents(); err != nil {
+		return nil, err
+	}
 	if err := g.checkWebhooks(); err != nil {
 		return nil, err
 	}

@@ -75,7 +75,7 @@ func (g *gen) hubWiring() []Object {
 // all namespaces, the kinds' selectors), referencedBy where the operator
 // declared it, updatedWhen where every use of the kind lets only some
 // updates through (builder.UpdatedWhen, an adopted controller's
-// predicates), skipObserved on the primary as the operator skips (the hub
+// predicates), events where --hub-events names the kind, skipObserved on the primary as the operator skips (the hub
 // then does not send what the operator would only acknowledge), the same sweeps under the PingSources' names, and the
 // operator's Wakeups when durable time is on.
 func (g *gen) subscription() Object {
@@ -111,6 +111,13 @@ func (g *gen) subscription() Object {
 				parts = append(parts, p)
 			}
 			r["updatedWhen"] = parts
+		}
+		if len(k.events) > 0 {
+			var types []any
+			for _, t := range k.events {
+				types = append(types, t)
+			}
+			r["events"] = types
 		}
 		if k.mode == "Resource" && k.skip != nil {
 			so := map[string]any{}

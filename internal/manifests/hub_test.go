@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -157,4 +158,59 @@ func TestHubObjectsAreShared(t *testing.T) {
 		strings.ReplaceAll(c, "registry.example/hub:v1", manifests.DefaultHubImage) != a {
 		t.Errorf("--hub-image: want only the image changed:\n%s", diffLines(a, c))
 	}
+}
+
+// TestHubEvents: --hub-events sets the events of the kinds it names in
+// the Subscription (Kind or group/Kind; each type once, in the order
+// created, updated, deleted), and none on the others. A kind the
+// operator does not watch, a bare Kind two groups have, another type, no
+// type, or another source than the hub is an error naming --hub-events
+// and what it accepts.
+func TestHubEvents(t *testing.T) {
+	owned := func(op *description.Controller) {
+		op.Owned = []description.Kind{{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments"}}
+	}
+	objs := byKey(hubCase(t, manifests.Options{Namespace: "ops", HubEvents: map[string][]string{
+		"ConfigMap": {"deleted", "created", "deleted"}, "k8spatterns.io/ConfigWatcher": {"updated"}}}, owned))
+	got := map[string]any{}
+	for _, r := range objs["Subscription ops/configwatcher"].Obj["spec"].(map[string]any)["resources"].([]any) {
+		r := r.(map[string]any)
+		got[r["kind"].(string)] = r["events"]
+	}
+	want := map[string]any{"ConfigWatcher": []any{"updated"}, "Deployment": nil, "ConfigMap": []any{"created", "deleted"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events by kind %v, want %v", got, want)
+	}
+
+	fail := func(o manifests.Options, edit func(*description.Controller), want string) {
+		t.Helper()
+		in, err := manifests.Prepare(context.Background(), configWatcher(t), manifests.Options{Mode: o.Mode, Source: o.Source})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			edit(&in.Operator)
+		}
+		if _, err := manifests.Generate(in, o); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--hub-events %v: %v, want an error containing %q", o.HubEvents, err, want)
+		}
+	}
+	hub := func(m map[string][]string) manifests.Options {
+		return manifests.Options{Mode: manifests.Serverless, Source: manifests.SourceHub, HubEvents: m}
+	}
+	fail(hub(map[string][]string{"Secret": {"created"}}), owned,
+		"--hub-events Secret=...: the operator watches no Secret (it watches ConfigMap, ConfigWatcher, Deployment); want Kind=created,updated,deleted")
+	fail(hub(map[string][]string{"ConfigMap": {"created", "patched"}}), nil,
+		`--hub-events ConfigMap=created,patched: "patched" is no type of change; want created, updated, deleted`)
+	fail(hub(map[string][]string{"ConfigMap": nil}), nil, "--hub-events ConfigMap=: name the types of change")
+	fail(hub(map[string][]string{"Deployment": {"created"}}), func(op *description.Controller) {
+		op.Owned = []description.Kind{{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments"},
+			{Group: "example.com", Version: "v1", Kind: "Deployment", Resource: "deployments"}}
+	}, "--hub-events Deployment=...: the operator watches Deployment of 2 groups: write group/Kind (apps/Deployment, example.com/Deployment)")
+	knative := hub(map[string][]string{"ConfigMap": {"created"}})
+	knative.Source = manifests.SourceKnative
+	fail(knative, nil, "--hub-events: the hub drops the changes it names, and with --source=knative")
+	classic := hub(map[string][]string{"ConfigMap": {"created"}})
+	classic.Mode, classic.Source = manifests.Classic, ""
+	fail(classic, nil, "with --mode=classic the operator gets its events another way")
 }

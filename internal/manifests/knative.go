@@ -81,6 +81,9 @@ type sourceKind struct {
 	// skip (hub only): the kind is only ever a primary, and every
 	// controller reconciling it skips observed generations this way.
 	skip *description.Skip
+	// events (hub only): the types of change that wake the operator
+	// (Options.HubEvents), in HubEventTypes' order; nil every type.
+	events []string
 }
 
 // sourceKinds lists the ApiServerSources: Resource mode for the primary and
@@ -92,7 +95,8 @@ type sourceKind struct {
 // a referrer only if every one watches it through the same field of the
 // same primary kind, an update filter (updatedWhen) only if every one has
 // one (the union of their parts), skipping observed generations only if every one
-// reconciles it as its primary and skips.
+// reconciles it as its primary and skips, and the types of change
+// (events) only if every one names some (the union of them).
 func (g *gen) sourceKinds() []sourceKind {
 	var out []sourceKind
 	at := map[[4]string]int{}
@@ -107,6 +111,9 @@ func (g *gen) sourceKinds() []sourceKind {
 			id[3] = "everywhere"
 		}
 		sk := sourceKind{Kind: k, mode: mode, owned: owner != nil, skip: skip}
+		if g.o.hub() {
+			sk.events, _ = hubEventsFor(g.o.HubEvents, k)
+		}
 		if owner != nil {
 			sk.owner = *owner
 		}
@@ -138,6 +145,11 @@ func (g *gen) sourceKinds() []sourceKind {
 		} else {
 			have.UpdatedWhen = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(have.UpdatedWhen), k.UpdatedWhen...))))
 		}
+		if len(have.events) == 0 || len(sk.events) == 0 {
+			have.events = nil // some use of the kind wants every type of change
+		} else {
+			have.events = canonicalEvents(append(slices.Clone(have.events), sk.events...))
+		}
 		switch {
 		case have.skip == nil || skip == nil:
 			have.skip = nil
@@ -162,6 +174,63 @@ func (g *gen) sourceKinds() []sourceKind {
 		}
 	}
 	return out
+}
+
+// hubEventsFor finds k's types of change in m (keyed by Kind or
+// group/Kind), in HubEventTypes' order and each once, and the key they
+// were found under ("" none).
+func hubEventsFor(m map[string][]string, k description.Kind) (events []string, key string) {
+	key = k.Group + "/" + k.Kind
+	vs, ok := m[key]
+	if !ok {
+		key = k.Kind
+		if vs, ok = m[key]; !ok {
+			return nil, ""
+		}
+	}
+	return canonicalEvents(vs), key
+}
+
+func canonicalEvents(vs []string) []string {
+	var out []string
+	for _, t := range HubEventTypes {
+		if slices.Contains(vs, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// checkHubEvents: every kind --hub-events names is one the operator
+// watches, and a bare Kind names one group's.
+func (g *gen) checkHubEvents() error {
+	if len(g.o.HubEvents) == 0 {
+		return nil
+	}
+	groups := map[string][]string{} // the --hub-events keys -> the groups of the kinds they name
+	var watched []string
+	for _, k := range g.sourceKinds() {
+		watched = append(watched, k.Kind.Kind)
+		if _, key := hubEventsFor(g.o.HubEvents, k.Kind); key != "" && !slices.Contains(groups[key], k.Group) {
+			groups[key] = append(groups[key], k.Group)
+		}
+	}
+	slices.Sort(watched)
+	for _, key := range slices.Sorted(maps.Keys(g.o.HubEvents)) {
+		switch gs := groups[key]; {
+		case len(gs) == 0:
+			return fmt.Errorf("--hub-events %s=...: the operator watches no %s (it watches %s); want Kind=created,updated,deleted (any of them) for one of those",
+				key, key, strings.Join(slices.Compact(watched), ", "))
+		case len(gs) > 1:
+			slices.Sort(gs)
+			var named []string
+			for _, gr := range gs {
+				named = append(named, gr+"/"+key)
+			}
+			return fmt.Errorf("--hub-events %s=...: the operator watches %s of %d groups: write group/Kind (%s)", key, key, len(gs), strings.Join(named, ", "))
+		}
+	}
+	return nil
 }
 
 func sameKind(a, b description.Kind) bool {

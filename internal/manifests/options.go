@@ -3,6 +3,9 @@ package manifests
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -104,6 +107,12 @@ type Options struct {
 	// (classic), the namespace (unless Namespace is set), the namePrefix
 	// of every object's name and the labels; nil: none.
 	Project *kustomize.Manager
+	// HubEvents are the types of change (created, updated, deleted) the
+	// hub wakes the operator for, by kind (Kind or group/Kind; a kind not
+	// named: every type): the events of that kind's resource in the
+	// Subscription (--hub-events). A kind the operator does not watch,
+	// another type, or another source than the hub is an error.
+	HubEvents map[string][]string
 	// WebhookCert, with CertsSecret, is the certificate to keep (a folder
 	// regenerated keeps its Secret's) if it still serves the webhooks
 	// Service's names for 30 days; nil or not: a new one.
@@ -132,6 +141,37 @@ func (o Options) checkModeSource() error {
 	}
 	if o.Mode == Classic && o.Source == SourceHub {
 		return fmt.Errorf("--source=%s: the hub delivers to serverless operators, and --mode=classic watches with its own informers; drop --source or use --mode=serverless", SourceHub)
+	}
+	return o.checkHubEvents()
+}
+
+// HubEventTypes are the types of change --hub-events may list, in the
+// order they are written.
+var HubEventTypes = []string{"created", "updated", "deleted"}
+
+// checkHubEvents checks the types HubEvents lists, and that the hub
+// delivers (the kinds are checked once they are known: gen.checkHubEvents).
+func (o Options) checkHubEvents() error {
+	if len(o.HubEvents) == 0 {
+		return nil
+	}
+	if !o.hub() {
+		other := "--source=" + o.Source
+		if o.Mode == Classic {
+			other = "--mode=classic"
+		}
+		return fmt.Errorf("--hub-events: the hub drops the changes it names, and with %s the operator gets its events another way; drop --hub-events, or use the hub (--source=%s)", other, SourceHub)
+	}
+	for _, key := range slices.Sorted(maps.Keys(o.HubEvents)) {
+		vs := o.HubEvents[key]
+		if len(vs) == 0 {
+			return fmt.Errorf("--hub-events %s=: name the types of change that wake it: %s (comma-separated, any of them)", key, strings.Join(HubEventTypes, ", "))
+		}
+		for _, v := range vs {
+			if !slices.Contains(HubEventTypes, v) {
+				return fmt.Errorf("--hub-events %s=%s: %q is no type of change; want %s (comma-separated, any of them)", key, strings.Join(vs, ","), v, strings.Join(HubEventTypes, ", "))
+			}
+		}
 	}
 	return nil
 }
