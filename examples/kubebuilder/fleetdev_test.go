@@ -3,7 +3,6 @@ package kubebuilder_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -219,10 +218,8 @@ func TestFleetOnDev(t *testing.T) {
 
 // objects is the member's release read as dev reads a stream, but the
 // objects derived (by kind and namespace/name) that the adopt output
-// replaces, with its Deployment's command for dev when it has one: the
-// container's arguments but --leader-elect, which outside a pod cannot
-// find its namespace (controller-runtime reads the service account's
-// namespace file).
+// replaces, with its Deployment's command for dev when it has one
+// (devCommand).
 func (m fleetMember) objects(t *testing.T, derived map[string]bool) []*unstructured.Unstructured {
 	t.Helper()
 	objs, err := dev.ReadManifests("-", bytes.NewReader(m.release))
@@ -235,24 +232,9 @@ func (m fleetMember) objects(t *testing.T, derived map[string]bool) []*unstructu
 			continue
 		}
 		out = append(out, u)
-		if u.GetKind() != "Deployment" || m.command == nil {
-			continue
+		if u.GetKind() == "Deployment" && m.command != nil {
+			devCommand(u, m.command...)
 		}
-		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-		command := slices.Clone(m.command)
-		for _, a := range args {
-			if a != "--leader-elect" {
-				command = append(command, a)
-			}
-		}
-		b, _ := json.Marshal(command)
-		ann := u.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann["dev.opzero.dev/command"] = string(b)
-		u.SetAnnotations(ann)
 	}
 	return out
 }

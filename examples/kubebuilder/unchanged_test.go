@@ -91,34 +91,15 @@ func onDevUnchanged(t *testing.T, dir string, o unchanged.Options) (r *unchanged
 		derived[d["kind"].(string)+" "+d["metadata"].(map[string]any)["name"].(string)] = true
 	}
 
-	// dev runs the manager's process for its Deployment; its arguments are
-	// the container's but --leader-elect, which outside a pod cannot find
-	// its namespace (controller-runtime reads the service account's
-	// namespace file).
 	var keep []*unstructured.Unstructured
 	for _, u := range objs {
 		if derived[u.GetKind()+" "+u.GetName()] {
 			continue
 		}
 		keep = append(keep, u)
-		if u.GetKind() != "Deployment" {
-			continue
+		if u.GetKind() == "Deployment" {
+			devCommand(u, manager)
 		}
-		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-		command := []string{manager}
-		for _, a := range args {
-			if a != "--leader-elect" {
-				command = append(command, a)
-			}
-		}
-		cmdJSON, _ := json.Marshal(command)
-		ann := u.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann["dev.opzero.dev/command"] = string(cmdJSON)
-		u.SetAnnotations(ann)
 	}
 
 	extra := devtest.HubAndAdopted(t, r.Objects)
@@ -187,4 +168,27 @@ func TestUnchangedWebhooksOnTheHub(t *testing.T) {
 	slices.Sort(answered)
 	t.Logf("admission calls at zero (unchanged project, opzero dev): %d of %d answered by the operator before the webhook's timeoutSeconds (10 s); create to answer, a cold start included: p50 %s, max %s",
 		len(answered), calls, answered[len(answered)/2].Round(time.Millisecond), answered[len(answered)-1].Round(time.Millisecond))
+}
+
+// devCommand annotates the manager's Deployment u with the command opzero
+// dev runs for it (dev.opzero.dev/command): command, then the container's
+// arguments but --leader-elect, which outside a pod cannot find its
+// namespace (controller-runtime reads the service account's namespace
+// file).
+func devCommand(u *unstructured.Unstructured, command ...string) {
+	cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	command = slices.Clone(command)
+	for _, a := range args {
+		if a != "--leader-elect" {
+			command = append(command, a)
+		}
+	}
+	b, _ := json.Marshal(command)
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann["dev.opzero.dev/command"] = string(b)
+	u.SetAnnotations(ann)
 }
