@@ -145,6 +145,7 @@ func TestKnativeOperators(t *testing.T) {
 	t.Run("webhooks", e.webhooks)
 	t.Run("kubebuilder-multigroup", e.multigroup)
 	t.Run("scale-out", e.scaleOut)
+	t.Run("bundles", e.bundles)
 	t.Run("metacontroller", e.metacontroller)
 	t.Run("unchanged", e.unchanged)
 	t.Run("unchanged-webhooks", e.unchangedWebhooks)
