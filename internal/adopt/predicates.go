@@ -147,12 +147,38 @@ func translate(p reflect.Value) (parts, bad []string) {
 		}
 	}
 	if t.PkgPath() == predicatePkg && name == "TypedFuncs" {
-		return nil, []string{"predicate.Funcs (functions: NewPredicateFuncs, LabelSelectorPredicate or the project's own)"}
+		return nil, []string{funcsUntranslated(p)}
 	}
 	if t.PkgPath() == "" {
 		return nil, []string{t.String()}
 	}
 	return nil, []string{t.PkgPath() + "." + name}
+}
+
+// KindPlaceholder stands for the kind in what UpdatedWhen names as
+// untranslated: the caller, which knows the kind, writes it in.
+const KindPlaceholder = "<Kind>"
+
+// funcsUntranslated names a predicate.Funcs. One that sets its
+// functions for some types of change (created, updated, deleted) and
+// not the others lets the others through whatever they are: it filters
+// by type of change, maybe all of a type, which the hub does if asked
+// (the Subscription's events, opzero manifests --hub-events), though
+// what a function returns cannot be read.
+func funcsUntranslated(p reflect.Value) string {
+	var set, pass []string
+	for _, f := range []struct{ field, typ string }{{"CreateFunc", "created"}, {"UpdateFunc", "updated"}, {"DeleteFunc", "deleted"}} {
+		if v := p.FieldByName(f.field); v.IsValid() && v.Kind() == reflect.Func && !v.IsNil() {
+			set = append(set, f.field)
+		} else {
+			pass = append(pass, f.typ)
+		}
+	}
+	if len(set) == 0 || len(pass) == 0 {
+		return "predicate.Funcs (functions: NewPredicateFuncs, LabelSelectorPredicate or the project's own)"
+	}
+	return fmt.Sprintf("predicate.Funcs with only %s set (a filter by type of change: if it drops every change of those types, "+
+		"--hub-events %s=%s has the hub drop them before the wake)", strings.Join(set, " and "), KindPlaceholder, strings.Join(pass, ","))
 }
 
 func union(a, b []string) []string {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -45,6 +46,11 @@ func TestUpdatedWhen(t *testing.T) {
 		{"or with the project's own", [][]predicate.Predicate{{predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, own)}}, nil, "predicate.Funcs"},
 		{"resource version", [][]predicate.Predicate{{predicate.ResourceVersionChangedPredicate{}}}, nil, ""},
 		{"not", [][]predicate.Predicate{{predicate.Not[client.Object](predicate.GenerationChangedPredicate{})}}, nil, "predicate.not"},
+		{"funcs of all types", [][]predicate.Predicate{{own}}, nil, "predicate.Funcs (functions: "},
+		{"funcs of updates only", [][]predicate.Predicate{{predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}}}, nil,
+			"predicate.Funcs with only UpdateFunc set (a filter by type of change: if it drops every change of those types, --hub-events <Kind>=created,deleted"},
+		{"funcs of creates and deletes", [][]predicate.Predicate{{predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false }}}}, nil, "predicate.Funcs with only CreateFunc and DeleteFunc set (a filter by type of change: if it drops every change of those types, --hub-events <Kind>=updated "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -86,7 +86,9 @@ func mustPrepare(t *testing.T) manifests.Input {
 // only for a new generation (updatedWhen), so the echo of its own status
 // write does not wake it; its ConfigMaps, filtered by an Or of a label
 // change and a function of its own, get no such filter (the function may
-// pass anything), and the function is warned of by name.
+// pass anything), and the function is warned of by name; its Secrets,
+// filtered by a predicate.Funcs with only UpdateFunc set, are warned of
+// with the --hub-events that drops their updates in the hub.
 func TestPredicatesReachTheHub(t *testing.T) {
 	t.Setenv("WIDGETS_PREDICATES", "1")
 	var warnings bytes.Buffer
@@ -109,6 +111,10 @@ func TestPredicatesReachTheHub(t *testing.T) {
 	}
 	if w := warnings.String(); !strings.Contains(w, "ConfigMap: its predicate predicate.Funcs") || strings.Contains(w, "Widget: its predicate") {
 		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
+	}
+	if w := warnings.String(); !strings.Contains(w, "Secret: its predicate predicate.Funcs with only UpdateFunc set (a filter by type of change: "+
+		"if it drops every change of those types, --hub-events Secret=created,deleted has the hub drop them before the wake)") {
+		t.Errorf("warnings:\n%s\nwant one naming --hub-events Secret=created,deleted for the Secrets' predicate.Funcs", w)
 	}
 	if w := warnings.String(); !strings.Contains(w, "warning: widgets: controller widgets: its source.Channel watches no kind") {
 		t.Errorf("warnings:\n%s\nwant one saying that nothing feeds its source.Channel at zero", w)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -143,7 +144,7 @@ func updatedWhen(c *adopt.Cache, k *builder.Kind) {
 		k.UpdatedWhen = append(k.UpdatedWhen, builder.Change(p))
 	}
 	for _, u := range untranslated {
-		k.Unfiltered = append(k.Unfiltered, "predicate "+u)
+		k.Unfiltered = append(k.Unfiltered, "predicate "+strings.ReplaceAll(u, adopt.KindPlaceholder, k.GVK.Kind))
 	}
 }
 

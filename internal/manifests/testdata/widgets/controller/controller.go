@@ -42,7 +42,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // SetupWithManager adds the controller to mgr. With WIDGETS_PREDICATES
 // set (a test), its watches filter as many projects' do: Widgets by
-// generation, ConfigMaps by a label change or a function of its own; and
+// generation, ConfigMaps by a label change or a function of its own,
+// Secrets by type of change (no update: predicate.Funcs' UpdateFunc); and
 // a channel of its own feeds it too (source.Channel).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if os.Getenv("WIDGETS_PREDICATES") != "" {
@@ -50,6 +51,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).
 			For(&v1.Widget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 			Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.Or(predicate.LabelChangedPredicate{}, mine))).
+			Owns(&corev1.Secret{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }})).
 			WatchesRawSource(source.Channel(make(chan event.GenericEvent), &handler.EnqueueRequestForObject{})).
 			Named("widgets").Complete(r)
 	}
