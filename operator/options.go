@@ -332,7 +332,7 @@ func (o *Options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", o.TLSKeyFile, "serverless: private key for --tls-cert-file (PEM)")
 	fs.DurationVar(&o.FollowUpSettle, "follow-up-settle", o.FollowUpSettle, "serverless: hold a key's follow-up reconcile until its events pause this long, at most 20ms after the previous reconcile; a negative duration such as -1ns never holds (default 2ms)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", o.MaxInFlight, "serverless: requests handled at once before answering 429 (default 1000)")
-	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the wakeup source delivers to this URL (the operator's own)")
+	fs.StringVar(&o.WakeupSink, "wakeup-sink", o.WakeupSink, "serverless: record RequeueAfter and retries as durable Wakeups that the opzero hub (with --source=knative, the wakeup source) delivers to this URL (the operator's own)")
 	fs.BoolVar(&o.Async, "async", o.Async, "serverless: answer 202 once an event is durably recorded (needs --wakeup-sink), reconcile afterwards")
 	fs.Func("answer", "serverless: when to answer an ApiServerSource event: reconciled (after its reconciles) or admitted (once its objects are queued; faster with one source, but a SIGKILL can lose queued reconciles until the next sweep) (default reconciled)",
 		func(s string) error {
