@@ -108,7 +108,7 @@ Ready=False (reason DevSessionEnded) and lose its local URLs.`,
 	fs.StringVarP(&f.namespace, "namespace", "n", "default", "namespace of namespaced objects that name none")
 	fs.IntVar(&f.port, "port", 0, "local port of the first Knative Service's URL, the next one gets port+1 (0: free ports)")
 	fs.DurationVar(&f.idle, "idle", 0, "scale-to-zero period for every Service, overriding its annotations")
-	fs.DurationVar(&f.coldStartDelay, "cold-start-delay", 0, "hold each cold start until this long after the operator's process started, as a pod on a node takes seconds where a local process takes milliseconds (e.g. 2.5s, what make e2e-knative measured for a trivial Knative Service; 0: the local process start, a floor)")
+	fs.DurationVar(&f.coldStartDelay, "cold-start-delay", 0, "hold each cold start until this long after the operator's process started, as a pod on a node takes seconds where a local process takes milliseconds (e.g. 1s, about when the operator listens in a pod on a node, which the hub's early delivery waits for; docs/dev.md; 0: the local process start, a floor)")
 	fs.StringVar(&f.cacheDir, "cache-dir", dev.DefaultCacheDir(), "where binaries built from ko:// images are kept")
 	fs.StringVar(&f.buildDir, "build-dir", "", "folder of the Go module that resolves ko:// import paths (default the working directory)")
 	fs.StringVar(&f.logDir, "log-dir", "", "folder for the processes' logs (default a new temporary folder)")

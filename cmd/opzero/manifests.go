@@ -143,7 +143,7 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
 	f.StringVarP(&o.Namespace, "namespace", "n", "default", "namespace of the operator, its sources and service accounts; unset, config/'s namespace if it declares one")
 	f.StringVar(&o.Image, "image", "", "operator image (default ko://<operator import path>, which ko and opzero dev build)")
 	f.StringVar(&o.Audience, "audience", "", "OIDC audience of deliveries: the operator's --audience and the sources' sink.audience (default opzero:<namespace>:<name>)")
-	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD, the wakeup source)")
+	f.BoolVar(&durable, "durable-time", true, "serverless: record RequeueAfter and retries as Wakeups (--wakeup-sink, the Wakeup CRD), which the hub delivers (with --source=knative, the wakeup source)")
 	f.StringVar(&o.WakeupImage, "wakeup-image", manifests.DefaultWakeupImage, "image of the wakeup source; its entrypoint takes the wakeup source's flags, as cmd/wakeup-source does")
 	f.StringVar(&o.Source, "source", manifests.SourceHub, "serverless: how events reach the operator: hub (a Subscription to the cluster's opzero hub, which hub.yaml installs) or knative (an ApiServerSource per kind, PingSources, a wakeup source); --mode=classic ignores it")
 	f.StringVar(&o.HubImage, "hub-image", manifests.DefaultHubImage, "with --source=hub: image of the hub; its entrypoint takes the hub's flags, as cmd/opzero-hub does")
