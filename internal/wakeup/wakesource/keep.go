@@ -1,3 +1,7 @@
+// keep.go: the window of due Wakeups kept current (keep: a watch from
+// every record's state, labeled lists raising the cutoff), not the Lease
+// keeping of internal/engine/serverless/keep.go.
+
 package wakesource
 
 import (
