@@ -308,6 +308,7 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 	var grs []schema.GroupResource
 	var watched []string          // the kinds granted, for --events' error
 	eventsOf := map[string]bool{} // the --events keys that name one
+	selectorsOf, ownersOf := map[string]bool{}, map[string]bool{}
 	for _, gr := range order {
 		e := found[gr]
 		kd, err := k.of(gr)
@@ -317,6 +318,8 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		watched = append(watched, kd.gvk.Kind)
 		events, key := eventsFor(o.Events, kd.gvk)
 		eventsOf[key] = true
+		selectorsOf[keyOf(o.Selectors, kd.gvk)] = true
+		ownersOf[keyOf(o.Owners, kd.gvk)] = true
 		if slices.Contains(o.Ignore, kd.gvk.Kind) || slices.Contains(o.Ignore, kd.gvk.Group+"/"+kd.gvk.Kind) {
 			note("left out", "%s: --ignore (its changes do not wake it; its own informers still see them while it runs)", kd.gvk.Kind)
 			continue
@@ -376,11 +379,22 @@ func subscribed(grants []grant, k *kinds, o Options, note func(string, string, .
 		out = append(out, r)
 		grs = append(grs, gr)
 	}
-	for _, key := range slices.Sorted(maps.Keys(o.Events)) {
-		if !eventsOf[key] {
-			slices.Sort(watched)
-			return nil, nil, fmt.Errorf("--events %s=...: it watches no %s (its roles grant list and watch of %s); want Kind=created,updated,deleted (any of them) for one of those",
-				key, key, strings.Join(slices.Compact(watched), ", "))
+	slices.Sort(watched)
+	watched = slices.Compact(watched)
+	for _, f := range []struct {
+		flag, want string
+		keys       []string
+		named      map[string]bool
+	}{
+		{"--events", "Kind=created,updated,deleted (any of them)", slices.Sorted(maps.Keys(o.Events)), eventsOf},
+		{"--selector", "Kind=<label selector>", slices.Sorted(maps.Keys(o.Selectors)), selectorsOf},
+		{"--owner", "Kind=<OwnerKind>", slices.Sorted(maps.Keys(o.Owners)), ownersOf},
+	} {
+		for _, key := range f.keys {
+			if !f.named[key] {
+				return nil, nil, fmt.Errorf("%s %s=...: it watches no %s (its roles grant list and watch of %s); want %s for one of those",
+					f.flag, key, key, strings.Join(watched, ", "), f.want)
+			}
 		}
 	}
 	if len(out) == 0 {
@@ -443,10 +457,18 @@ func eventsFor(m map[string][]string, gvk schema.GroupVersionKind) (events []str
 
 // pick finds the value for gvk in m, keyed by Kind or group/Kind.
 func pick(m map[string]string, gvk schema.GroupVersionKind) string {
-	if v, ok := m[gvk.Group+"/"+gvk.Kind]; ok {
-		return v
+	return m[keyOf(m, gvk)]
+}
+
+// keyOf is the key of m that names gvk (group/Kind before Kind), "" none.
+func keyOf(m map[string]string, gvk schema.GroupVersionKind) string {
+	if _, ok := m[gvk.Group+"/"+gvk.Kind]; ok {
+		return gvk.Group + "/" + gvk.Kind
 	}
-	return m[gvk.Kind]
+	if _, ok := m[gvk.Kind]; ok {
+		return gvk.Kind
+	}
+	return ""
 }
 
 // metricsOf reads controller-runtime's metrics flags off the container.
