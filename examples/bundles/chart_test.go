@@ -3,7 +3,9 @@ package bundles_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +150,78 @@ subjects: [{kind: ServiceAccount, name: bundles, namespace: bundles-system}]
 	}
 	if !strings.Contains(warnings.String(), "chart.yaml grants delete secrets") {
 		t.Errorf("warnings:\n%s\nwant one naming the bound role's delete secrets", warnings.String())
+	}
+
+	// The chart's scoping: its ClusterRole grants no Secrets, a Role bound
+	// in the trust namespace does (the Secrets it reads are there): the
+	// generated role grants them there only, though the project's markers
+	// ask for them cluster-wide, and says so; the rest stays as it was.
+	role, err := os.ReadFile(filepath.Join(wd, "config/rbac/role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := strings.Replace(chart.String(), string(role), "", 1)
+	if scoped == chart.String() {
+		t.Fatal("config/rbac/role.yaml not found in the chart")
+	}
+	scoped += `---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: manager-role}
+rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [create, delete, get, list, patch, update, watch]}
+- {apiGroups: [""], resources: [namespaces], verbs: [get, list, watch]}
+- {apiGroups: [bundles.opzero.dev], resources: [bundles], verbs: [get, list, watch]}
+- {apiGroups: [bundles.opzero.dev], resources: [bundles/status], verbs: [get, patch, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: bundles-trust, namespace: bundles-system}
+rules:
+- {apiGroups: [""], resources: [secrets], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bundles-trust, namespace: bundles-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: bundles-trust}
+subjects: [{kind: ServiceAccount, name: bundles, namespace: bundles-system}]
+`
+	if err := os.WriteFile(chartFile, []byte(scoped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warnings.Reset()
+	objs, err = manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "bundles-system", Warnings: &warnings, ProjectManifests: []string{chartFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := warnings.String(); !strings.Contains(w, "in those namespaces only") || !strings.Contains(w, "get,list,watch secrets in namespace bundles-system") || strings.Contains(w, "which the generated ClusterRole does not") {
+		t.Errorf("warnings:\n%s\nwant a note that Secrets are granted in bundles-system only, and no role gap", w)
+	}
+	grantsSecrets := map[string]string{} // kind namespace/name: verbs
+	var bindingSubject any
+	for _, o := range objs {
+		switch o.Kind() {
+		case "ClusterRole", "Role":
+			rules, _ := o.Obj["rules"].([]any) // an aggregated ClusterRole has none
+			for _, r := range rules {
+				m := r.(map[string]any)
+				if slices.Contains(strs(m["resources"]), "secrets") {
+					grantsSecrets[o.Kind()+" "+o.Namespace()+"/"+o.Name()] = strings.Join(strs(m["verbs"]), ",")
+				}
+			}
+		case "RoleBinding":
+			if o.Name() == "bundle-scoped" {
+				bindingSubject = o.Obj["subjects"]
+			}
+		}
+	}
+	// opzero-hub-webhook-certs is the hub's own Role for its certificate.
+	delete(grantsSecrets, "Role opzero-system/opzero-hub-webhook-certs")
+	if want := map[string]string{"Role bundles-system/bundle-scoped": "get,list,watch"}; !maps.Equal(grantsSecrets, want) {
+		t.Errorf("roles granting Secrets %v, want %v (none cluster-wide)", grantsSecrets, want)
+	}
+	if got := fmt.Sprint(bindingSubject); got != "[map[kind:ServiceAccount name:bundle namespace:bundles-system]]" {
+		t.Errorf("bundle-scoped's RoleBinding subjects %s, want the operator's service account", got)
 	}
 
 	if err := os.WriteFile(chartFile, []byte(noWebhook), 0o644); err != nil {

@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -420,9 +421,11 @@ func allKinds(op description.Controller) []description.Kind {
 // events, wakeups, tokenreviews, markers) and Role (leases).
 func (g *gen) operatorRBAC() []Object {
 	var r rules
+	primaries := map[[2]string]bool{}
 	for _, op := range g.ops {
 		p := op.Primary
 		res := g.resource(p)
+		primaries[[2]string{p.Group, res}] = true
 		r.add(p.Group, res, primaryVerbs...)
 		r.add(p.Group, res+"/status", statusVerbs...)
 		r.add(p.Group, res+"/finalizers", finalizerVerbs...)
@@ -445,7 +448,15 @@ func (g *gen) operatorRBAC() []Object {
 	l := g.labels("operator")
 	objs := []Object{serviceAccount(g.o.Namespace, g.name(), l)}
 	WarnRoleGaps(g.o.Warnings, g.name(), g.in.ProjectRole, r.list())
-	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.name(), r.list(), l)...)
+	cluster, byNS, narrowed := scopeToProject(r.list(), g.in.ProjectRole, g.o.Namespace, primaries)
+	if len(narrowed) > 0 && g.o.Warnings != nil {
+		fmt.Fprintf(g.o.Warnings, "note: %s: granted as the project's %s grants it, in those namespaces only (a Role in each, not the ClusterRole): %s\n",
+			g.name(), g.in.ProjectRole.File, strings.Join(narrowed, "; "))
+	}
+	objs = append(objs, clusterRole(g.clusterName(""), g.o.Namespace, g.name(), cluster, l)...)
+	for _, ns := range slices.Sorted(maps.Keys(byNS)) {
+		objs = append(objs, roleFor(g.name()+"-scoped", ns, g.o.Namespace, g.name(), byNS[ns], l)...)
+	}
 	return append(objs, role(g.name()+"-leases", g.o.Namespace, g.name(), leases.list(), l)...)
 }
 

@@ -45,12 +45,13 @@ func renderedRole(files map[string][]byte) *ProjectRole {
 	}
 	type roleRef struct{ kind, ns, name string }
 	roles := map[roleRef][]rbacv1.PolicyRule{}
-	accounts := map[string]bool{} // namespace/name of the Deployments' service accounts
-	bound := map[roleRef]bool{}
+	accounts := map[string]bool{}          // namespace/name of the Deployments' service accounts
+	bound := map[roleRef]map[string]bool{} // where each is bound to one: a namespace, "" every one
 	type binding struct {
 		ref      roleRef
 		subjects []rbacv1.Subject
 		ns       string
+		scope    string // where it grants: its namespace, "" every one (a ClusterRoleBinding)
 	}
 	var bindings []binding
 	err := eachObject(files, func(file, kind string, raw []byte) error {
@@ -80,7 +81,11 @@ func renderedRole(files map[string][]byte) *ProjectRole {
 			if b.RoleRef.Kind == "Role" {
 				ref.ns = b.Namespace
 			}
-			bindings = append(bindings, binding{ref: ref, subjects: b.Subjects, ns: b.Namespace})
+			scope := b.Namespace
+			if kind == "ClusterRoleBinding" {
+				scope = ""
+			}
+			bindings = append(bindings, binding{ref: ref, subjects: b.Subjects, ns: b.Namespace, scope: scope})
 		}
 		return nil
 	})
@@ -91,15 +96,26 @@ func renderedRole(files map[string][]byte) *ProjectRole {
 	for _, b := range bindings {
 		for _, s := range b.subjects {
 			if s.Kind == "ServiceAccount" && (accounts[s.Namespace+"/"+s.Name] || accounts[b.ns+"/"+s.Name] && s.Namespace == "") {
-				bound[b.ref] = true
+				if bound[b.ref] == nil {
+					bound[b.ref] = map[string]bool{}
+				}
+				bound[b.ref][b.scope] = true
 			}
 		}
 	}
 	for _, ref := range slices.SortedFunc(maps.Keys(roles), func(a, b roleRef) int {
 		return strings.Compare(a.kind+"/"+a.ns+"/"+a.name, b.kind+"/"+b.ns+"/"+b.name)
 	}) {
-		if len(bound) == 0 || bound[ref] {
-			pr.Rules = append(pr.Rules, roles[ref]...)
+		where := bound[ref]
+		if len(bound) == 0 { // none bound to its Deployments: every role, where it is
+			where = map[string]bool{ref.ns: true}
+		}
+		for _, ns := range slices.Sorted(maps.Keys(where)) {
+			if ns == "" {
+				pr.Rules = append(pr.Rules, roles[ref]...)
+			} else {
+				pr.grantIn(ns, roles[ref])
+			}
 		}
 	}
 	return pr

@@ -116,10 +116,15 @@ func clusterRole(name, ns, sa string, rs []rbacv1.PolicyRule, labels map[string]
 
 // role returns a Role in ns and its binding to ns/sa.
 func role(name, ns, sa string, rs []rbacv1.PolicyRule, labels map[string]any) []Object {
+	return roleFor(name, ns, ns, sa, rs, labels)
+}
+
+// roleFor returns a Role in ns and its binding to saNS/sa.
+func roleFor(name, ns, saNS, sa string, rs []rbacv1.PolicyRule, labels map[string]any) []Object {
 	r := object("rbac.authorization.k8s.io/v1", "Role", ns, name, labels)
 	r["rules"] = rulesValue(rs)
 	binding := object("rbac.authorization.k8s.io/v1", "RoleBinding", ns, name, labels)
 	binding["roleRef"] = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
-	binding["subjects"] = []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": ns}}
+	binding["subjects"] = []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": saNS}}
 	return []Object{{File: FileRBAC, Obj: r}, {File: FileRBAC, Obj: binding}}
 }
