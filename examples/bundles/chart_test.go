@@ -11,8 +11,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/opzero/opzero/internal/manifests"
+	"github.com/opzero/opzero/internal/testkit"
+	"github.com/opzero/opzero/testenv"
 )
 
 // chartDeploy is what a chart renders beside the project's CRD, role and
@@ -224,6 +230,10 @@ subjects: [{kind: ServiceAccount, name: bundles, namespace: bundles-system}]
 		t.Errorf("bundle-scoped's RoleBinding subjects %s, want the operator's service account", got)
 	}
 
+	if !testing.Short() {
+		rbacOnTheAPIServer(t, dir, scoped)
+	}
+
 	if err := os.WriteFile(chartFile, []byte(noWebhook), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +243,56 @@ subjects: [{kind: ServiceAccount, name: bundles, namespace: bundles-system}]
 	}
 	if _, err := manifests.Build(context.Background(), dir, "./cmd", manifests.Options{Namespace: "bundles-system", ProjectManifests: []string{filepath.Join(dir, "missing.yaml")}}); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("a missing --project-manifests file: %v, want an error naming it", err)
+	}
+}
+
+// rbacOnTheAPIServer applies the operator's generated RBAC for the scoped
+// chart (in a namespace of its own) to the API server and asks it, as the
+// operator's service account: Secrets in the trust namespace only,
+// ConfigMaps everywhere.
+func rbacOnTheAPIServer(t *testing.T, dir, chart string) {
+	env := testenv.Get(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	file := filepath.Join(dir, "chart-"+ns+".yaml")
+	if err := os.WriteFile(file, []byte(strings.ReplaceAll(chart, "bundles-system", ns)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Build(ctx, dir, "./cmd", manifests.Options{Namespace: ns, ProjectManifests: []string{file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.File != manifests.FileRBAC || o.Obj["metadata"].(map[string]any)["labels"].(map[string]any)["app.kubernetes.io/component"] != "operator" {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: o.Obj}
+		if err := env.Client.Create(ctx, u); err != nil {
+			t.Fatalf("%s %s: %v", o.Kind(), o.Name(), err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
+	}
+	for _, c := range []struct {
+		verb, resource, ns string
+		allowed            bool
+	}{
+		{"get", "secrets", ns, true},
+		{"list", "secrets", ns, true},
+		{"get", "secrets", "default", false},
+		{"list", "secrets", "", false},
+		{"list", "configmaps", "default", true},
+		{"create", "events", "default", true},
+	} {
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%s %s in %q allowed=%v", c.verb, c.resource, c.ns, c.allowed), func(ctx context.Context) (bool, error) {
+			sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:" + ns + ":bundle",
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: c.verb, Resource: c.resource, Namespace: c.ns},
+			}}
+			if err := env.Client.Create(ctx, sar); err != nil {
+				return false, err
+			}
+			return sar.Status.Allowed == c.allowed, nil
+		})
 	}
 }
