@@ -60,11 +60,26 @@ type Kind struct {
 	// event source can apply before waking it (an adopted controller's
 	// predicates that are functions): `opzero manifests` says each.
 	Unfiltered []string
+	// TypeFilters are, for each source of the kind (an adopted
+	// controller's event handler), the functions its predicate.Funcs set,
+	// by type of change: `opzero manifests` reads them in the project's
+	// source, and a type of change every source drops with a function that
+	// always returns false is dropped by the hub before the wake. Nil: not
+	// read; only the manifest generator reads it.
+	TypeFilters [][]FuncSite
 	// Everywhere says the kind is watched through a cache the operator
 	// built itself (an adopted controller's WatchesRawSource on a
 	// cache.New), which the manager cache's options do not narrow; only
 	// the manifest generator reads it.
 	Everywhere bool
+}
+
+// FuncSite is a function a predicate sets for one type of change
+// ("created", "updated", "deleted") and where it is declared.
+type FuncSite struct {
+	Type string
+	File string
+	Line int
 }
 
 // Watch is a watched kind and how its events map to primary keys.

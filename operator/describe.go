@@ -112,6 +112,13 @@ func describeKind(k builder.Kind) description.Kind {
 		d.UpdatedWhen = append(d.UpdatedWhen, string(c))
 	}
 	d.Unfiltered = k.Unfiltered
+	for _, src := range k.TypeFilters {
+		sites := []description.FuncSite{}
+		for _, s := range src {
+			sites = append(sites, description.FuncSite{Type: s.Type, File: s.File, Line: s.Line})
+		}
+		d.TypeFilters = append(d.TypeFilters, sites)
+	}
 	d.Everywhere = k.Everywhere
 	return d
 }

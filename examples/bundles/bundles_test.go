@@ -125,6 +125,10 @@ func TestManifests(t *testing.T) {
 	if took > 25*time.Second {
 		t.Errorf("manifests took %s: a describe that waits on a cache (30 s) is what it must not do", took)
 	}
+	if !strings.Contains(warnings.String(), "note: bundle: Namespace: its predicates drop every change of type updated, deleted (the functions at controller/bundle.go:120, controller/bundle.go:121 return false)") ||
+		strings.Contains(warnings.String(), "predicate.Funcs with only") {
+		t.Errorf("warnings:\n%s\nwant a note that the hub drops Namespace updates and deletes, read from controller/bundle.go, and no warning of its predicate.Funcs", warnings.String())
+	}
 	if strings.Contains(warnings.String(), "config/rbac/role.yaml") {
 		t.Errorf("a role-gap warning for the project's own role:\n%s", warnings.String())
 	}
@@ -141,7 +145,7 @@ func TestManifests(t *testing.T) {
 		case "Subscription":
 			for _, r := range o.Obj["spec"].(map[string]any)["resources"].([]any) {
 				m := r.(map[string]any)
-				resources = append(resources, fmt.Sprintf("%s ns=%v owner=%v updatedWhen=%v", m["kind"], m["namespaces"], m["owner"], m["updatedWhen"]))
+				resources = append(resources, fmt.Sprintf("%s ns=%v owner=%v updatedWhen=%v events=%v", m["kind"], m["namespaces"], m["owner"], m["updatedWhen"], m["events"]))
 			}
 		case "ValidatingWebhookConfiguration":
 			for _, w := range o.Obj["webhooks"].([]any) {
@@ -158,12 +162,13 @@ func TestManifests(t *testing.T) {
 		}
 	}
 	want := []string{
-		"Bundle ns=<nil> owner=<nil> updatedWhen=[generation]",
+		"Bundle ns=<nil> owner=<nil> updatedWhen=[generation] events=<nil>",
 		// its targets, owned by a Bundle, everywhere (its own cache); its
 		// sources in the trust namespace (the manager's cache)
-		"ConfigMap ns=<nil> owner=map[apiVersion:bundles.opzero.dev/v1alpha1 kind:Bundle] updatedWhen=<nil>",
-		"ConfigMap ns=[bundles-system] owner=<nil> updatedWhen=<nil>",
-		"Namespace ns=<nil> owner=<nil> updatedWhen=<nil>",
+		"ConfigMap ns=<nil> owner=map[apiVersion:bundles.opzero.dev/v1alpha1 kind:Bundle] updatedWhen=<nil> events=<nil>",
+		"ConfigMap ns=[bundles-system] owner=<nil> updatedWhen=<nil> events=<nil>",
+		// its predicate.Funcs returns false for updates and deletes
+		"Namespace ns=<nil> owner=<nil> updatedWhen=<nil> events=[created]",
 	}
 	if !slices.Equal(resources, want) {
 		t.Errorf("Subscription resources\n%s\nwant\n%s", strings.Join(resources, "\n"), strings.Join(want, "\n"))

@@ -3,6 +3,7 @@ package adopt
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 )
@@ -185,4 +186,67 @@ func union(a, b []string) []string {
 	out := append(slices.Clone(a), b...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// FuncSite is a function a predicate.Funcs sets for one type of change
+// (created, updated, deleted) and where the Go runtime says it is
+// declared: opzero manifests reads it there (a function that always
+// returns false drops every change of its type).
+type FuncSite struct {
+	Type string
+	File string
+	Line int
+}
+
+// TypeFilters lists, for each source registered for the kind (one entry
+// a handler), the functions its predicate.Funcs set by type of change:
+// a type of change every source drops can be dropped before the wake. A
+// source with none lets every type through (an empty entry); predicates
+// inside Or or And are not read (empty: conservative). ok is false when a
+// handler cannot be read at all.
+func (i *Informer) TypeFilters() (sources [][]FuncSite, ok bool) {
+	for _, h := range i.Handlers() {
+		ps, ok := handlerPredicates(h)
+		if !ok {
+			return nil, false
+		}
+		sites := []FuncSite{}
+		for _, p := range ps {
+			sites = append(sites, funcSites(p)...)
+		}
+		sources = append(sources, sites)
+	}
+	return sources, len(sources) > 0
+}
+
+// funcSites are the functions a predicate.Funcs sets, with their
+// declarations; none for any other predicate.
+func funcSites(p reflect.Value) []FuncSite {
+	for p.Kind() == reflect.Interface || p.Kind() == reflect.Pointer {
+		if p.IsNil() {
+			return nil
+		}
+		p = p.Elem()
+	}
+	name := p.Type().Name()
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i]
+	}
+	if p.Type().PkgPath() != predicatePkg || name != "TypedFuncs" {
+		return nil
+	}
+	var out []FuncSite
+	for _, f := range []struct{ field, typ string }{{"CreateFunc", "created"}, {"UpdateFunc", "updated"}, {"DeleteFunc", "deleted"}} {
+		v := p.FieldByName(f.field)
+		if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
+			continue
+		}
+		fn := runtime.FuncForPC(v.Pointer())
+		if fn == nil {
+			continue
+		}
+		file, line := fn.FileLine(fn.Entry())
+		out = append(out, FuncSite{Type: f.typ, File: file, Line: line})
+	}
+	return out
 }

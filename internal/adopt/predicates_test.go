@@ -2,6 +2,8 @@ package adopt_test
 
 import (
 	"context"
+	"fmt"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -87,5 +89,43 @@ func TestUpdatedWhen(t *testing.T) {
 				t.Errorf("untranslated = %q, want it to name %q", joined, tc.bad)
 			}
 		})
+	}
+}
+
+// TestTypeFilters: for each source of a kind, the functions its
+// predicate.Funcs set, by type of change, with the file and line where
+// each is declared; a source without any is an empty entry.
+func TestTypeFilters(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_, file, line, _ := goruntime.Caller(0)
+	up := func(event.UpdateEvent) bool { return false }
+	del := func(event.DeleteEvent) bool { return false }
+	r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
+	c, err := controller.NewUnmanaged("p", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := adopt.NewCache(nil, scheme)
+	for _, ps := range [][]predicate.Predicate{{predicate.Funcs{UpdateFunc: up, DeleteFunc: del}}, {predicate.GenerationChangedPredicate{}}} {
+		if err := c.Watch(source.Kind(cache, client.Object(&corev1.ConfigMap{}), handler.EventHandler(&handler.EnqueueRequestForObject{}), ps...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
+	if err != nil || !ok {
+		t.Fatalf("Adopt = %v, %v", ok, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := a.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-done }()
+	sources, ok := a.Cache().Informers()[0].TypeFilters()
+	slices.SortFunc(sources, func(a, b []adopt.FuncSite) int { return len(a) - len(b) }) // handlers come in no set order
+	want := [][]adopt.FuncSite{{}, {{Type: "updated", File: file, Line: line + 1}, {Type: "deleted", File: file, Line: line + 2}}}
+	if !ok || fmt.Sprint(sources) != fmt.Sprint(want) {
+		t.Errorf("TypeFilters = %v, %v; want %v", sources, ok, want)
 	}
 }

@@ -290,10 +290,23 @@ type Kind struct {
 	// Unfiltered names the operator's own filters of this kind that no
 	// event source applies (builder.Kind.Unfiltered).
 	Unfiltered []string `json:"unfiltered,omitempty"`
+	// TypeFilters are, for each source of the kind (an adopted
+	// controller's event handler), the functions its predicate.Funcs set
+	// by type of change and where they are declared
+	// (builder.Kind.TypeFilters); nil: not read.
+	TypeFilters [][]FuncSite `json:"typeFilters,omitempty"`
 	// Everywhere says this use of the kind is watched through a cache the
 	// operator built, which the manager cache's scope (Description.Cache)
 	// does not narrow (builder.Kind.Everywhere).
 	Everywhere bool `json:"everywhere,omitempty"`
+}
+
+// FuncSite is a function a predicate sets for one type of change
+// (created, updated, deleted), by the file and line of its declaration.
+type FuncSite struct {
+	Type string `json:"type"`
+	File string `json:"file"`
+	Line int    `json:"line"`
 }
 
 // APIVersion returns group/version (version alone for the core group).

@@ -87,8 +87,9 @@ func mustPrepare(t *testing.T) manifests.Input {
 // write does not wake it; its ConfigMaps, filtered by an Or of a label
 // change and a function of its own, get no such filter (the function may
 // pass anything), and the function is warned of by name; its Secrets,
-// filtered by a predicate.Funcs with only UpdateFunc set, are warned of
-// with the --hub-events that drops their updates in the hub.
+// filtered by a predicate.Funcs whose only function, UpdateFunc, returns
+// false, get the events that drop their updates in the hub (read from the
+// source), with a note naming the function, not the warning.
 func TestPredicatesReachTheHub(t *testing.T) {
 	t.Setenv("WIDGETS_PREDICATES", "1")
 	var warnings bytes.Buffer
@@ -104,6 +105,7 @@ func TestPredicatesReachTheHub(t *testing.T) {
 		for _, r := range o.Obj["spec"].(map[string]any)["resources"].([]any) {
 			m := r.(map[string]any)
 			got[m["kind"].(string)] = fmt.Sprint(m["updatedWhen"])
+			got[m["kind"].(string)+" events"] = fmt.Sprint(m["events"])
 		}
 	}
 	if got["Widget"] != "[generation]" || got["ConfigMap"] != "<nil>" {
@@ -112,9 +114,12 @@ func TestPredicatesReachTheHub(t *testing.T) {
 	if w := warnings.String(); !strings.Contains(w, "ConfigMap: its predicate predicate.Funcs") || strings.Contains(w, "Widget: its predicate") {
 		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
 	}
-	if w := warnings.String(); !strings.Contains(w, "Secret: its predicate predicate.Funcs with only UpdateFunc set (a filter by type of change: "+
-		"if it drops every change of those types, --hub-events Secret=created,deleted has the hub drop them before the wake)") {
-		t.Errorf("warnings:\n%s\nwant one naming --hub-events Secret=created,deleted for the Secrets' predicate.Funcs", w)
+	if w := warnings.String(); !strings.Contains(w, "note: widgets: Secret: its predicates drop every change of type updated (the functions at testdata/widgets/controller/controller.go:54 return false), "+
+		"so the hub drops them before the wake: only created, deleted wakes it") || strings.Contains(w, "Secret: its predicate predicate.Funcs") {
+		t.Errorf("warnings:\n%s\nwant a note that the Secrets' updates are dropped by the hub, read from controller.go:54, and no warning of their predicate.Funcs", w)
+	}
+	if got["Secret events"] != "[created deleted]" || got["ConfigMap events"] != "<nil>" || got["Widget events"] != "<nil>" {
+		t.Errorf("events of Secret %s, ConfigMap %s, Widget %s; want [created deleted], none, none", got["Secret events"], got["ConfigMap events"], got["Widget events"])
 	}
 	if w := warnings.String(); !strings.Contains(w, "warning: widgets: controller widgets: its source.Channel watches no kind") {
 		t.Errorf("warnings:\n%s\nwant one saying that nothing feeds its source.Channel at zero", w)

@@ -69,6 +69,10 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	var derived map[string]bool // kinds whose events the project's predicates give
+	if o.hub() && len(t.Desc.Operators) > 0 {
+		o.HubEvents, derived = withDerivedEvents(o, &t.Desc, t.Desc.Operators[0].Name, t.Dir)
+	}
 	if o.Warnings != nil {
 		for _, op := range t.Desc.Operators {
 			for _, w := range op.Warnings {
@@ -83,6 +87,9 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 						wakes = "a " + k.Kind + " update wakes it when it changes the object's " + strings.Join(k.UpdatedWhen, " or ")
 					}
 					for _, u := range k.Unfiltered {
+						if derived[k.Group+"/"+k.Kind] && strings.HasPrefix(u, funcsNote) {
+							continue // said by withDerivedEvents' note
+						}
 						fmt.Fprintf(o.Warnings, "warning: %s: %s: its %s is no filter the hub applies: %s, and the filter runs after\n", op.Name, k.Kind, u, wakes)
 					}
 				}

@@ -146,6 +146,18 @@ func updatedWhen(c *adopt.Cache, k *builder.Kind) {
 	for _, u := range untranslated {
 		k.Unfiltered = append(k.Unfiltered, "predicate "+strings.ReplaceAll(u, adopt.KindPlaceholder, k.GVK.Kind))
 	}
+	if k.Everywhere {
+		return // watched through a cache of the project's own, whose handlers c does not hold
+	}
+	if sources, ok := inf.TypeFilters(); ok {
+		for _, src := range sources {
+			sites := []builder.FuncSite{}
+			for _, s := range src {
+				sites = append(sites, builder.FuncSite{Type: s.Type, File: s.File, Line: s.Line})
+			}
+			k.TypeFilters = append(k.TypeFilters, sites)
+		}
+	}
 }
 
 // filter runs each event through the controller's handlers. For the
