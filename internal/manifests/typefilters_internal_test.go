@@ -59,7 +59,9 @@ func TestDropsByType(t *testing.T) {
 	if err := os.WriteFile(file, []byte(predicateSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	site := func(typ string, line int) description.FuncSite { return description.FuncSite{Type: typ, File: file, Line: line} }
+	site := func(typ string, line int) description.FuncSite {
+		return description.FuncSite{Type: typ, File: file, Line: line}
+	}
 	ns := func(filters ...[]description.FuncSite) description.Kind {
 		return description.Kind{Version: "v1", Kind: "Namespace", TypeFilters: filters}
 	}
