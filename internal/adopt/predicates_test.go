@@ -56,32 +56,7 @@ func TestUpdatedWhen(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
-			c, err := controller.NewUnmanaged("p", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cache := adopt.NewCache(nil, scheme)
-			for _, ps := range tc.sources {
-				if err := c.Watch(source.Kind(cache, client.Object(&corev1.ConfigMap{}), handler.EventHandler(&handler.EnqueueRequestForObject{}), ps...)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
-			if err != nil || !ok {
-				t.Fatalf("Adopt = %v, %v", ok, err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done, err := a.Start(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cancel(); <-done }()
-			infs := a.Cache().Informers()
-			if len(infs) != 1 {
-				t.Fatalf("%d informers", len(infs))
-			}
-			parts, bad := infs[0].UpdatedWhen()
+			parts, bad := configMapInformer(t, scheme, tc.sources).UpdatedWhen()
 			if !slices.Equal(parts, tc.want) {
 				t.Errorf("parts = %v, want %v", parts, tc.want)
 			}
@@ -101,13 +76,27 @@ func TestTypeFilters(t *testing.T) {
 	_, file, line, _ := goruntime.Caller(0)
 	up := func(event.UpdateEvent) bool { return false }
 	del := func(event.DeleteEvent) bool { return false }
+	inf := configMapInformer(t, scheme, [][]predicate.Predicate{{predicate.Funcs{UpdateFunc: up, DeleteFunc: del}}, {predicate.GenerationChangedPredicate{}}})
+	sources, ok := inf.TypeFilters()
+	slices.SortFunc(sources, func(a, b []adopt.FuncSite) int { return len(a) - len(b) }) // handlers come in no set order
+	want := [][]adopt.FuncSite{{}, {{Type: "updated", File: file, Line: line + 1}, {Type: "deleted", File: file, Line: line + 2}}}
+	if !ok || fmt.Sprint(sources) != fmt.Sprint(want) {
+		t.Errorf("TypeFilters = %v, %v; want %v", sources, ok, want)
+	}
+}
+
+// configMapInformer adopts a controller with one ConfigMap source for each
+// entry of sources (its predicates), starts it until the test ends, and
+// returns the adopted cache's one informer.
+func configMapInformer(t *testing.T, scheme *runtime.Scheme, sources [][]predicate.Predicate) *adopt.Informer {
+	t.Helper()
 	r := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })
 	c, err := controller.NewUnmanaged("p", controller.Options{Reconciler: r, SkipNameValidation: ptr.To(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cache := adopt.NewCache(nil, scheme)
-	for _, ps := range [][]predicate.Predicate{{predicate.Funcs{UpdateFunc: up, DeleteFunc: del}}, {predicate.GenerationChangedPredicate{}}} {
+	for _, ps := range sources {
 		if err := c.Watch(source.Kind(cache, client.Object(&corev1.ConfigMap{}), handler.EventHandler(&handler.EnqueueRequestForObject{}), ps...)); err != nil {
 			t.Fatal(err)
 		}
@@ -121,11 +110,10 @@ func TestTypeFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); <-done }()
-	sources, ok := a.Cache().Informers()[0].TypeFilters()
-	slices.SortFunc(sources, func(a, b []adopt.FuncSite) int { return len(a) - len(b) }) // handlers come in no set order
-	want := [][]adopt.FuncSite{{}, {{Type: "updated", File: file, Line: line + 1}, {Type: "deleted", File: file, Line: line + 2}}}
-	if !ok || fmt.Sprint(sources) != fmt.Sprint(want) {
-		t.Errorf("TypeFilters = %v, %v; want %v", sources, ok, want)
+	t.Cleanup(func() { cancel(); <-done })
+	infs := a.Cache().Informers()
+	if len(infs) != 1 {
+		t.Fatalf("%d informers", len(infs))
 	}
+	return infs[0]
 }
