@@ -433,9 +433,9 @@ func (g *gen) operatorRBAC() []Object {
 		p := op.Primary
 		res := g.resource(p)
 		primaries[[2]string{p.Group, res}] = true
-		r.add(p.Group, res, primaryVerbs...)
+		r.add(p.Group, res, g.primaryWrites(p.Group, res, primaryVerbs)...)
 		r.add(p.Group, res+"/status", statusVerbs...)
-		r.add(p.Group, res+"/finalizers", finalizerVerbs...)
+		r.add(p.Group, res+"/finalizers", g.primaryWrites(p.Group, res+"/finalizers", finalizerVerbs)...)
 		for _, k := range append(append([]description.Kind(nil), op.Owned...), op.Watched...) {
 			r.add(k.Group, g.resource(k), readVerbs...)
 		}
@@ -465,6 +465,25 @@ func (g *gen) operatorRBAC() []Object {
 		objs = append(objs, roleFor(g.name()+"-scoped", ns, g.o.Namespace, g.name(), byNS[ns], l)...)
 	}
 	return append(objs, role(g.name()+"-leases", g.o.Namespace, g.name(), leases.list(), l)...)
+}
+
+// primaryWrites are the verbs granted on the reconciled kind (or its
+// finalizers): all of verbs, unless the project has a role of its own
+// (config/rbac/role.yaml, --project-manifests), which says what its
+// reconciler writes: then the reads, and the writes that role grants.
+// opzero itself writes only the status (status.observedGeneration).
+func (g *gen) primaryWrites(group, resource string, verbs []string) []string {
+	pr := g.in.ProjectRole
+	if pr == nil || pr.Err != nil {
+		return verbs
+	}
+	var out []string
+	for _, v := range verbs {
+		if slices.Contains(readVerbs, v) || grants(pr.all(), group, resource, v, nil) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // describedRules are the rules the operator's description names.

@@ -33,6 +33,9 @@ func (r *rules) add(group, resource string, verbs ...string) {
 }
 
 func (r *rules) addNamed(group, resource, name string, verbs ...string) {
+	if len(verbs) == 0 {
+		return // a rule must name a verb
+	}
 	if r.m == nil {
 		r.m = map[[3]string]map[string]bool{}
 	}
