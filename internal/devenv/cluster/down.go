@@ -67,9 +67,20 @@ func (c *Cluster) down(progress io.Writer) error {
 	}
 	for i := len(c.HostRoutes) - 1; i >= 0; i-- {
 		r := c.HostRoutes[i]
-		// The route through the veth went with it.
-		if out, _ := output(ctx, "", append([]string{"ip", "route", "show"}, routeKey(r)...)...); strings.TrimSpace(out) != "" {
-			note("removed host route "+strings.Join(r, " "), run(ctx, "", append([]string{"ip", "route", "del"}, r...)...))
+		// The route through the veth went with it, or goes with it while
+		// this runs: the kernel removes the namespace's veth peer after
+		// `ip netns delete` returns, so a delete that fails on a route no
+		// longer there is no leftover.
+		shown := func() bool {
+			out, _ := output(ctx, "", append([]string{"ip", "route", "show"}, routeKey(r)...)...)
+			return strings.TrimSpace(out) != ""
+		}
+		if shown() {
+			err := run(ctx, "", append([]string{"ip", "route", "del"}, r...)...)
+			if err != nil && !shown() {
+				err = nil
+			}
+			note("removed host route "+strings.Join(r, " "), err)
 		}
 	}
 	for _, p := range slices.Backward(c.Created) {
