@@ -105,7 +105,9 @@ func lineDiff(a, b string) (added, removed []string) {
 }
 
 // TestManifests: `opzero manifests` (manifests.Build) on the project
-// completes in seconds (the project's own cache is never connected to),
+// describes it (the project's own cache is never connected to: a describe
+// that waited on it would fail Build with the describe timeout; the time,
+// build included, is only logged),
 // its Subscription asks for its Bundles by generation, the ConfigMaps of
 // every namespace (its targets' cache watches them all, wider than the
 // manager cache's trust namespace) and the Namespaces; its YAML webhook
@@ -122,9 +124,6 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("manifests.Build: %s; warnings:\n%s", took.Round(time.Millisecond), warnings.String())
-	if took > 25*time.Second {
-		t.Errorf("manifests took %s: a describe that waits on a cache (30 s) is what it must not do", took)
-	}
 	if !strings.Contains(warnings.String(), "note: bundle: Namespace: its predicates drop every change of type updated, deleted (the functions at controller/bundle.go:120, controller/bundle.go:121 return false)") ||
 		strings.Contains(warnings.String(), "predicate.Funcs with only") {
 		t.Errorf("warnings:\n%s\nwant a note that the hub drops Namespace updates and deletes, read from controller/bundle.go, and no warning of its predicate.Funcs", warnings.String())
