@@ -309,6 +309,13 @@ func TestWaitTakesBucketZero(t *testing.T) {
 		t.Fatalf("b's wait ended with %+v while a holds bucket 0 (bucket 1's Lease missing must not end it)", r)
 	default:
 	}
+	// held is called before the wait's timer is set: step the clock only
+	// once it is, or the timer is set after the step and never fires.
+	for deadline := time.Now().Add(10 * time.Second); !clk.HasWaiters(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("b's wait set no timer after its first round")
+		}
+	}
 	clk.Step(11 * time.Second) // a died after its last renewal
 	var r result
 	select {
