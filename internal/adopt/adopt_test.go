@@ -161,17 +161,7 @@ func TestSelfMappedKind(t *testing.T) {
 		if err := c.Watch(source.Kind(cache, client.Object(&corev1.Secret{}), fixed)); err != nil {
 			t.Fatal(err)
 		}
-		a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
-		if err != nil || !ok {
-			t.Fatalf("Adopt = %v, %v", ok, err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done, err := a.Start(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cancel(); <-done })
-		return a
+		return startAdopted(t, c, cache)
 	}
 	if _, ok := adopted(&corev1.ConfigMap{}).PrimaryKind(); ok {
 		t.Fatal("a controller without For has a For kind")

@@ -103,17 +103,11 @@ func conjunction(ps []reflect.Value) (parts, bad []string) {
 // nil for every update (ResourceVersionChangedPredicate, or one it cannot
 // read, named in bad).
 func translate(p reflect.Value) (parts, bad []string) {
-	for p.Kind() == reflect.Interface || p.Kind() == reflect.Pointer {
-		if p.IsNil() {
-			return nil, nil
-		}
-		p = p.Elem()
+	p, name, ok := predicateValue(p)
+	if !ok {
+		return nil, nil
 	}
 	t := p.Type()
-	name := t.Name()
-	if i := strings.IndexByte(name, '['); i >= 0 {
-		name = name[:i] // generic: TypedGenerationChangedPredicate[...]
-	}
 	if t.PkgPath() == predicatePkg {
 		switch name {
 		case "TypedGenerationChangedPredicate", "GenerationChangedPredicate":
@@ -222,17 +216,8 @@ func (i *Informer) TypeFilters() (sources [][]FuncSite, ok bool) {
 // funcSites are the functions a predicate.Funcs sets, with their
 // declarations; none for any other predicate.
 func funcSites(p reflect.Value) []FuncSite {
-	for p.Kind() == reflect.Interface || p.Kind() == reflect.Pointer {
-		if p.IsNil() {
-			return nil
-		}
-		p = p.Elem()
-	}
-	name := p.Type().Name()
-	if i := strings.IndexByte(name, '['); i >= 0 {
-		name = name[:i]
-	}
-	if p.Type().PkgPath() != predicatePkg || name != "TypedFuncs" {
+	p, name, ok := predicateValue(p)
+	if !ok || p.Type().PkgPath() != predicatePkg || name != "TypedFuncs" {
 		return nil
 	}
 	var out []FuncSite
@@ -249,4 +234,21 @@ func funcSites(p reflect.Value) []FuncSite {
 		out = append(out, FuncSite{Type: f.typ, File: file, Line: line})
 	}
 	return out
+}
+
+// predicateValue is the predicate p holds (through interfaces and
+// pointers) and its type's name without type arguments (generic:
+// TypedGenerationChangedPredicate[...]); ok is false for a nil one.
+func predicateValue(p reflect.Value) (_ reflect.Value, name string, ok bool) {
+	for p.Kind() == reflect.Interface || p.Kind() == reflect.Pointer {
+		if p.IsNil() {
+			return p, "", false
+		}
+		p = p.Elem()
+	}
+	name = p.Type().Name()
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i]
+	}
+	return p, name, true
 }

@@ -101,6 +101,17 @@ func configMapInformer(t *testing.T, scheme *runtime.Scheme, sources [][]predica
 			t.Fatal(err)
 		}
 	}
+	infs := startAdopted(t, c, cache).Cache().Informers()
+	if len(infs) != 1 {
+		t.Fatalf("%d informers", len(infs))
+	}
+	return infs[0]
+}
+
+// startAdopted adopts controller c over cache and starts it until the test
+// ends.
+func startAdopted(t *testing.T, c controller.Controller, cache *adopt.Cache) *adopt.Controller {
+	t.Helper()
 	a, ok, err := adopt.Adopt(c, cache, func(reconcile.Request, time.Duration) {})
 	if err != nil || !ok {
 		t.Fatalf("Adopt = %v, %v", ok, err)
@@ -111,9 +122,5 @@ func configMapInformer(t *testing.T, scheme *runtime.Scheme, sources [][]predica
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); <-done })
-	infs := a.Cache().Informers()
-	if len(infs) != 1 {
-		t.Fatalf("%d informers", len(infs))
-	}
-	return infs[0]
+	return a
 }
