@@ -41,8 +41,21 @@ type Controller struct {
 	// Warnings are what the operator can run with but serves only in part
 	// (an adopted controller's source that watches no kind); opzero
 	// manifests prints them.
-	Warnings   []string
+	Warnings []string
+	// Unserved are the sources an adopted controller runs code of its own
+	// for (source.Func, a custom source.Source), which nothing runs at
+	// zero: opzero manifests refuses to write the serverless manifests
+	// unless told to serve the rest (--allow-unserved).
+	Unserved   []Source
 	Reconciler reconcile.Reconciler
+}
+
+// Source is a source of events that watches no kind, and where its code is
+// (File empty when it has none of its own).
+type Source struct {
+	Name string
+	File string
+	Line int
 }
 
 // Kind is one watched kind.

@@ -83,6 +83,9 @@ func describe(op *builder.Controller) description.Controller {
 		out.Events = append(out.Events, description.EventWatch{Name: e.Name, Attributes: e.Filter.Attributes,
 			Filters: describeFilters(e.Filter.Filters)})
 	}
+	for _, u := range op.Unserved {
+		out.Unserved = append(out.Unserved, description.Source{Name: u.Name, File: u.File, Line: u.Line})
+	}
 	sortKinds(out.Owned)
 	sortKinds(out.Watched)
 	return out

@@ -3,7 +3,6 @@ package adopt
 import (
 	"fmt"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 )
@@ -226,12 +225,9 @@ func funcSites(p reflect.Value) []FuncSite {
 		if !v.IsValid() || v.Kind() != reflect.Func || v.IsNil() {
 			continue
 		}
-		fn := runtime.FuncForPC(v.Pointer())
-		if fn == nil {
-			continue
+		if file, line := funcLine(v); file != "" {
+			out = append(out, FuncSite{Type: f.typ, File: file, Line: line})
 		}
-		file, line := fn.FileLine(fn.Entry())
-		out = append(out, FuncSite{Type: f.typ, File: file, Line: line})
 	}
 	return out
 }

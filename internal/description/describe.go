@@ -216,6 +216,17 @@ type Controller struct {
 	// with (opzero-metacontroller: fields of its controllers it does not
 	// implement); `opzero manifests` prints them.
 	Warnings []string `json:"warnings,omitempty"`
+	// Unserved are the operator's sources that nothing runs at zero
+	// (builder.Controller Unserved).
+	Unserved []Source `json:"unserved,omitempty"`
+}
+
+// Source is a source of events that watches no kind: its Go name
+// (source.Func, a custom type) and where its code is declared.
+type Source struct {
+	Name string `json:"name"`
+	File string `json:"file,omitempty"`
+	Line int    `json:"line,omitempty"`
 }
 
 // Skip says which metadata besides finalizers makes an update of an

@@ -114,9 +114,9 @@ func TestPredicatesReachTheHub(t *testing.T) {
 	if w := warnings.String(); !strings.Contains(w, "ConfigMap: its predicate predicate.Funcs") || strings.Contains(w, "Widget: its predicate") {
 		t.Errorf("warnings:\n%s\nwant one naming the ConfigMaps' predicate function, none for Widgets", w)
 	}
-	if w := warnings.String(); !strings.Contains(w, "note: widgets: Secret: its predicates drop every change of type updated (the functions at testdata/widgets/controller/controller.go:54 return false), "+
+	if w := warnings.String(); !strings.Contains(w, "note: widgets: Secret: its predicates drop every change of type updated (the functions at testdata/widgets/controller/controller.go:57 return false), "+
 		"so the hub drops them before the wake: only created, deleted wakes it") || strings.Contains(w, "Secret: its predicate predicate.Funcs") {
-		t.Errorf("warnings:\n%s\nwant a note that the Secrets' updates are dropped by the hub, read from controller.go:54, and no warning of their predicate.Funcs", w)
+		t.Errorf("warnings:\n%s\nwant a note that the Secrets' updates are dropped by the hub, read from controller.go:57, and no warning of their predicate.Funcs", w)
 	}
 	if got["Secret events"] != "[created deleted]" || got["ConfigMap events"] != "<nil>" || got["Widget events"] != "<nil>" {
 		t.Errorf("events of Secret %s, ConfigMap %s, Widget %s; want [created deleted], none, none", got["Secret events"], got["ConfigMap events"], got["Widget events"])

@@ -69,6 +69,9 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkUnserved(t, o); err != nil {
+		return nil, err
+	}
 	var derived map[string]bool // kinds whose events the project's predicates give
 	if o.hub() && len(t.Desc.Operators) > 0 {
 		o.HubEvents, derived = withDerivedEvents(o, &t.Desc, t.Desc.Operators[0].Name, t.Dir)

@@ -60,6 +60,11 @@ type Options struct {
 	// webhook configurations, CRDs and the roles bound to their
 	// Deployments' service accounts are read as config/'s are.
 	ProjectManifests []string
+	// AllowUnserved writes the serverless manifests of an operator with
+	// sources nothing runs at zero (description Controller Unserved: a
+	// source.Func, a custom source.Source), each then a warning; without
+	// it Build refuses them.
+	AllowUnserved bool
 	// Warnings, if set, gets the operator's warnings (description
 	// Warnings), one "warning: ..." line each, from Build.
 	Warnings io.Writer

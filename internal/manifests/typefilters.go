@@ -14,43 +14,13 @@ import (
 	"github.com/opzero/opzero/internal/description"
 )
 
-// returnsFalse says whether the function declared at file:line (a func
-// literal or a named function, as the Go runtime names where it begins)
-// is one statement, `return false`: it drops every change of its type.
-// Anything else, or a file that cannot be read, is not (the hub then lets
-// that type through, as before).
+// returnsFalse says whether the function at file:line (a func literal or
+// a named function, as the Go runtime names it: funcAt) is one statement,
+// `return false`: it drops every change of its type. Anything else, or a
+// file that cannot be read, is not (the hub then lets that type through,
+// as before).
 func returnsFalse(fset *token.FileSet, files map[string]*ast.File, file string, line int) bool {
-	f, ok := files[file]
-	if !ok {
-		src, err := os.ReadFile(file)
-		if err == nil {
-			f, _ = parser.ParseFile(fset, file, src, parser.SkipObjectResolution)
-		}
-		files[file] = f
-	}
-	if f == nil {
-		return false
-	}
-	var body *ast.BlockStmt
-	ast.Inspect(f, func(n ast.Node) bool {
-		var b *ast.BlockStmt
-		var at token.Pos
-		switch fn := n.(type) {
-		case *ast.FuncLit:
-			b, at = fn.Body, fn.Pos()
-		case *ast.FuncDecl:
-			b, at = fn.Body, fn.Pos()
-			if fn.Body != nil && fset.Position(fn.Body.Lbrace).Line == line {
-				at = fn.Body.Lbrace
-			}
-		default:
-			return true
-		}
-		if b != nil && fset.Position(at).Line == line {
-			body = b
-		}
-		return true
-	})
+	body, _ := funcAt(fset, files, file, line)
 	if body == nil || len(body.List) != 1 {
 		return false
 	}
@@ -60,6 +30,44 @@ func returnsFalse(fset *token.FileSet, files map[string]*ast.File, file string, 
 	}
 	id, ok := ret.Results[0].(*ast.Ident)
 	return ok && id.Name == "false"
+}
+
+// funcAt is the innermost function (a func literal or a declaration) of
+// file whose lines hold line, its body and the line it begins on: the Go
+// runtime names a function by the line of its entry, which for a small
+// one is its first statement's, not the line of its func keyword. The
+// files parsed are kept in files; body is nil when there is no such
+// function or the file cannot be read.
+func funcAt(fset *token.FileSet, files map[string]*ast.File, file string, line int) (body *ast.BlockStmt, start int) {
+	f, ok := files[file]
+	if !ok {
+		src, err := os.ReadFile(file)
+		if err == nil {
+			f, _ = parser.ParseFile(fset, file, src, parser.SkipObjectResolution)
+		}
+		files[file] = f
+	}
+	if f == nil {
+		return nil, 0
+	}
+	span := -1
+	ast.Inspect(f, func(n ast.Node) bool {
+		var b *ast.BlockStmt
+		switch fn := n.(type) {
+		case *ast.FuncLit:
+			b = fn.Body
+		case *ast.FuncDecl:
+			b = fn.Body
+		default:
+			return true
+		}
+		from, to := fset.Position(n.Pos()).Line, fset.Position(n.End()).Line
+		if b != nil && from <= line && line <= to && (span < 0 || to-from < span) {
+			body, start, span = b, from, to-from
+		}
+		return true
+	})
+	return body, start
 }
 
 // typeDrop is a kind's types of change that the project's predicates drop

@@ -33,21 +33,27 @@ var spaced = Funcs{UpdateFunc: func(event.UpdateEvent) bool {
 `
 
 // TestReturnsFalse: only a function whose body is `return false` drops
-// every change of its type; a missing file or a line with no function is
-// not one.
+// every change of its type, named by its first line or (as the Go runtime
+// names a small function) a line inside it; a missing file or a line with
+// no function is not one.
 func TestReturnsFalse(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "p.go")
 	if err := os.WriteFile(file, []byte(predicateSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fset, files := token.NewFileSet(), map[string]*ast.File{}
-	for line, want := range map[int]bool{4: true, 5: false, 6: false, 11: true, 15: true, 1: false, 99: false} {
+	for line, want := range map[int]bool{4: true, 5: false, 6: false, 7: false, 11: true, 12: true, 15: true, 17: true, 1: false, 99: false} {
 		if got := returnsFalse(fset, files, file, line); got != want {
 			t.Errorf("line %d: %v, want %v", line, got, want)
 		}
 	}
 	if returnsFalse(fset, files, filepath.Join(t.TempDir(), "missing.go"), 4) {
 		t.Error("a missing file: true, want false")
+	}
+	for line, want := range map[int]int{7: 6, 12: 11, 17: 15, 4: 4, 2: 0} {
+		if _, got := funcAt(fset, files, file, line); got != want {
+			t.Errorf("funcAt line %d: begins at %d, want %d (the innermost function holding it)", line, got, want)
+		}
 	}
 }
 

@@ -76,8 +76,12 @@ func (m *adopted) controller(a *adopt.Controller, foreign []adopt.ForeignSource)
 		everywhere(op, primary.GVK().GroupKind(), foreign)
 	}
 	for _, s := range a.RawSources() {
-		op.Warnings = append(op.Warnings, fmt.Sprintf("controller %s: its %s watches no kind: what it sends is reconciled only while an instance runs, "+
-			"and nothing sends it at zero (for external events, builder.WatchesEvents takes them through the Broker; or run --mode=classic)", a.Name(), s))
+		if s.Fed() {
+			op.Warnings = append(op.Warnings, fmt.Sprintf("controller %s: its %s watches no kind: what it sends is reconciled only while an instance runs, "+
+				"and nothing sends it at zero (for external events, builder.WatchesEvents takes them through the Broker; or run --mode=classic)", a.Name(), s.Name))
+			continue
+		}
+		op.Unserved = append(op.Unserved, builder.Source{Name: s.Name, File: s.File, Line: s.Line})
 	}
 	updatedWhen(c, &op.Primary)
 	for i := range op.Owned {

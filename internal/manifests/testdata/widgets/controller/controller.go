@@ -46,6 +46,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // Secrets by type of change (no update: predicate.Funcs' UpdateFunc); and
 // a channel of its own feeds it too (source.Channel).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if os.Getenv("WIDGETS_UNSERVED") != "" {
+		return r.setupUnserved(mgr)
+	}
 	if os.Getenv("WIDGETS_PREDICATES") != "" {
 		mine := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetAnnotations()["widgets"] != "" })
 		return ctrl.NewControllerManagedBy(mgr).
