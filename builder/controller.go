@@ -42,6 +42,10 @@ type Controller struct {
 	// (an adopted controller's source that watches no kind); opzero
 	// manifests prints them.
 	Warnings []string
+	// Notes are what opzero manifests says of how an adopted controller's
+	// watches are served where that differs from how the project wrote
+	// them (a source on a cache the project built); not a fault.
+	Notes []string
 	// Unserved are the sources an adopted controller runs code of its own
 	// for (source.Func, a custom source.Source), which nothing runs at
 	// zero: opzero manifests refuses to write the serverless manifests

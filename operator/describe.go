@@ -65,6 +65,7 @@ func describe(op *builder.Controller) description.Controller {
 		ReconcilerPackage:      pkgOf(op.Reconciler),
 		Env:                    describeEnv(op.Env),
 		Warnings:               op.Warnings,
+		Notes:                  op.Notes,
 		Deploy: description.Deploy{Sweep: op.Deploy.Sweep, FullSweep: op.Deploy.FullSweep,
 			MinScale: op.Deploy.MinScale, MaxScale: op.Deploy.MaxScale, Concurrency: op.Deploy.Concurrency},
 	}

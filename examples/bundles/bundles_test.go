@@ -107,7 +107,7 @@ func lineDiff(a, b string) (added, removed []string) {
 // TestManifests: `opzero manifests` (manifests.Build) on the project
 // describes it (the project's own cache is never connected to: a describe
 // that waited on it would fail Build with the describe timeout; the time,
-// build included, is only logged),
+// build included, is only logged; a note names the source moved off it),
 // its Subscription asks for its Bundles by generation, the ConfigMaps of
 // every namespace (its targets' cache watches them all, wider than the
 // manager cache's trust namespace) and the Namespaces; its YAML webhook
@@ -127,6 +127,9 @@ func TestManifests(t *testing.T) {
 	if !strings.Contains(warnings.String(), "note: bundle: Namespace: its predicates drop every change of type updated, deleted (the functions at controller/bundle.go:120, controller/bundle.go:121 return false)") ||
 		strings.Contains(warnings.String(), "predicate.Funcs with only") {
 		t.Errorf("warnings:\n%s\nwant a note that the hub drops Namespace updates and deletes, read from controller/bundle.go, and no warning of its predicate.Funcs", warnings.String())
+	}
+	if !strings.Contains(warnings.String(), "note: bundle: controller bundle: its source of ConfigMap on a cache the project built (cache.New) is served as the manager cache's are") {
+		t.Errorf("warnings:\n%s\nwant a note naming the ConfigMap source on the project's own cache, served as the manager cache's are", warnings.String())
 	}
 	if strings.Contains(warnings.String(), "config/rbac/role.yaml") {
 		t.Errorf("a role-gap warning for the project's own role:\n%s", warnings.String())

@@ -216,6 +216,9 @@ type Controller struct {
 	// with (opzero-metacontroller: fields of its controllers it does not
 	// implement); `opzero manifests` prints them.
 	Warnings []string `json:"warnings,omitempty"`
+	// Notes say how watches are served where that differs from how the
+	// project wrote them (builder.Controller Notes).
+	Notes []string `json:"notes,omitempty"`
 	// Unserved are the operator's sources that nothing runs at zero
 	// (builder.Controller Unserved).
 	Unserved []Source `json:"unserved,omitempty"`

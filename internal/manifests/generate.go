@@ -81,6 +81,11 @@ func Build(ctx context.Context, dir, pkg string, o Options) ([]Object, error) {
 			for _, w := range op.Warnings {
 				fmt.Fprintf(o.Warnings, "warning: %s: %s\n", op.Name, w)
 			}
+			if o.Mode != Classic {
+				for _, n := range op.Notes {
+					fmt.Fprintf(o.Warnings, "note: %s: %s\n", op.Name, n)
+				}
+			}
 		}
 		if o.hub() {
 			for _, op := range t.Desc.Operators {

@@ -74,6 +74,10 @@ func (m *adopted) controller(a *adopt.Controller, foreign []adopt.ForeignSource)
 	}
 	if m.describing {
 		everywhere(op, primary.GVK().GroupKind(), foreign)
+		for _, gvk := range foreignKinds(foreign) {
+			op.Notes = append(op.Notes, fmt.Sprintf("controller %s: its source of %s on a cache the project built (cache.New) is served as the manager cache's are, through the hub or an ApiServerSource: "+
+				"nothing waits for that cache to sync, and its own options are not read (the hub filters %s in every namespace)", a.Name(), gvk.Kind, gvk.Kind))
+		}
 	}
 	for _, s := range a.RawSources() {
 		if s.Fed() {
@@ -91,6 +95,17 @@ func (m *adopted) controller(a *adopt.Controller, foreign []adopt.ForeignSource)
 		updatedWhen(c, &op.Watched[i].Kind)
 	}
 	return op, nil
+}
+
+// foreignKinds are the kinds of fs, each once, in order.
+func foreignKinds(fs []adopt.ForeignSource) []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, f := range fs {
+		if !slices.Contains(out, f.GVK) {
+			out = append(out, f.GVK)
+		}
+	}
+	return out
 }
 
 // everywhere describes the kinds the controller watches through a cache
