@@ -164,7 +164,7 @@ handled, and what is deterministic; docs/manifests.md is the same guide.`,
 	f.StringArrayVar(&env.fromSecret, "env-from-secret", nil, "a Secret in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&env.fromConfigMap, "env-from-configmap", nil, "a ConfigMap in --namespace whose every key becomes an environment variable of the operator (repeatable)")
 	f.StringArrayVar(&o.ProjectManifests, "project-manifests", nil, "a file the project deploys from outside config/ (helm template of its chart, its release YAML): its webhook configurations, CRDs and the roles bound to its Deployment's service account are read as config/'s are (repeatable)")
-	f.BoolVar(&o.AllowUnserved, "allow-unserved", false, "serverless: write the manifests of an operator whose controller has a source.Func or a custom source.Source (code of its own, which nothing runs at zero; refused without this flag): what it sends is then reconciled only while an instance runs, and the sweep heals what it misses")
+	f.BoolVar(&o.AllowUnserved, "allow-unserved", false, "serverless: write them despite a source.Func or custom source.Source")
 	f.BoolVar(&helpFiles, "help-files", false, "say what each file holds and how the environment, config/ and webhook certificates are handled, and write nothing")
 	return cmd
 }
