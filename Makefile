@@ -53,7 +53,7 @@ test: bins knative-bins otel-bins postgres ## build what the tests need, run eve
 
 FUZZTIME ?= 50000x
 fuzz: ## run each fuzz target for FUZZTIME executions (default 50000x: a count, not a duration, which go1.26's fuzz coordinator can fail at its end with "context deadline exceeded", golang/go#75804; e.g. FUZZTIME=30s)
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./internal/cloudevent
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME) ./internal/cloudevent/receive
 	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/engine/serverless/fuzztest
 
 matrix: bins knative-bins ## the supported controller-runtime range (v0.21 to v0.25): build, vet, adoption unit and e2e tests on the oldest, one between and the newest (hack/matrix.sh; not part of make test)

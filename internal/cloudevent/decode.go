@@ -1,16 +1,11 @@
 package cloudevent
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 
-	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
-	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 )
 
 // Event types opzero routes.
@@ -83,22 +78,6 @@ type Other struct {
 	Event *event.Event
 }
 
-// Read decodes the CloudEvent in an HTTP request, binary or structured.
-func Read(req *http.Request) (*event.Event, error) {
-	ev, err := binding.ToEvent(req.Context(), cehttp.NewMessageFromHttpRequest(req))
-	if err != nil {
-		if errors.Is(err, binding.ErrUnknownEncoding) {
-			return nil, errors.New("not a CloudEvent: expected binary mode (ce-specversion, ce-type, ce-source, ce-id headers) " +
-				"or structured mode (Content-Type: application/cloudevents+json)")
-		}
-		return nil, fmt.Errorf("malformed CloudEvent: %w", err)
-	}
-	if err := ev.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid CloudEvent: %w", err)
-	}
-	return ev, nil
-}
-
 // Decode classifies ev: *ObjectEvent, *Ping, *Wakeup or *Other.
 func Decode(ev *event.Event) (any, error) {
 	t := ev.Type()
@@ -113,15 +92,6 @@ func Decode(ev *event.Event) (any, error) {
 		return decodeObject(ev, Reference, strings.TrimPrefix(t, referencePfx))
 	}
 	return &Other{Event: ev}, nil
-}
-
-// DecodeRequest is Read then Decode.
-func DecodeRequest(_ context.Context, req *http.Request) (any, error) {
-	ev, err := Read(req)
-	if err != nil {
-		return nil, err
-	}
-	return Decode(ev)
 }
 
 func decodeObject(ev *event.Event, mode Mode, action string) (*ObjectEvent, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 	"github.com/opzero/opzero/internal/devenv/broker"
 	"github.com/opzero/opzero/internal/eventfilter"
 )
@@ -32,7 +33,7 @@ type sink struct {
 func newSink(t *testing.T, codes ...int) *sink {
 	s := &sink{codes: codes}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ev, err := cloudevent.Read(r)
+		ev, err := receive.Read(r)
 		if err != nil {
 			t.Errorf("the sink got no CloudEvent: %v", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 	"github.com/opzero/opzero/internal/eventfilter"
 )
 
@@ -122,7 +122,7 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxEventBytes)
-	ev, err := cloudevent.Read(r)
+	ev, err := receive.Read(r)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

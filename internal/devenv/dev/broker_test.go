@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 	"github.com/opzero/opzero/internal/description"
 	"github.com/opzero/opzero/internal/devenv/controlplane"
 	"github.com/opzero/opzero/internal/devenv/dev"
@@ -40,7 +41,7 @@ type deadLetters struct {
 func newDeadLetters(t *testing.T) *deadLetters {
 	d := &deadLetters{}
 	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ev, err := cloudevent.Read(r)
+		ev, err := receive.Read(r)
 		if err != nil {
 			t.Errorf("the dead-letter sink got no CloudEvent: %v", err)
 		}

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/opzero/opzero/builder"
-	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 	"github.com/opzero/opzero/internal/eventroute"
 )
 
@@ -71,7 +71,7 @@ func (s *events) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxEventBytes)
-	ev, err := cloudevent.Read(r)
+	ev, err := receive.Read(r)
 	if err != nil {
 		http.Error(w, "bad event: "+err.Error(), http.StatusBadRequest)
 		return

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 )
 
 // Group serves several engines, one per controller of a binary, on one
@@ -93,7 +94,7 @@ func (g *Group) targets(r *http.Request, body []byte) ([]*Engine, error) {
 		}
 		return nil, fmt.Errorf("forwarded by controller %q, which this binary does not run", name)
 	}
-	ev, err := cloudevent.DecodeRequest(r.Context(), withBody(r, body))
+	ev, err := receive.DecodeRequest(r.Context(), withBody(r, body))
 	if err != nil {
 		return g.engines, nil // each answers the bad event (and forgets its event cache: it may have been any object's)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 	"github.com/opzero/opzero/internal/keyq"
 )
 
@@ -56,7 +56,7 @@ func (e *Engine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := e.keepBody(r)
 	var ev any
 	if err == nil {
-		ev, err = cloudevent.DecodeRequest(r.Context(), r)
+		ev, err = receive.DecodeRequest(r.Context(), r)
 	}
 	if err != nil {
 		e.cache.Forget() // an event refused unread may have been any object's

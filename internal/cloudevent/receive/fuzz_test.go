@@ -1,4 +1,4 @@
-package cloudevent_test
+package receive_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/opzero/opzero/internal/cloudevent"
+	"github.com/opzero/opzero/internal/cloudevent/receive"
 )
 
 // FuzzDecodeRequest: any body under any of the header sets Knative sends
@@ -31,7 +32,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		case 1:
 			req.Header.Set("Content-Type", "application/cloudevents+json")
 		}
-		ev, err := cloudevent.DecodeRequest(context.Background(), req)
+		ev, err := receive.DecodeRequest(context.Background(), req)
 		if err != nil {
 			return
 		}
