@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // dropImage unmaps the executable's r-x and r--p mappings from this
@@ -51,4 +53,27 @@ func dropImage() {
 	for _, s := range spans {
 		_, _, _ = syscall.Syscall(syscall.SYS_MADVISE, s.lo, s.hi-s.lo, syscall.MADV_DONTNEED)
 	}
+}
+
+// evictImage drops from the page cache the executable's pages that no
+// process maps (evictFile).
+func evictImage() {
+	if exe, err := os.Readlink("/proc/self/exe"); err == nil {
+		_ = evictFile(exe)
+	}
+}
+
+// evictFile asks the kernel to drop path's clean pages from the page
+// cache (POSIX_FADV_DONTNEED): the kernel keeps those a process maps, and
+// drops the rest, which it would otherwise keep charged to the memory
+// cgroup of whoever read them first until it needs the memory (kubelet
+// counts them in that container's working set while they are on the
+// active list).
+func evictFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }

@@ -3,3 +3,5 @@
 package trim
 
 func dropImage() {}
+
+func evictImage() {}

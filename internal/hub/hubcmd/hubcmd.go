@@ -109,7 +109,8 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 }
 
 // trimWhenSettled gives the heap's garbage back to the kernel and unmaps
-// the binary's pages (internal/trim) once the start has settled (10 s),
+// the binary's pages (internal/trim, dropped from the page cache too where
+// no process maps them) once the start has settled (10 s),
 // and again once the hub has been quiet for 10 s after it worked or won
 // or lost buckets (a replica that hands its Subscriptions over keeps
 // nothing of them resident): an always-on process keeps resident only
@@ -138,7 +139,7 @@ func trimWhenSettled(ctx context.Context, h *hub.Hub) {
 			}
 			last = work
 			if s.Due(now, work) {
-				trim.Now()
+				trim.NowAlwaysOn()
 				gc.Idle(now)
 			} else {
 				gc.Tick(now)
