@@ -32,6 +32,15 @@ func returnsFalse(fset *token.FileSet, files map[string]*ast.File, file string, 
 	return ok && id.Name == "false"
 }
 
+// declLine is the line the function at file:line begins on (funcAt), or
+// line itself when the file has no such function or cannot be read.
+func declLine(fset *token.FileSet, files map[string]*ast.File, file string, line int) int {
+	if _, start := funcAt(fset, files, file, line); start > 0 {
+		return start
+	}
+	return line
+}
+
 // funcAt is the innermost function (a func literal or a declaration) of
 // file whose lines hold line, its body and the line it begins on: the Go
 // runtime names a function by the line of its entry, which for a small
@@ -113,7 +122,7 @@ func dropsByType(d *description.Description) []typeDrop {
 						dropped = false
 						break
 					}
-					sites = append(sites, fmt.Sprintf("%s:%d", src[i].File, src[i].Line))
+					sites = append(sites, fmt.Sprintf("%s:%d", src[i].File, declLine(fset, files, src[i].File, src[i].Line)))
 				}
 				if !dropped {
 					break

@@ -9,25 +9,24 @@ import (
 
 // checkUnserved refuses serverless manifests for an operator with sources
 // that run code of their own (description Controller Unserved), naming
-// each source and where it is declared; with AllowUnserved, or classic,
-// they are warnings (classic runs them as the project does).
+// each source and where it is declared; with AllowUnserved they are
+// warnings. Classic runs them as the project does: nothing to say.
 func checkUnserved(t *Target, o Options) error {
+	if o.Mode == Classic {
+		return nil
+	}
 	var lines []string
 	fset, files := token.NewFileSet(), map[string]*ast.File{}
 	for _, op := range t.Desc.Operators {
 		for _, u := range op.Unserved {
 			at := ""
 			if u.File != "" {
-				line := u.Line
-				if _, start := funcAt(fset, files, u.File, u.Line); start > 0 {
-					line = start
-				}
-				at = fmt.Sprintf(" (%s:%d)", relTo(t.Dir, u.File), line)
+				at = fmt.Sprintf(" (%s:%d)", relTo(t.Dir, u.File), declLine(fset, files, u.File, u.Line))
 			}
 			lines = append(lines, fmt.Sprintf("%s: its %s%s watches no kind and runs code of its own, which nothing runs at zero", op.Name, u.Name, at))
 		}
 	}
-	if len(lines) == 0 || o.Mode == Classic {
+	if len(lines) == 0 {
 		return nil
 	}
 	if !o.AllowUnserved {

@@ -57,11 +57,7 @@ func dropImage() {
 
 // evictImage drops from the page cache the executable's pages that no
 // process maps (evictFile).
-func evictImage() {
-	if exe, err := os.Readlink("/proc/self/exe"); err == nil {
-		_ = evictFile(exe)
-	}
-}
+func evictImage() { _ = evictFile("/proc/self/exe") }
 
 // evictFile asks the kernel to drop path's clean pages from the page
 // cache (POSIX_FADV_DONTNEED): the kernel keeps those a process maps, and
